@@ -1,0 +1,109 @@
+//! Opening the ledger database: `DATABASE_URL`, or the private cluster.
+
+use anyhow::Context as _;
+use sqlx::PgPool;
+use std::fs;
+use std::io::Write as _;
+use std::os::unix::fs::OpenOptionsExt as _;
+use std::path::Path;
+
+use crate::db;
+use crate::embedded_pg::{self, Cluster, ClusterOptions};
+
+/// Name of the database the private cluster holds the ledger in.
+pub(crate) const EMBEDDED_DATABASE: &str = "command_ledger";
+
+/// A migrated ledger database, and the private cluster behind it, if any.
+#[derive(Debug)]
+pub struct Database {
+    pub pool: PgPool,
+    /// The URL to give `psql`.
+    pub url: String,
+    pub cluster: Option<Cluster>,
+}
+
+impl Database {
+    pub async fn open(url: Option<String>, state_dir: &Path) -> anyhow::Result<Database> {
+        Self::open_with(url, state_dir, 10).await
+    }
+
+    pub async fn open_with(
+        url: Option<String>,
+        state_dir: &Path,
+        max_connections: u32,
+    ) -> anyhow::Result<Database> {
+        let (url, cluster) = match url {
+            Some(url) => (url, None),
+            None => {
+                let cluster = start_private_cluster(state_dir).await?;
+                let admin = cluster.url("postgres");
+                db::ensure_database(&admin, EMBEDDED_DATABASE)
+                    .await
+                    .context("creating the ledger database in the private cluster")?;
+                (cluster.url(EMBEDDED_DATABASE), Some(cluster))
+            }
+        };
+        let pool = db::connect(&url, max_connections)
+            .await
+            .context("connecting to the ledger database")?;
+        db::migrate(&pool).await.context("applying migrations")?;
+        Ok(Database { pool, url, cluster })
+    }
+
+    /// Closes the pool, then stops the private cluster if this process started it.
+    pub async fn close(self) -> anyhow::Result<()> {
+        self.pool.close().await;
+        if let Some(cluster) = self.cluster {
+            tokio::task::spawn_blocking(move || cluster.stop())
+                .await
+                .context("stopping the private cluster")?
+                .context("stopping the private cluster")?;
+        }
+        Ok(())
+    }
+}
+
+async fn start_private_cluster(state_dir: &Path) -> anyhow::Result<Cluster> {
+    fs::create_dir_all(state_dir)
+        .with_context(|| format!("creating the state directory {}", state_dir.display()))?;
+    let password = read_or_create_secret(&state_dir.join("pg-password"))?;
+    let data_dir = embedded_pg::data_dir_for(state_dir);
+    if data_dir != state_dir.join("pg") {
+        tracing::warn!(
+            data_dir = %data_dir.display(),
+            "the postgres user cannot reach {}; the private cluster's data lives here instead",
+            state_dir.display()
+        );
+    }
+    let options = ClusterOptions {
+        data_dir,
+        password: Some(password),
+        durable: true,
+    };
+    tokio::task::spawn_blocking(move || Cluster::start(&options))
+        .await
+        .context("starting the private PostgreSQL cluster")?
+        .context("starting the private PostgreSQL cluster")
+}
+
+/// A random secret kept in a 0600 file, created on first use.
+fn read_or_create_secret(path: &Path) -> anyhow::Result<String> {
+    if let Ok(existing) = fs::read_to_string(path) {
+        let existing = existing.trim();
+        if !existing.is_empty() {
+            return Ok(existing.to_owned());
+        }
+    }
+    let mut bytes = [0u8; 24];
+    getrandom::fill(&mut bytes).map_err(|e| anyhow::anyhow!("no randomness available: {e}"))?;
+    let secret = hex::encode(bytes);
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("writing {}", path.display()))?;
+    writeln!(f, "{secret}").with_context(|| format!("writing {}", path.display()))?;
+    Ok(secret)
+}

@@ -1,0 +1,72 @@
+//! The command line: `serve`, `migrate`, `token create|revoke|list`. Every
+//! subcommand talks to `DATABASE_URL` when it is set, else to the private
+//! cluster under `--state-dir` (started on demand, stopped after if this
+//! process started it).
+
+mod database;
+mod serve;
+mod token;
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+use crate::telemetry::LogFormat;
+
+pub use database::Database;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "command-ledger",
+    version,
+    about = "A durable command ledger on PostgreSQL"
+)]
+pub struct Cli {
+    /// PostgreSQL URL. Unset: a private cluster under --state-dir is used.
+    #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
+    pub database_url: Option<String>,
+
+    /// Where the private cluster, its password and the first operator token live.
+    #[arg(
+        long,
+        env = "COMMAND_LEDGER_STATE_DIR",
+        default_value = ".command-ledger",
+        global = true
+    )]
+    pub state_dir: PathBuf,
+
+    /// Log format.
+    #[arg(
+        long,
+        env = "LOG_FORMAT",
+        value_enum,
+        default_value = "text",
+        global = true
+    )]
+    pub log_format: LogFormat,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the HTTP API.
+    Serve(serve::ServeArgs),
+    /// Apply database migrations and exit.
+    Migrate,
+    /// Manage API tokens.
+    #[command(subcommand)]
+    Token(token::TokenCommand),
+}
+
+pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Serve(args) => serve::run(cli.database_url, &cli.state_dir, args).await,
+        Command::Migrate => {
+            let db = Database::open(cli.database_url, &cli.state_dir).await?;
+            println!("migrations applied");
+            db.close().await
+        }
+        Command::Token(cmd) => token::run(cli.database_url, &cli.state_dir, cmd).await,
+    }
+}

@@ -1,0 +1,261 @@
+//! Commands: record a submission, read it back, list, history, cancel.
+//!
+//! The actor (and reason) of a change travel as transaction-local settings set
+//! in the same statement (`set_config(..., true)` in a `from` subquery), so the
+//! history trigger can name who did it without an extra round trip.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::PgExecutor;
+use uuid::Uuid;
+
+use crate::domain::State;
+
+/// One command as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CommandRow {
+    pub id: Uuid,
+    pub scope: Uuid,
+    pub idempotency_key: String,
+    pub request_digest: Vec<u8>,
+    pub digest_version: i16,
+    pub kind: String,
+    pub authority_id: String,
+    pub authority_generation: Option<i64>,
+    pub run_id: Option<String>,
+    pub args: Value,
+    pub canonical: Value,
+    pub state: String,
+    pub result: Option<Value>,
+    pub error: Option<Value>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub deadline_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+impl CommandRow {
+    /// The state as the domain type. The schema's foreign key to
+    /// `command_states` guarantees the name is known.
+    pub fn state(&self) -> State {
+        self.state
+            .parse()
+            .expect("commands.state references command_states")
+    }
+}
+
+/// One entry of a command's history.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HistoryRow {
+    pub id: i64,
+    pub from_state: Option<String>,
+    pub to_state: String,
+    pub at: DateTime<Utc>,
+    pub actor: String,
+    pub authority_generation: Option<i64>,
+    pub reason: Option<String>,
+}
+
+/// What a submission records.
+#[derive(Debug, Clone)]
+pub struct NewCommand<'a> {
+    pub id: Uuid,
+    pub scope: Uuid,
+    pub idempotency_key: &'a str,
+    pub request_digest: &'a [u8],
+    pub digest_version: i16,
+    pub kind: &'a str,
+    pub authority_id: &'a str,
+    pub run_id: Option<&'a str>,
+    pub args: &'a Value,
+    pub canonical: &'a Value,
+    pub deadline_at: Option<DateTime<Utc>>,
+    pub actor: &'a str,
+}
+
+/// Inserts the pending row, or returns `None` when the scope already holds
+/// the key. The unique index decides: a concurrent insert of the same key
+/// waits for the first to commit, then finds the key taken.
+pub async fn insert_pending(
+    ex: impl PgExecutor<'_>,
+    new: &NewCommand<'_>,
+) -> Result<Option<CommandRow>, sqlx::Error> {
+    sqlx::query_as!(
+        CommandRow,
+        r#"
+        insert into commands (id, scope, idempotency_key, request_digest, digest_version, kind,
+                              authority_id, run_id, args, canonical, deadline_at)
+        select $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11
+        from (select set_config('command_ledger.actor', $12, true)) as ctx
+        on conflict (scope, idempotency_key) do nothing
+        returning id, scope, idempotency_key, request_digest, digest_version, kind, authority_id,
+                  authority_generation, run_id, args, canonical, state, result, error,
+                  created_at, updated_at, deadline_at, finished_at
+        "#,
+        new.id,
+        new.scope,
+        new.idempotency_key,
+        new.request_digest,
+        new.digest_version,
+        new.kind,
+        new.authority_id,
+        new.run_id,
+        new.args,
+        new.canonical,
+        new.deadline_at,
+        new.actor,
+    )
+    .fetch_optional(ex)
+    .await
+}
+
+/// The command stored under `(scope, key)`.
+pub async fn find_by_key(
+    ex: impl PgExecutor<'_>,
+    scope: Uuid,
+    key: &str,
+) -> Result<Option<CommandRow>, sqlx::Error> {
+    sqlx::query_as!(
+        CommandRow,
+        r#"
+        select id, scope, idempotency_key, request_digest, digest_version, kind, authority_id,
+               authority_generation, run_id, args, canonical, state, result, error,
+               created_at, updated_at, deadline_at, finished_at
+        from commands
+        where scope = $1 and idempotency_key = $2
+        "#,
+        scope,
+        key,
+    )
+    .fetch_optional(ex)
+    .await
+}
+
+/// A command by id, visible to `scope` (`None`: every scope, for operators).
+pub async fn get(
+    ex: impl PgExecutor<'_>,
+    id: Uuid,
+    scope: Option<Uuid>,
+) -> Result<Option<CommandRow>, sqlx::Error> {
+    sqlx::query_as!(
+        CommandRow,
+        r#"
+        select id, scope, idempotency_key, request_digest, digest_version, kind, authority_id,
+               authority_generation, run_id, args, canonical, state, result, error,
+               created_at, updated_at, deadline_at, finished_at
+        from commands
+        where id = $1 and ($2::uuid is null or scope = $2)
+        "#,
+        id,
+        scope,
+    )
+    .fetch_optional(ex)
+    .await
+}
+
+/// Filters for listing commands, newest first.
+#[derive(Debug, Clone, Default)]
+pub struct ListFilter {
+    /// `None`: every scope (operators).
+    pub scope: Option<Uuid>,
+    pub state: Option<State>,
+    pub authority_id: Option<String>,
+    /// Keyset cursor: only ids older than this one.
+    pub before_id: Option<Uuid>,
+    pub limit: i64,
+}
+
+pub async fn list(
+    ex: impl PgExecutor<'_>,
+    filter: &ListFilter,
+) -> Result<Vec<CommandRow>, sqlx::Error> {
+    sqlx::query_as!(
+        CommandRow,
+        r#"
+        select id, scope, idempotency_key, request_digest, digest_version, kind, authority_id,
+               authority_generation, run_id, args, canonical, state, result, error,
+               created_at, updated_at, deadline_at, finished_at
+        from commands
+        where ($1::uuid is null or scope = $1)
+          and ($2::text is null or state = $2)
+          and ($3::text is null or authority_id = $3)
+          and ($4::uuid is null or id < $4)
+        order by id desc
+        limit $5
+        "#,
+        filter.scope,
+        filter.state.map(State::as_str),
+        filter.authority_id.as_deref(),
+        filter.before_id,
+        filter.limit,
+    )
+    .fetch_all(ex)
+    .await
+}
+
+/// The history of a command, oldest first.
+pub async fn history(ex: impl PgExecutor<'_>, id: Uuid) -> Result<Vec<HistoryRow>, sqlx::Error> {
+    sqlx::query_as!(
+        HistoryRow,
+        r#"
+        select id, from_state, to_state, at, actor, authority_generation, reason
+        from command_history
+        where command_id = $1
+        order by id
+        "#,
+        id,
+    )
+    .fetch_all(ex)
+    .await
+}
+
+/// What a cancel request did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CancelOutcome {
+    /// The command moved to `cancelled` now.
+    Cancelled(CommandRow),
+    /// It was already cancelled: nothing changed.
+    AlreadyCancelled(CommandRow),
+    /// Too late: the command is in this state, which cannot be cancelled.
+    TooLate(CommandRow),
+    NotFound,
+}
+
+/// Cancels a pending or prepared command. The `where` clause is the
+/// compare-and-set: a custodian that moved the row on first wins, and the
+/// cancel reports the state it found.
+pub async fn cancel(
+    conn: &mut sqlx::PgConnection,
+    id: Uuid,
+    scope: Option<Uuid>,
+    actor: &str,
+) -> Result<CancelOutcome, sqlx::Error> {
+    let cancelled = sqlx::query_as!(
+        CommandRow,
+        r#"
+        update commands c
+        set state = 'cancelled',
+            error = jsonb_build_object('reason', 'cancelled', 'by', $3::text)
+        from (select set_config('command_ledger.actor', $3, true),
+                     set_config('command_ledger.reason', 'cancel requested', true)) as ctx
+        where c.id = $1 and ($2::uuid is null or c.scope = $2)
+          and c.state in ('pending', 'prepared')
+        returning c.id, c.scope, c.idempotency_key, c.request_digest, c.digest_version, c.kind,
+                  c.authority_id, c.authority_generation, c.run_id, c.args, c.canonical, c.state,
+                  c.result, c.error, c.created_at, c.updated_at, c.deadline_at, c.finished_at
+        "#,
+        id,
+        scope,
+        actor,
+    )
+    .fetch_optional(&mut *conn)
+    .await?;
+    if let Some(row) = cancelled {
+        return Ok(CancelOutcome::Cancelled(row));
+    }
+    Ok(match get(&mut *conn, id, scope).await? {
+        None => CancelOutcome::NotFound,
+        Some(row) if row.state() == State::Cancelled => CancelOutcome::AlreadyCancelled(row),
+        Some(row) => CancelOutcome::TooLate(row),
+    })
+}

@@ -1,0 +1,88 @@
+//! All SQL lives here, as small functions over an executor or a pool. Queries
+//! are checked at compile time against the migrations (`.sqlx/` holds the
+//! offline data for builds without a database).
+
+pub mod commands;
+pub mod principals;
+
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{ConnectOptions as _, Connection as _, PgPool};
+use std::str::FromStr as _;
+use std::time::Duration;
+
+pub use commands::{CancelOutcome, CommandRow, HistoryRow, ListFilter, NewCommand};
+pub use principals::{Principal, Role, TokenRow};
+
+/// The schema migrations, embedded in the binary.
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+
+#[derive(Debug, thiserror::Error)]
+pub enum DbError {
+    #[error("invalid database URL: {0}")]
+    BadUrl(#[source] sqlx::Error),
+    #[error("cannot connect to the database: {0}")]
+    Connect(#[source] sqlx::Error),
+    #[error("migrating the database failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error(transparent)]
+    Sqlx(#[from] sqlx::Error),
+}
+
+/// A pool for the service. Statements are logged at debug level only: the
+/// hot path must not pay for info-level statement logs.
+pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool, DbError> {
+    let options = PgConnectOptions::from_str(url)
+        .map_err(DbError::BadUrl)?
+        .application_name("command-ledger")
+        .log_statements(tracing::log::LevelFilter::Debug)
+        .log_slow_statements(tracing::log::LevelFilter::Warn, Duration::from_secs(1));
+    PgPoolOptions::new()
+        .max_connections(max_connections)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect_with(options)
+        .await
+        .map_err(DbError::Connect)
+}
+
+/// Applies pending migrations (serialised across processes by sqlx's advisory lock).
+pub async fn migrate(pool: &PgPool) -> Result<(), DbError> {
+    MIGRATOR.run(pool).await?;
+    Ok(())
+}
+
+/// True when every embedded migration is applied with the same checksum.
+pub async fn migrations_current(pool: &PgPool) -> Result<bool, sqlx::Error> {
+    let applied: Vec<(i64, Vec<u8>)> =
+        sqlx::query_as("select version, checksum from _sqlx_migrations where success")
+            .fetch_all(pool)
+            .await?;
+    Ok(MIGRATOR
+        .iter()
+        .filter(|m| m.migration_type.is_up_migration())
+        .all(|m| {
+            applied
+                .iter()
+                .any(|(v, sum)| *v == m.version && sum.as_slice() == &*m.checksum)
+        }))
+}
+
+/// Creates `name` on the server of `admin_url` unless it exists.
+pub async fn ensure_database(admin_url: &str, name: &str) -> Result<(), DbError> {
+    let options = PgConnectOptions::from_str(admin_url).map_err(DbError::BadUrl)?;
+    let mut conn = sqlx::PgConnection::connect_with(&options)
+        .await
+        .map_err(DbError::Connect)?;
+    let exists: bool =
+        sqlx::query_scalar("select exists (select 1 from pg_database where datname = $1)")
+            .bind(name)
+            .fetch_one(&mut conn)
+            .await?;
+    if !exists {
+        let quoted = name.replace('"', "\"\"");
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("create database \"{quoted}\"")))
+            .execute(&mut conn)
+            .await?;
+    }
+    conn.close().await?;
+    Ok(())
+}

@@ -1,0 +1,16 @@
+//! The pure core: what a command is, which state changes are allowed, how a
+//! request is digested, and what a repeated request means. No IO lives here:
+//! no database, no runtime, no HTTP; time and randomness come in as arguments.
+
+pub mod admission;
+pub mod digest;
+pub mod idempotency_key;
+pub mod names;
+pub mod state;
+pub mod token;
+
+pub use admission::{Disposition, disposition};
+pub use digest::{CanonicalRequest, DIGEST_VERSION, RequestDigest, canonical_request};
+pub use idempotency_key::{IdempotencyKey, KeyError};
+pub use names::{AuthorityId, Kind, NameError};
+pub use state::{State, TRANSITIONS, can_transition};

@@ -1,0 +1,380 @@
+//! `/v1/commands`: record a submission (new / replay / conflict), read one,
+//! list, history, cancel.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use uuid::Uuid;
+
+use super::AppState;
+use super::error::ApiError;
+use super::extract::{AppJson, AppQuery, Auth};
+use crate::db::{self, CancelOutcome, CommandRow, HistoryRow, ListFilter, NewCommand};
+use crate::domain::{
+    AuthorityId, Disposition, IdempotencyKey, KeyError, Kind, RequestDigest, State as CommandState,
+    canonical_request, disposition,
+};
+
+const IDEMPOTENCY_KEY: &str = "idempotency-key";
+const REPLAYED: &str = "idempotent-replayed";
+
+/// Longest accepted `run_id`.
+const RUN_ID_MAX_LEN: usize = 128;
+/// Default and largest page for listings.
+const DEFAULT_LIMIT: i64 = 50;
+const MAX_LIMIT: i64 = 500;
+
+/// The body of `POST /v1/commands`. Nothing else is accepted: the state,
+/// scope, generation and timestamps belong to the ledger.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct SubmitBody {
+    kind: String,
+    authority: String,
+    #[serde(default)]
+    args: Option<Value>,
+    #[serde(default)]
+    run_id: Option<String>,
+    /// RFC 3339; after it the command must not start.
+    #[serde(default)]
+    deadline: Option<DateTime<Utc>>,
+}
+
+/// A command as the API shows it.
+#[derive(Debug, Serialize)]
+struct CommandView<'a> {
+    id: Uuid,
+    kind: &'a str,
+    state: &'a str,
+    authority: AuthorityView<'a>,
+    idempotency_key: &'a str,
+    run_id: Option<&'a str>,
+    args: &'a Value,
+    result: Option<&'a Value>,
+    error: Option<&'a Value>,
+    request_digest: String,
+    deadline: Option<DateTime<Utc>>,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+    finished_at: Option<DateTime<Utc>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    disposition: Option<&'static str>,
+}
+
+#[derive(Debug, Serialize)]
+struct AuthorityView<'a> {
+    id: &'a str,
+    /// Bound when the command is prepared; null while pending.
+    generation: Option<i64>,
+}
+
+fn view(row: &CommandRow, disposition: Option<Disposition>) -> CommandView<'_> {
+    CommandView {
+        id: row.id,
+        kind: &row.kind,
+        state: &row.state,
+        authority: AuthorityView {
+            id: &row.authority_id,
+            generation: row.authority_generation,
+        },
+        idempotency_key: &row.idempotency_key,
+        run_id: row.run_id.as_deref(),
+        args: &row.args,
+        result: row.result.as_ref(),
+        error: row.error.as_ref(),
+        request_digest: hex::encode(&row.request_digest),
+        deadline: row.deadline_at,
+        created_at: row.created_at,
+        updated_at: row.updated_at,
+        finished_at: row.finished_at,
+        disposition: disposition.map(Disposition::as_str),
+    }
+}
+
+fn location(id: Uuid) -> HeaderValue {
+    HeaderValue::from_str(&format!("/v1/commands/{id}")).expect("a uuid path is a valid header")
+}
+
+fn idempotency_key(headers: &HeaderMap) -> Result<IdempotencyKey, ApiError> {
+    let mut values = headers.get_all(IDEMPOTENCY_KEY).iter();
+    match (values.next(), values.next()) {
+        (None, _) => Err(KeyError::Missing.into()),
+        (Some(_), Some(_)) => Err(KeyError::Repeated.into()),
+        (Some(v), None) => Ok(IdempotencyKey::parse_header(v.as_bytes())?),
+    }
+}
+
+/// A validated submission.
+struct Submission {
+    kind: Kind,
+    authority: AuthorityId,
+    args: Value,
+    run_id: Option<String>,
+    deadline: Option<DateTime<Utc>>,
+}
+
+fn validate(body: SubmitBody) -> Result<Submission, ApiError> {
+    let invalid = |e: &dyn std::fmt::Display| ApiError::InvalidBody(e.to_string());
+    let kind = Kind::parse(&body.kind).map_err(|e| invalid(&e))?;
+    let authority = AuthorityId::parse(&body.authority).map_err(|e| invalid(&e))?;
+    let args = match body.args {
+        None => Value::Object(Map::new()),
+        Some(v @ Value::Object(_)) => v,
+        Some(_) => return Err(invalid(&"args must be a JSON object")),
+    };
+    if let Some(run_id) = &body.run_id {
+        let printable = run_id.bytes().all(|b| (0x20..=0x7e).contains(&b));
+        if run_id.is_empty() || run_id.len() > RUN_ID_MAX_LEN || !printable {
+            return Err(invalid(&format_args!(
+                "run_id must be 1-{RUN_ID_MAX_LEN} characters of printable ASCII"
+            )));
+        }
+    }
+    Ok(Submission {
+        kind,
+        authority,
+        args,
+        run_id: body.run_id,
+        deadline: body.deadline,
+    })
+}
+
+/// `POST /v1/commands`: the pending row is committed before any 2xx is sent.
+pub(super) async fn submit(
+    State(state): State<AppState>,
+    Auth(principal): Auth,
+    headers: HeaderMap,
+    AppJson(body): AppJson<SubmitBody>,
+) -> Result<Response, ApiError> {
+    let key = idempotency_key(&headers)?;
+    let sub = validate(body)?;
+    let canonical = canonical_request(sub.kind.as_str(), sub.authority.as_str(), &sub.args);
+    let actor = principal.actor();
+    let new = NewCommand {
+        id: Uuid::now_v7(),
+        scope: principal.id,
+        idempotency_key: key.as_str(),
+        request_digest: canonical.digest.as_bytes(),
+        digest_version: canonical.version,
+        kind: sub.kind.as_str(),
+        authority_id: sub.authority.as_str(),
+        run_id: sub.run_id.as_deref(),
+        args: &sub.args,
+        canonical: &canonical.form,
+        deadline_at: sub.deadline,
+        actor: &actor,
+    };
+
+    // The unique index decides. If the key is taken, the stored row says
+    // whether this is the same request; if that row vanished in between
+    // (retention), the insert is simply tried again.
+    for _ in 0..3 {
+        if let Some(row) = db::commands::insert_pending(&state.pool, &new).await? {
+            tracing::info!(command.id = %row.id, kind = %row.kind, authority = %row.authority_id, "command recorded");
+            let mut response = (
+                StatusCode::ACCEPTED,
+                Json(view(&row, Some(Disposition::New))),
+            )
+                .into_response();
+            response
+                .headers_mut()
+                .insert(header::LOCATION, location(row.id));
+            return Ok(response);
+        }
+        let Some(stored) =
+            db::commands::find_by_key(&state.pool, principal.id, key.as_str()).await?
+        else {
+            continue;
+        };
+        let stored_digest = RequestDigest::from_slice(&stored.request_digest);
+        // A digest of another canonicalization version cannot be compared
+        // byte for byte; until a newer version exists, it is a conflict.
+        let comparable = stored.digest_version == canonical.version;
+        let verdict = disposition(
+            stored_digest.as_ref().filter(|_| comparable),
+            &canonical.digest,
+        );
+        return match verdict {
+            Disposition::Replay => {
+                let mut response = (
+                    StatusCode::OK,
+                    Json(view(&stored, Some(Disposition::Replay))),
+                )
+                    .into_response();
+                let h = response.headers_mut();
+                h.insert(header::LOCATION, location(stored.id));
+                h.insert(REPLAYED, HeaderValue::from_static("true"));
+                Ok(response)
+            }
+            Disposition::Conflict | Disposition::New => Err(ApiError::KeyConflict {
+                command_id: stored.id,
+                stored_digest: hex::encode(&stored.request_digest),
+                incoming_digest: canonical.digest.to_string(),
+            }),
+        };
+    }
+    Err(ApiError::Internal(anyhow::anyhow!(
+        "idempotency key {key} kept disappearing between insert and lookup"
+    )))
+}
+
+fn parse_id(raw: &str) -> Result<Uuid, ApiError> {
+    Uuid::parse_str(raw)
+        .map_err(|_| ApiError::InvalidId(format!("{raw:?} is not a command id (UUID)")))
+}
+
+/// `GET /v1/commands/{id}`: another principal's command is 404, like a missing one.
+pub(super) async fn get_one(
+    State(state): State<AppState>,
+    Auth(principal): Auth,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id = parse_id(&id)?;
+    let row = db::commands::get(&state.pool, id, principal.visible_scope())
+        .await?
+        .ok_or(ApiError::NotFound)?;
+    Ok(Json(view(&row, None)).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ListQuery {
+    state: Option<String>,
+    authority: Option<String>,
+    limit: Option<i64>,
+    after: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct ListView<'a> {
+    items: Vec<CommandView<'a>>,
+    /// Pass as `after` for the next (older) page; null on the last page.
+    next_after: Option<Uuid>,
+}
+
+/// `GET /v1/commands`: newest first, keyset pagination with `after`.
+pub(super) async fn list(
+    State(state): State<AppState>,
+    Auth(principal): Auth,
+    AppQuery(q): AppQuery<ListQuery>,
+) -> Result<Response, ApiError> {
+    let state_filter = q
+        .state
+        .as_deref()
+        .map(|s| {
+            s.parse::<CommandState>()
+                .map_err(|e| ApiError::InvalidQuery(e.to_string()))
+        })
+        .transpose()?;
+    let authority = q
+        .authority
+        .as_deref()
+        .map(|a| AuthorityId::parse(a).map_err(|e| ApiError::InvalidQuery(e.to_string())))
+        .transpose()?;
+    let limit = q.limit.unwrap_or(DEFAULT_LIMIT);
+    if !(1..=MAX_LIMIT).contains(&limit) {
+        return Err(ApiError::InvalidQuery(format!(
+            "limit must be between 1 and {MAX_LIMIT}"
+        )));
+    }
+    let after = q
+        .after
+        .as_deref()
+        .map(|a| {
+            Uuid::parse_str(a)
+                .map_err(|_| ApiError::InvalidQuery("after must be a command id".into()))
+        })
+        .transpose()?;
+    let filter = ListFilter {
+        scope: principal.visible_scope(),
+        state: state_filter,
+        authority_id: authority.map(|a| a.as_str().to_owned()),
+        before_id: after,
+        limit: limit + 1,
+    };
+    let mut rows = db::commands::list(&state.pool, &filter).await?;
+    let more = rows.len() as i64 > limit;
+    rows.truncate(usize::try_from(limit).expect("limit is positive and small"));
+    let next_after = if more {
+        rows.last().map(|r| r.id)
+    } else {
+        None
+    };
+    let items = rows.iter().map(|r| view(r, None)).collect();
+    Ok(Json(ListView { items, next_after }).into_response())
+}
+
+#[derive(Debug, Serialize)]
+struct HistoryView {
+    command_id: Uuid,
+    entries: Vec<HistoryEntry>,
+}
+
+#[derive(Debug, Serialize)]
+struct HistoryEntry {
+    from: Option<String>,
+    to: String,
+    at: DateTime<Utc>,
+    actor: String,
+    generation: Option<i64>,
+    reason: Option<String>,
+}
+
+impl From<HistoryRow> for HistoryEntry {
+    fn from(h: HistoryRow) -> Self {
+        HistoryEntry {
+            from: h.from_state,
+            to: h.to_state,
+            at: h.at,
+            actor: h.actor,
+            generation: h.authority_generation,
+            reason: h.reason,
+        }
+    }
+}
+
+/// `GET /v1/commands/{id}/history`: every state change, oldest first.
+pub(super) async fn history(
+    State(state): State<AppState>,
+    Auth(principal): Auth,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id = parse_id(&id)?;
+    db::commands::get(&state.pool, id, principal.visible_scope())
+        .await?
+        .ok_or(ApiError::NotFound)?;
+    let entries = db::commands::history(&state.pool, id).await?;
+    Ok(Json(HistoryView {
+        command_id: id,
+        entries: entries.into_iter().map(Into::into).collect(),
+    })
+    .into_response())
+}
+
+/// `POST /v1/commands/{id}/cancel`: wins only while no effect was attempted.
+/// Cancelling a cancelled command again is a no-op that succeeds.
+pub(super) async fn cancel(
+    State(state): State<AppState>,
+    Auth(principal): Auth,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id = parse_id(&id)?;
+    let mut conn = state.pool.acquire().await?;
+    match db::commands::cancel(&mut conn, id, principal.visible_scope(), &principal.actor()).await?
+    {
+        CancelOutcome::Cancelled(row) => {
+            tracing::info!(command.id = %row.id, actor = %principal.actor(), "command cancelled");
+            Ok(Json(view(&row, None)).into_response())
+        }
+        CancelOutcome::AlreadyCancelled(row) => Ok(Json(view(&row, None)).into_response()),
+        CancelOutcome::TooLate(row) => Err(ApiError::CancelTooLate {
+            command_id: row.id,
+            state: row.state(),
+        }),
+        CancelOutcome::NotFound => Err(ApiError::NotFound),
+    }
+}

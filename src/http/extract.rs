@@ -1,0 +1,115 @@
+//! Extractors that turn rejections into our problem+json errors: the JSON
+//! body, query strings, and the bearer token.
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{FromRef, FromRequest, FromRequestParts, Request};
+use axum::http::{StatusCode, header, request::Parts};
+use serde::de::DeserializeOwned;
+
+use super::{AppState, error::ApiError};
+use crate::db::{self, Principal};
+use crate::domain::token::token_hash;
+
+/// A JSON body: `Content-Type: application/json` (or `+json`), within the
+/// body limit, decoded with unknown fields refused by the target type.
+#[derive(Debug)]
+pub(super) struct AppJson<T>(pub T);
+
+impl<S, T> FromRequest<S> for AppJson<T>
+where
+    S: Send + Sync,
+    T: DeserializeOwned,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        if !is_json(req.headers().get(header::CONTENT_TYPE)) {
+            return Err(ApiError::UnsupportedMediaType);
+        }
+        let limit = super::BODY_LIMIT;
+        let bytes = Bytes::from_request(req, state)
+            .await
+            .map_err(|e: BytesRejection| {
+                if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                    ApiError::BodyTooLarge { limit }
+                } else {
+                    ApiError::InvalidBody(format!("the request body could not be read: {e}"))
+                }
+            })?;
+        serde_json::from_slice(&bytes)
+            .map(AppJson)
+            .map_err(|e| ApiError::InvalidBody(format!("the request body is not valid: {e}")))
+    }
+}
+
+fn is_json(content_type: Option<&header::HeaderValue>) -> bool {
+    let Some(ct) = content_type.and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
+    let mime = ct
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    mime == "application/json" || (mime.starts_with("application/") && mime.ends_with("+json"))
+}
+
+/// Query parameters, unknown ones refused.
+#[derive(Debug)]
+pub(super) struct AppQuery<T>(pub T);
+
+impl<S, T> FromRequestParts<S> for AppQuery<T>
+where
+    S: Send + Sync,
+    T: DeserializeOwned,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        axum::extract::Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|q| AppQuery(q.0))
+            .map_err(|e| ApiError::InvalidQuery(e.body_text()))
+    }
+}
+
+/// The principal behind `Authorization: Bearer <token>`.
+#[derive(Debug, Clone)]
+pub(super) struct Auth(pub Principal);
+
+impl<S> FromRequestParts<S> for Auth
+where
+    S: Send + Sync,
+    AppState: FromRef<S>,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let state = AppState::from_ref(state);
+        let mut values = parts.headers.get_all(header::AUTHORIZATION).iter();
+        let (Some(value), None) = (values.next(), values.next()) else {
+            return Err(ApiError::Unauthorized(
+                "send exactly one Authorization: Bearer <token> header",
+            ));
+        };
+        let token = value
+            .to_str()
+            .ok()
+            .and_then(|v| {
+                let (scheme, token) = v.split_once(' ')?;
+                scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+            })
+            .filter(|t| !t.is_empty())
+            .ok_or(ApiError::Unauthorized(
+                "the Authorization header must be Bearer <token>",
+            ))?;
+        match db::principals::authenticate(&state.pool, &token_hash(token)).await? {
+            Some(principal) => Ok(Auth(principal)),
+            None => Err(ApiError::Unauthorized(
+                "the token is unknown, revoked or expired",
+            )),
+        }
+    }
+}

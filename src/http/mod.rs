@@ -1,0 +1,50 @@
+//! The HTTP API. Handlers parse, consult the pure domain, call the database and
+//! answer; they record intents and read outcomes, and never run an effect.
+
+mod commands;
+pub mod error;
+mod extract;
+mod health;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post};
+use sqlx::PgPool;
+use std::future::Future;
+use tokio::net::TcpListener;
+use tower_http::trace::TraceLayer;
+
+/// Largest accepted request body.
+pub const BODY_LIMIT: usize = 64 * 1024;
+
+/// What every handler shares.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    pub pool: PgPool,
+}
+
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/v1/commands", post(commands::submit).get(commands::list))
+        .route("/v1/commands/{id}", get(commands::get_one))
+        .route("/v1/commands/{id}/history", get(commands::history))
+        .route("/v1/commands/{id}/cancel", post(commands::cancel))
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .fallback(|| async { error::ApiError::NotFound })
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(TraceLayer::new_for_http())
+        .with_state(state)
+}
+
+/// Serves the API on an already bound listener until `shutdown` completes,
+/// then lets requests in flight finish.
+pub async fn serve(
+    listener: TcpListener,
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown)
+        .await
+}

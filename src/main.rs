@@ -1,0 +1,15 @@
+use clap::Parser as _;
+use command_ledger::{cli, telemetry};
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let args = cli::Cli::parse();
+    telemetry::init(args.log_format);
+    match cli::run(args).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
