@@ -218,9 +218,9 @@ impl Cluster {
         if !opts.durable {
             cmd.arg("--no-sync");
         }
-        // initdb reads the password from a file; it lives inside the data
-        // directory (only the server's user can read it) and is removed after.
-        let pwfile = data.join(".initdb-password");
+        // initdb reads the password from a file, readable only by the server's
+        // user, next to the (still empty) data directory; removed right after.
+        let pwfile = parent.join(format!(".initdb-password-{}", std::process::id()));
         match &opts.password {
             Some(pw) => {
                 write_private(&pwfile, pw.as_bytes(), self.run_as)?;

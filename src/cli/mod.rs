@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use crate::telemetry::LogFormat;
 
 pub use database::Database;
+pub use token::issue_token;
 
 #[derive(Debug, Parser)]
 #[command(

@@ -116,7 +116,7 @@ async fn run_on(pool: &PgPool, cmd: TokenCommand) -> anyhow::Result<()> {
 }
 
 /// Creates a token for `principal` (created with `role` if new) and returns it.
-pub(crate) async fn issue_token(
+pub async fn issue_token(
     pool: &PgPool,
     principal: &str,
     role: Role,

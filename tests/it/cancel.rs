@@ -1,0 +1,220 @@
+//! `POST /v1/commands/{id}/cancel`: wins only while no effect was attempted.
+
+use crate::harness::{TestApp, problem, refund};
+use command_ledger::db::Role;
+use serde_json::Value;
+
+async fn submit_id(app: &TestApp, token: &str, key: &str) -> String {
+    let body: Value = app
+        .submit(token, Some(key), &refund(1))
+        .await
+        .json()
+        .await
+        .unwrap();
+    body["id"].as_str().unwrap().to_owned()
+}
+
+async fn set_state(app: &TestApp, id: &str, state: &str) {
+    sqlx::query(
+        "update commands set state = $2, authority_generation = coalesce(authority_generation, 1) where id = $1::uuid",
+    )
+    .bind(id)
+    .bind(state)
+    .execute(&app.pool)
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn cancelling_a_pending_command_succeeds_and_repeating_it_is_harmless() {
+    let app = TestApp::spawn().await;
+    let a = app.token("dev-a", Role::Device).await;
+    let id = submit_id(&app, &a, "k").await;
+
+    let resp = app.post(&a, &format!("/v1/commands/{id}/cancel")).await;
+    assert_eq!(resp.status(), 200);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["state"], "cancelled");
+    assert!(body["finished_at"].is_string());
+    assert_eq!(body["error"]["reason"], "cancelled");
+
+    let again = app.post(&a, &format!("/v1/commands/{id}/cancel")).await;
+    assert_eq!(again.status(), 200);
+    let transitions: i64 =
+        sqlx::query_scalar("select count(*) from command_history where to_state = 'cancelled'")
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(transitions, 1);
+
+    // A replay of the submission now shows the cancelled command.
+    let replay: Value = app
+        .submit(&a, Some("k"), &refund(1))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(replay["state"], "cancelled");
+}
+
+#[tokio::test]
+async fn a_prepared_command_can_still_be_cancelled() {
+    let app = TestApp::spawn().await;
+    let a = app.token("dev-a", Role::Device).await;
+    let id = submit_id(&app, &a, "k").await;
+    set_state(&app, &id, "prepared").await;
+    assert_eq!(
+        app.post(&a, &format!("/v1/commands/{id}/cancel"))
+            .await
+            .status(),
+        200
+    );
+}
+
+#[tokio::test]
+async fn once_the_effect_started_cancel_is_409_with_the_current_state() {
+    let app = TestApp::spawn().await;
+    let a = app.token("dev-a", Role::Device).await;
+    let id = submit_id(&app, &a, "k").await;
+    set_state(&app, &id, "prepared").await;
+    set_state(&app, &id, "effect_started").await;
+    let body = problem(
+        app.post(&a, &format!("/v1/commands/{id}/cancel")).await,
+        409,
+        "/problems/cancel-too-late",
+    )
+    .await;
+    assert_eq!(body["state"], "effect_started");
+    assert_eq!(body["command_id"], id.as_str());
+
+    set_state(&app, &id, "applied").await;
+    let body = problem(
+        app.post(&a, &format!("/v1/commands/{id}/cancel")).await,
+        409,
+        "/problems/cancel-too-late",
+    )
+    .await;
+    assert_eq!(body["state"], "applied");
+}
+
+#[tokio::test]
+async fn an_operator_may_cancel_any_command() {
+    let app = TestApp::spawn().await;
+    let a = app.token("dev-a", Role::Device).await;
+    let op = app.token("ops", Role::Operator).await;
+    let id = submit_id(&app, &a, "k").await;
+    assert_eq!(
+        app.post(&op, &format!("/v1/commands/{id}/cancel"))
+            .await
+            .status(),
+        200
+    );
+    let actor: String =
+        sqlx::query_scalar("select actor from command_history where to_state = 'cancelled'")
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(actor, "operator:ops");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_cancels_record_one_cancellation() {
+    let app = TestApp::spawn().await;
+    let a = app.token("dev-a", Role::Device).await;
+    let id = submit_id(&app, &a, "k").await;
+    let mut tasks = Vec::new();
+    for _ in 0..20 {
+        let (client, url, token) = (
+            app.client.clone(),
+            app.url(&format!("/v1/commands/{id}/cancel")),
+            a.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            client
+                .post(url)
+                .bearer_auth(token)
+                .send()
+                .await
+                .unwrap()
+                .status()
+        }));
+    }
+    for t in tasks {
+        assert_eq!(t.await.unwrap(), 200);
+    }
+    let transitions: i64 =
+        sqlx::query_scalar("select count(*) from command_history where to_state = 'cancelled'")
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(transitions, 1);
+}
+
+/// A cancel racing an executor that moves the row on: exactly one of them wins
+/// each command, and the loser learns it (409 for the cancel, no row for the
+/// executor's compare-and-set).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cancel_racing_the_start_of_the_effect_never_both_win() {
+    let app = TestApp::spawn().await;
+    let a = app.token("dev-a", Role::Device).await;
+    let mut ids = Vec::new();
+    for i in 0..30 {
+        let id = submit_id(&app, &a, &format!("k{i}")).await;
+        set_state(&app, &id, "prepared").await;
+        ids.push(id);
+    }
+    let mut tasks = Vec::new();
+    for id in &ids {
+        let (client, url, token) = (
+            app.client.clone(),
+            app.url(&format!("/v1/commands/{id}/cancel")),
+            a.clone(),
+        );
+        let cancel = tokio::spawn(async move {
+            client
+                .post(url)
+                .bearer_auth(token)
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        });
+        let pool = app.pool.clone();
+        let id = id.clone();
+        let start = tokio::spawn(async move {
+            sqlx::query("update commands set state = 'effect_started' where id = $1::uuid and state = 'prepared'")
+                .bind(&id)
+                .execute(&pool)
+                .await
+                .unwrap()
+                .rows_affected()
+        });
+        tasks.push((cancel, start));
+    }
+    let (mut cancelled, mut started) = (0, 0);
+    for (cancel, start) in tasks {
+        let (status, rows) = (cancel.await.unwrap(), start.await.unwrap());
+        match (status, rows) {
+            (200, 0) => cancelled += 1,
+            (409, 1) => started += 1,
+            other => panic!("both or neither won: {other:?}"),
+        }
+    }
+    assert_eq!(cancelled + started, ids.len());
+    let final_states: Vec<String> = sqlx::query_scalar("select state from commands")
+        .fetch_all(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        final_states.iter().filter(|s| *s == "cancelled").count(),
+        cancelled
+    );
+    assert_eq!(
+        final_states
+            .iter()
+            .filter(|s| *s == "effect_started")
+            .count(),
+        started
+    );
+}

@@ -1,0 +1,280 @@
+//! The shared test harness: a database backend, a fresh database per test, and
+//! the API served on an ephemeral port.
+
+use command_ledger::db::{self, Role};
+use command_ledger::embedded_pg::{Cluster, ClusterOptions};
+use command_ledger::http::{self, AppState};
+use serde_json::Value;
+use sqlx::{Connection as _, PgPool};
+use std::sync::OnceLock;
+use tokio::sync::OnceCell;
+
+/// Where test databases are created: the server behind an admin URL.
+struct Backend {
+    admin_url: String,
+    /// Keeps the private cluster's handle alive for the process.
+    _cluster: Option<Cluster>,
+}
+
+static BACKEND: OnceLock<Backend> = OnceLock::new();
+static TEMPLATE: OnceCell<String> = OnceCell::const_new();
+
+fn backend() -> &'static Backend {
+    BACKEND.get_or_init(|| {
+        if let Ok(url) = std::env::var("TEST_DATABASE_URL") {
+            return Backend {
+                admin_url: url,
+                _cluster: None,
+            };
+        }
+        match private_cluster() {
+            Ok(cluster) => Backend {
+                admin_url: cluster.url("postgres"),
+                _cluster: Some(cluster),
+            },
+            Err(e) => containers_or_fail(&e),
+        }
+    })
+}
+
+fn private_cluster() -> Result<Cluster, command_ledger::embedded_pg::EmbeddedError> {
+    let root = std::env::temp_dir().join(format!(
+        "command-ledger-test-{}-{}",
+        std::process::id(),
+        uuid::Uuid::now_v7().simple()
+    ));
+    let options = ClusterOptions {
+        data_dir: root.join("pg"),
+        password: None,
+        durable: false,
+    };
+    let cluster = Cluster::start(&options)?;
+    cluster.stop_when_process_exits(Some(&root))?;
+    Ok(cluster)
+}
+
+#[cfg(feature = "testcontainers")]
+fn containers_or_fail(e: &command_ledger::embedded_pg::EmbeddedError) -> Backend {
+    use testcontainers_modules::postgres::Postgres;
+    use testcontainers_modules::testcontainers::runners::SyncRunner as _;
+    eprintln!("no private cluster ({e}); trying a PostgreSQL container");
+    let container = Postgres::default()
+        .with_tag("15-alpine")
+        .start()
+        .expect("starting a PostgreSQL container");
+    let port = container.get_host_port_ipv4(5432).expect("container port");
+    let admin_url = format!("postgres://postgres:postgres@127.0.0.1:{port}/postgres");
+    // The container lives as long as the test process.
+    std::mem::forget(container);
+    Backend {
+        admin_url,
+        _cluster: None,
+    }
+}
+
+#[cfg(not(feature = "testcontainers"))]
+fn containers_or_fail(e: &command_ledger::embedded_pg::EmbeddedError) -> Backend {
+    panic!(
+        "no test database: {e}\nSet TEST_DATABASE_URL, install the PostgreSQL server, \
+         or run with --features testcontainers where a Docker engine answers."
+    )
+}
+
+fn url_for(database: &str) -> String {
+    let admin = &backend().admin_url;
+    let (base, query) = admin
+        .split_once('?')
+        .map_or((admin.as_str(), None), |(b, q)| (b, Some(q)));
+    let server = base.rsplit_once('/').map_or(base, |(server, _)| server);
+    match query {
+        Some(q) => format!("{server}/{database}?{q}"),
+        None => format!("{server}/{database}"),
+    }
+}
+
+/// A migrated template database, built once per server and migration set.
+async fn template() -> &'static str {
+    TEMPLATE
+        .get_or_init(|| async {
+            let checksum: Vec<u8> = db::MIGRATOR
+                .iter()
+                .flat_map(|m| m.checksum.iter().copied())
+                .collect();
+            let name = format!("cl_template_{}", &hex_digest(&checksum)[..12]);
+            let mut admin = sqlx::PgConnection::connect(&backend().admin_url)
+                .await
+                .expect("admin connection");
+            // Serialise template creation across test processes sharing a server.
+            sqlx::query("select pg_advisory_lock(7242031)")
+                .execute(&mut admin)
+                .await
+                .unwrap();
+            let exists: bool =
+                sqlx::query_scalar("select exists (select 1 from pg_database where datname = $1)")
+                    .bind(&name)
+                    .fetch_one(&mut admin)
+                    .await
+                    .unwrap();
+            if !exists {
+                let building = format!("{name}_building");
+                execute(&mut admin, &format!("drop database if exists {building}")).await;
+                execute(&mut admin, &format!("create database {building}")).await;
+                let pool = db::connect(&url_for(&building), 2)
+                    .await
+                    .expect("template connection");
+                db::migrate(&pool).await.expect("migrating the template");
+                pool.close().await;
+                execute(
+                    &mut admin,
+                    &format!("alter database {building} rename to {name}"),
+                )
+                .await;
+            }
+            sqlx::query("select pg_advisory_unlock(7242031)")
+                .execute(&mut admin)
+                .await
+                .unwrap();
+            admin.close().await.unwrap();
+            name
+        })
+        .await
+}
+
+async fn execute(conn: &mut sqlx::PgConnection, sql: &str) {
+    sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned()))
+        .execute(conn)
+        .await
+        .unwrap();
+}
+
+fn hex_digest(bytes: &[u8]) -> String {
+    use sha2::Digest as _;
+    hex::encode(sha2::Sha256::digest(bytes))
+}
+
+/// A fresh, migrated database of its own.
+pub(crate) async fn fresh_pool() -> PgPool {
+    let template = template().await;
+    let name = format!("cl_test_{}", uuid::Uuid::now_v7().simple());
+    let mut admin = sqlx::PgConnection::connect(&backend().admin_url)
+        .await
+        .unwrap();
+    execute(
+        &mut admin,
+        &format!("create database {name} template {template}"),
+    )
+    .await;
+    admin.close().await.unwrap();
+    db::connect(&url_for(&name), 20).await.unwrap()
+}
+
+/// The API on an ephemeral port over a fresh database.
+#[derive(Debug)]
+pub(crate) struct TestApp {
+    pub(crate) base: String,
+    pub(crate) pool: PgPool,
+    pub(crate) client: reqwest::Client,
+}
+
+impl TestApp {
+    pub(crate) async fn spawn() -> TestApp {
+        let pool = fresh_pool().await;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let state = AppState { pool: pool.clone() };
+        tokio::spawn(async move {
+            http::serve(listener, state, std::future::pending())
+                .await
+                .unwrap();
+        });
+        TestApp {
+            base,
+            pool,
+            client: reqwest::Client::new(),
+        }
+    }
+
+    pub(crate) fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// A new token for a new principal of `role`.
+    pub(crate) async fn token(&self, name: &str, role: Role) -> String {
+        command_ledger::cli::issue_token(&self.pool, name, role, None)
+            .await
+            .unwrap()
+    }
+
+    /// `POST /v1/commands` with a JSON body.
+    pub(crate) async fn submit(
+        &self,
+        token: &str,
+        key: Option<&str>,
+        body: &Value,
+    ) -> reqwest::Response {
+        let mut req = self
+            .client
+            .post(self.url("/v1/commands"))
+            .bearer_auth(token)
+            .json(body);
+        if let Some(key) = key {
+            req = req.header("Idempotency-Key", key);
+        }
+        req.send().await.unwrap()
+    }
+
+    pub(crate) async fn get(&self, token: &str, path: &str) -> reqwest::Response {
+        self.client
+            .get(self.url(path))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    pub(crate) async fn post(&self, token: &str, path: &str) -> reqwest::Response {
+        self.client
+            .post(self.url(path))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    pub(crate) async fn command_count(&self) -> i64 {
+        sqlx::query_scalar("select count(*) from commands")
+            .fetch_one(&self.pool)
+            .await
+            .unwrap()
+    }
+}
+
+/// A refund submission body.
+pub(crate) fn refund(amount: i64) -> Value {
+    serde_json::json!({
+        "kind": "refund",
+        "authority": "payments",
+        "args": {"to": "ada@example.com", "amount_minor": amount, "currency": "USD"}
+    })
+}
+
+/// Asserts a problem+json response and returns its body.
+pub(crate) async fn problem(resp: reqwest::Response, status: u16, problem_type: &str) -> Value {
+    assert_eq!(resp.status().as_u16(), status, "status");
+    let ct = resp
+        .headers()
+        .get("content-type")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(ct, "application/problem+json");
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["type"], problem_type, "{body}");
+    assert_eq!(body["status"], status);
+    assert!(
+        body["title"].is_string() && body["detail"].is_string(),
+        "{body}"
+    );
+    body
+}

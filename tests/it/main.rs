@@ -1,0 +1,14 @@
+//! Integration tests against a real PostgreSQL: `TEST_DATABASE_URL` when set,
+//! else a private cluster started once for this test process (one fresh
+//! database per test, cloned from a migrated template).
+
+// Tests fail loudly: an unwrap is the assertion.
+#![allow(clippy::unwrap_used)]
+
+mod auth;
+mod cancel;
+mod harness;
+mod reads;
+mod schema;
+mod serve_binary;
+mod submit;

@@ -1,0 +1,197 @@
+//! Reading commands back: one, a page of them, a history; and who may see what.
+
+use crate::harness::{TestApp, problem, refund};
+use command_ledger::db::Role;
+use serde_json::Value;
+
+async fn submit_id(app: &TestApp, token: &str, key: &str) -> String {
+    let body: Value = app
+        .submit(token, Some(key), &refund(1))
+        .await
+        .json()
+        .await
+        .unwrap();
+    body["id"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn a_device_reads_its_own_command_and_gets_404_for_anothers() {
+    let app = TestApp::spawn().await;
+    let a = app.token("dev-a", Role::Device).await;
+    let b = app.token("dev-b", Role::Device).await;
+    let op = app.token("ops", Role::Operator).await;
+    let id = submit_id(&app, &a, "k").await;
+
+    let own: Value = app
+        .get(&a, &format!("/v1/commands/{id}"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(own["id"], id.as_str());
+    assert!(own.get("disposition").is_none());
+
+    // Another device cannot tell the command exists.
+    problem(
+        app.get(&b, &format!("/v1/commands/{id}")).await,
+        404,
+        "/problems/not-found",
+    )
+    .await;
+    problem(
+        app.get(&b, &format!("/v1/commands/{id}/history")).await,
+        404,
+        "/problems/not-found",
+    )
+    .await;
+    problem(
+        app.post(&b, &format!("/v1/commands/{id}/cancel")).await,
+        404,
+        "/problems/not-found",
+    )
+    .await;
+    let missing = uuid::Uuid::now_v7();
+    problem(
+        app.get(&b, &format!("/v1/commands/{missing}")).await,
+        404,
+        "/problems/not-found",
+    )
+    .await;
+
+    // An operator sees every command.
+    assert_eq!(
+        app.get(&op, &format!("/v1/commands/{id}")).await.status(),
+        200
+    );
+    problem(
+        app.get(&a, "/v1/commands/not-a-uuid").await,
+        400,
+        "/problems/invalid-id",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn listing_is_newest_first_scoped_and_paginated() {
+    let app = TestApp::spawn().await;
+    let a = app.token("dev-a", Role::Device).await;
+    let b = app.token("dev-b", Role::Device).await;
+    let op = app.token("ops", Role::Operator).await;
+    let mut mine = Vec::new();
+    for i in 0..5 {
+        mine.push(submit_id(&app, &a, &format!("a{i}")).await);
+    }
+    let theirs = submit_id(&app, &b, "b0").await;
+    mine.reverse();
+
+    let page1: Value = app
+        .get(&a, "/v1/commands?limit=2")
+        .await
+        .json()
+        .await
+        .unwrap();
+    let ids = |page: &Value| -> Vec<String> {
+        page["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(ids(&page1), mine[..2]);
+    let cursor = page1["next_after"].as_str().unwrap();
+    let page2: Value = app
+        .get(&a, &format!("/v1/commands?limit=2&after={cursor}"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(ids(&page2), mine[2..4]);
+    let cursor = page2["next_after"].as_str().unwrap();
+    let page3: Value = app
+        .get(&a, &format!("/v1/commands?limit=2&after={cursor}"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(ids(&page3), mine[4..]);
+    assert!(page3["next_after"].is_null());
+
+    let all: Value = app.get(&op, "/v1/commands").await.json().await.unwrap();
+    assert_eq!(all["items"].as_array().unwrap().len(), 6);
+    assert_eq!(all["items"][0]["id"], theirs.as_str());
+
+    let pending: Value = app
+        .get(&a, "/v1/commands?state=pending&authority=payments")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(pending["items"].as_array().unwrap().len(), 5);
+    let none: Value = app
+        .get(&a, "/v1/commands?state=applied")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert!(none["items"].as_array().unwrap().is_empty());
+    let other: Value = app
+        .get(&a, "/v1/commands?authority=elsewhere")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert!(other["items"].as_array().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn bad_list_parameters_are_400() {
+    let app = TestApp::spawn().await;
+    let a = app.token("dev-a", Role::Device).await;
+    for q in [
+        "state=done",
+        "limit=0",
+        "limit=501",
+        "limit=x",
+        "after=nope",
+        "authority=a%20b",
+        "colour=red",
+    ] {
+        problem(
+            app.get(&a, &format!("/v1/commands?{q}")).await,
+            400,
+            "/problems/invalid-query",
+        )
+        .await;
+    }
+}
+
+#[tokio::test]
+async fn history_lists_each_state_change_with_its_actor() {
+    let app = TestApp::spawn().await;
+    let a = app.token("dev-a", Role::Device).await;
+    let id = submit_id(&app, &a, "k").await;
+    assert_eq!(
+        app.post(&a, &format!("/v1/commands/{id}/cancel"))
+            .await
+            .status(),
+        200
+    );
+
+    let h: Value = app
+        .get(&a, &format!("/v1/commands/{id}/history"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(h["command_id"], id.as_str());
+    let entries = h["entries"].as_array().unwrap();
+    assert_eq!(entries.len(), 2);
+    assert!(entries[0]["from"].is_null());
+    assert_eq!(entries[0]["to"], "pending");
+    assert_eq!(entries[0]["actor"], "device:dev-a");
+    assert_eq!(entries[1]["from"], "pending");
+    assert_eq!(entries[1]["to"], "cancelled");
+    assert_eq!(entries[1]["actor"], "device:dev-a");
+    assert_eq!(entries[1]["reason"], "cancel requested");
+}

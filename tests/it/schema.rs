@@ -1,0 +1,332 @@
+//! The database enforces the rules on its own: SQL typed by hand cannot make
+//! an illegal transition, edit a terminal row, or rewrite history, and every
+//! change it does make is audited.
+
+use crate::harness::fresh_pool;
+use command_ledger::domain::{State, TRANSITIONS, can_transition};
+use sqlx::PgPool;
+use std::collections::BTreeSet;
+
+/// A principal and a pending command, inserted by hand.
+async fn insert_command(pool: &PgPool, key: &str) -> uuid::Uuid {
+    let principal: uuid::Uuid = sqlx::query_scalar(
+        "insert into principals (id, name, role) values (gen_random_uuid(), 'p-' || $1, 'device') \
+         on conflict (name) do update set name = excluded.name returning id",
+    )
+    .bind(key)
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    sqlx::query_scalar(
+        "insert into commands (id, scope, idempotency_key, request_digest, digest_version, kind, authority_id, args, canonical) \
+         values (gen_random_uuid(), $1, $2, sha256($2::bytea), 1, 'refund', 'payments', '{}', '{}') returning id",
+    )
+    .bind(principal)
+    .bind(key)
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+async fn set_state(pool: &PgPool, id: uuid::Uuid, to: State) -> Result<u64, sqlx::Error> {
+    sqlx::query(
+        "update commands set state = $2, authority_generation = coalesce(authority_generation, 1) where id = $1",
+    )
+    .bind(id)
+    .bind(to.as_str())
+    .execute(pool)
+    .await
+    .map(|r| r.rows_affected())
+}
+
+/// Walks a new command along legal edges to `target`.
+async fn command_in(pool: &PgPool, key: &str, target: State) -> uuid::Uuid {
+    use State::*;
+    let id = insert_command(pool, key).await;
+    let path: &[State] = match target {
+        Pending => &[],
+        Prepared => &[Prepared],
+        EffectStarted => &[Prepared, EffectStarted],
+        Applied | Failed | Ambiguous => &[Prepared, EffectStarted, target],
+        Cancelled | Expired => &[target],
+    };
+    for &step in path {
+        set_state(pool, id, step).await.unwrap();
+    }
+    id
+}
+
+fn sqlstate(e: &sqlx::Error) -> String {
+    e.as_database_error()
+        .and_then(|d| d.code())
+        .map(|c| c.into_owned())
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn the_rust_transition_table_and_the_database_table_are_identical() {
+    let pool = fresh_pool().await;
+    let rows: Vec<(String, String)> =
+        sqlx::query_as("select from_state, to_state from command_transitions")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    let in_db: BTreeSet<(State, State)> = rows
+        .iter()
+        .map(|(f, t)| (f.parse().unwrap(), t.parse().unwrap()))
+        .collect();
+    let in_rust: BTreeSet<(State, State)> = TRANSITIONS.iter().copied().collect();
+    assert_eq!(
+        in_db, in_rust,
+        "every database edge is in Rust and every Rust edge in the database"
+    );
+
+    let states: Vec<(String, bool)> = sqlx::query_as("select state, terminal from command_states")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    let db_states: BTreeSet<(State, bool)> = states
+        .iter()
+        .map(|(s, t)| (s.parse().unwrap(), *t))
+        .collect();
+    let rust_states: BTreeSet<(State, bool)> =
+        State::ALL.iter().map(|s| (*s, s.is_terminal())).collect();
+    assert_eq!(db_states, rust_states);
+}
+
+#[tokio::test]
+async fn every_state_change_typed_by_hand_is_checked_against_the_table() {
+    let pool = fresh_pool().await;
+    for from in State::ALL {
+        for to in State::ALL {
+            if from == to {
+                continue;
+            }
+            let id = command_in(&pool, &format!("{from}-{to}"), from).await;
+            let result = set_state(&pool, id, to).await;
+            if can_transition(from, to) {
+                assert_eq!(result.unwrap(), 1, "{from} -> {to} is allowed");
+            } else {
+                let err = result.expect_err(&format!("{from} -> {to} must be refused"));
+                let expected = if from.is_terminal() { "CL002" } else { "CL001" };
+                assert_eq!(sqlstate(&err), expected, "{from} -> {to}: {err}");
+                let state: String = sqlx::query_scalar("select state from commands where id = $1")
+                    .bind(id)
+                    .fetch_one(&pool)
+                    .await
+                    .unwrap();
+                assert_eq!(state, from.as_str());
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn terminal_rows_cannot_be_edited_at_all() {
+    let pool = fresh_pool().await;
+    let id = command_in(&pool, "done", State::Applied).await;
+    for edit in [
+        "update commands set result = '{\"forged\": true}' where id = $1",
+        "update commands set error = '{}' where id = $1",
+        "update commands set finished_at = now() - interval '1 day' where id = $1",
+        "update commands set deadline_at = now() where id = $1",
+    ] {
+        let err = sqlx::query(edit).bind(id).execute(&pool).await.unwrap_err();
+        assert_eq!(sqlstate(&err), "CL002", "{edit}: {err}");
+    }
+}
+
+#[tokio::test]
+async fn identity_columns_are_immutable_and_live_rows_cannot_be_deleted() {
+    let pool = fresh_pool().await;
+    let id = command_in(&pool, "live", State::Pending).await;
+    for edit in [
+        "update commands set args = '{\"amount\": 999}' where id = $1",
+        "update commands set idempotency_key = 'other' where id = $1",
+        "update commands set kind = 'charge' where id = $1",
+        "update commands set authority_id = 'elsewhere' where id = $1",
+        "update commands set request_digest = sha256('x') where id = $1",
+    ] {
+        let err = sqlx::query(edit).bind(id).execute(&pool).await.unwrap_err();
+        assert_eq!(sqlstate(&err), "CL003", "{edit}: {err}");
+    }
+    let err = sqlx::query("delete from commands where id = $1")
+        .bind(id)
+        .execute(&pool)
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&err), "CL002");
+}
+
+#[tokio::test]
+async fn commands_are_created_pending_and_checks_tie_state_to_columns() {
+    let pool = fresh_pool().await;
+    let id = insert_command(&pool, "seed").await;
+    let scope: uuid::Uuid = sqlx::query_scalar("select scope from commands where id = $1")
+        .bind(id)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    let err = sqlx::query(
+        "insert into commands (id, scope, idempotency_key, request_digest, digest_version, kind, authority_id, args, canonical, state) \
+         values (gen_random_uuid(), $1, 'x', sha256('x'), 1, 'refund', 'payments', '{}', '{}', 'applied')",
+    )
+    .bind(scope)
+    .execute(&pool)
+    .await
+    .unwrap_err();
+    assert_eq!(sqlstate(&err), "CL001");
+
+    // Prepared needs a generation.
+    let err = sqlx::query("update commands set state = 'prepared' where id = $1")
+        .bind(id)
+        .execute(&pool)
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&err), "23514", "{err}");
+    // A live row has no finish time.
+    let err = sqlx::query("update commands set finished_at = now() where id = $1")
+        .bind(id)
+        .execute(&pool)
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&err), "23514", "{err}");
+    // The generation, once bound, only moves forward and only on a prepared row.
+    set_state(&pool, id, State::Prepared).await.unwrap();
+    let err = sqlx::query("update commands set authority_generation = 0 where id = $1")
+        .bind(id)
+        .execute(&pool)
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&err), "CL003");
+    sqlx::query("update commands set authority_generation = 2 where id = $1")
+        .bind(id)
+        .execute(&pool)
+        .await
+        .unwrap();
+    set_state(&pool, id, State::EffectStarted).await.unwrap();
+    let err = sqlx::query("update commands set authority_generation = 3 where id = $1")
+        .bind(id)
+        .execute(&pool)
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&err), "CL003");
+}
+
+#[tokio::test]
+async fn every_change_is_in_the_history_and_the_history_cannot_be_rewritten() {
+    let pool = fresh_pool().await;
+    let id = command_in(&pool, "audited", State::Prepared).await;
+    // An operator names themself and a reason for a change typed by hand.
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::query("select set_config('command_ledger.actor', 'operator:alice', true), set_config('command_ledger.reason', 'customer called', true)")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    sqlx::query("update commands set state = 'cancelled' where id = $1")
+        .bind(id)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+
+    type Entry = (Option<String>, String, String, Option<i64>, Option<String>);
+    let history: Vec<Entry> = sqlx::query_as(
+        "select from_state, to_state, actor, authority_generation, reason from command_history where command_id = $1 order by id",
+    )
+    .bind(id)
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        history,
+        vec![
+            (None, "pending".into(), "sql:postgres".into(), None, None),
+            (
+                Some("pending".into()),
+                "prepared".into(),
+                "sql:postgres".into(),
+                Some(1),
+                None
+            ),
+            (
+                Some("prepared".into()),
+                "cancelled".into(),
+                "operator:alice".into(),
+                Some(1),
+                Some("customer called".into())
+            ),
+        ]
+    );
+
+    for sql in [
+        "update command_history set actor = 'nobody'",
+        "delete from command_history",
+        "truncate command_history",
+    ] {
+        let err = sqlx::query(sql).execute(&pool).await.unwrap_err();
+        assert_eq!(sqlstate(&err), "CL003", "{sql}: {err}");
+    }
+    for sql in [
+        "insert into command_transitions values ('applied', 'pending')",
+        "delete from command_transitions",
+        "update command_states set terminal = false",
+    ] {
+        let err = sqlx::query(sql).execute(&pool).await.unwrap_err();
+        assert_eq!(sqlstate(&err), "CL004", "{sql}: {err}");
+    }
+}
+
+#[tokio::test]
+async fn the_views_count_commands_by_state_and_age_the_oldest() {
+    let pool = fresh_pool().await;
+    command_in(&pool, "a", State::Pending).await;
+    command_in(&pool, "b", State::Pending).await;
+    command_in(&pool, "c", State::Applied).await;
+    let counts: Vec<(String, i64)> =
+        sqlx::query_as("select state, commands from command_counts_by_state order by state")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        counts.len(),
+        State::ALL.len(),
+        "every state is listed, zeros included"
+    );
+    let count = |s: &str| counts.iter().find(|(state, _)| state == s).unwrap().1;
+    assert_eq!(
+        (count("pending"), count("applied"), count("failed")),
+        (2, 1, 0)
+    );
+
+    let (n, has_age): (i64, bool) = sqlx::query_as(
+        "select commands, oldest_age is not null from command_oldest_in_flight where state = 'pending'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!((n, has_age), (2, true));
+    let in_flight_states: i64 = sqlx::query_scalar("select count(*) from command_oldest_in_flight")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(in_flight_states, 3);
+}
+
+#[tokio::test]
+async fn an_authority_generation_never_goes_back() {
+    let pool = fresh_pool().await;
+    sqlx::query("insert into authorities (id, generation) values ('payments', 5)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    sqlx::query("update authorities set generation = 6 where id = 'payments'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let err = sqlx::query("update authorities set generation = 4 where id = 'payments'")
+        .execute(&pool)
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&err), "CL005");
+}

@@ -1,0 +1,154 @@
+//! The quickstart as a new user runs it: the real binary, no DATABASE_URL, a
+//! private cluster under the state directory, Ctrl-C, and a second start that
+//! finds everything again.
+
+use serde_json::{Value, json};
+use std::io::{BufRead as _, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+const BIN: &str = env!("CARGO_BIN_EXE_command-ledger");
+
+fn command(state_dir: &Path) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.env_remove("DATABASE_URL")
+        .env("COMMAND_LEDGER_STATE_DIR", state_dir)
+        .env("RUST_LOG", "warn");
+    cmd
+}
+
+/// Starts `serve` on a free port and returns it with the API URL it printed.
+fn start_serve(state_dir: &Path) -> (Child, String) {
+    let mut child = command(state_dir)
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let stdout = BufReader::new(child.stdout.take().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in stdout.lines().map_while(Result::ok) {
+            if let Some(url) = line.trim().strip_prefix("API:") {
+                let _ = tx.send(url.trim().to_owned());
+            }
+        }
+    });
+    let url = rx
+        .recv_timeout(Duration::from_secs(120))
+        .expect("serve printed its API URL");
+    (child, url)
+}
+
+fn interrupt_and_wait(mut child: Child) {
+    let pid = child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-INT", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    for _ in 0..600 {
+        if let Some(status) = child.try_wait().unwrap() {
+            assert!(status.success(), "serve exited with {status}");
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    panic!("serve did not stop within 60 s of Ctrl-C");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_with_no_database_url_runs_its_own_cluster_end_to_end() {
+    if command_ledger::embedded_pg::find_bin_dir().is_err() {
+        eprintln!("skipped: no PostgreSQL server binaries on this machine");
+        return;
+    }
+    let root = std::env::temp_dir().join(format!(
+        "command-ledger-serve-{}",
+        uuid::Uuid::now_v7().simple()
+    ));
+    let state_dir = root.join("state");
+    let client = reqwest::Client::new();
+
+    let (serve, api) = start_serve(&state_dir);
+    let operator = std::fs::read_to_string(state_dir.join("operator-token"))
+        .unwrap()
+        .trim()
+        .to_owned();
+    let ready = client.get(format!("{api}/readyz")).send().await.unwrap();
+    assert_eq!(ready.status(), 200);
+
+    // A second process (the CLI) attaches to the running cluster.
+    let out = command(&state_dir)
+        .args([
+            "token",
+            "create",
+            "--principal",
+            "dev-1",
+            "--role",
+            "device",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let device = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+
+    let body = json!({"kind": "refund", "authority": "payments", "args": {"amount": "12.00 USD"}});
+    let created = client
+        .post(format!("{api}/v1/commands"))
+        .bearer_auth(&device)
+        .header("Idempotency-Key", "try-1")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 202);
+    let created: Value = created.json().await.unwrap();
+    let id = created["id"].as_str().unwrap().to_owned();
+    interrupt_and_wait(serve);
+    let data_dir = state_dir.join("pg");
+    assert!(
+        data_dir.join("PG_VERSION").exists(),
+        "the cluster lives in the state dir"
+    );
+    assert!(
+        !data_dir.join("postmaster.pid").exists(),
+        "Ctrl-C stopped the cluster too"
+    );
+
+    // The next start reuses the cluster: the command, the tokens, no new operator token.
+    let (serve, api) = start_serve(&state_dir);
+    let again = std::fs::read_to_string(state_dir.join("operator-token"))
+        .unwrap()
+        .trim()
+        .to_owned();
+    assert_eq!(again, operator);
+    let replay = client
+        .post(format!("{api}/v1/commands"))
+        .bearer_auth(&device)
+        .header("Idempotency-Key", "try-1")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(replay.status(), 200);
+    let replay: Value = replay.json().await.unwrap();
+    assert_eq!(replay["id"], id.as_str());
+    let seen = client
+        .get(format!("{api}/v1/commands/{id}"))
+        .bearer_auth(&operator)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(seen.status(), 200);
+    interrupt_and_wait(serve);
+    let _ = std::fs::remove_dir_all(&root);
+}

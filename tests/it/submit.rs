@@ -1,0 +1,331 @@
+//! `POST /v1/commands`: every disposition, and every malformed request
+//! refused without writing a row.
+
+use crate::harness::{TestApp, problem, refund};
+use command_ledger::db::Role;
+use serde_json::{Value, json};
+
+#[tokio::test]
+async fn a_new_key_records_a_pending_command_before_answering_202() {
+    let app = TestApp::spawn().await;
+    let token = app.token("dev-1", Role::Device).await;
+
+    let resp = app.submit(&token, Some("order-1"), &refund(1200)).await;
+    assert_eq!(resp.status(), 202);
+    let location = resp.headers()["location"].to_str().unwrap().to_owned();
+    assert!(resp.headers().get("idempotent-replayed").is_none());
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["disposition"], "new");
+    assert_eq!(body["state"], "pending");
+    assert_eq!(body["kind"], "refund");
+    assert_eq!(
+        body["authority"],
+        json!({"id": "payments", "generation": null})
+    );
+    assert_eq!(body["idempotency_key"], "order-1");
+    assert_eq!(body["args"]["amount_minor"], 1200);
+    let id = body["id"].as_str().unwrap();
+    assert_eq!(location, format!("/v1/commands/{id}"));
+    assert_eq!(uuid::Uuid::parse_str(id).unwrap().get_version_num(), 7);
+
+    // The row is committed: another connection sees it, with its creation in the history.
+    let (state, actor): (String, String) = sqlx::query_as(
+        "select c.state, h.actor from commands c join command_history h on h.command_id = c.id where c.id = $1::uuid",
+    )
+    .bind(id)
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        (state.as_str(), actor.as_str()),
+        ("pending", "device:dev-1")
+    );
+}
+
+#[tokio::test]
+async fn the_same_key_and_request_replays_the_stored_command() {
+    let app = TestApp::spawn().await;
+    let token = app.token("dev-1", Role::Device).await;
+    let first: Value = app
+        .submit(&token, Some("k"), &refund(5))
+        .await
+        .json()
+        .await
+        .unwrap();
+
+    // Same request, keys in another order, the key quoted as an RFC 8941 string.
+    let respelled = json!({
+        "args": {"currency": "USD", "amount_minor": 5, "to": "ada@example.com"},
+        "authority": "payments",
+        "kind": "refund"
+    });
+    let resp = app.submit(&token, Some("\"k\""), &respelled).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["idempotent-replayed"], "true");
+    let second: Value = resp.json().await.unwrap();
+    assert_eq!(second["disposition"], "replay");
+    assert_eq!(second["id"], first["id"]);
+    assert_eq!(app.command_count().await, 1);
+}
+
+#[tokio::test]
+async fn reusing_a_key_for_a_different_request_is_refused_with_422() {
+    let app = TestApp::spawn().await;
+    let token = app.token("dev-1", Role::Device).await;
+    let first: Value = app
+        .submit(&token, Some("k"), &refund(5))
+        .await
+        .json()
+        .await
+        .unwrap();
+
+    let resp = app.submit(&token, Some("k"), &refund(6)).await;
+    let body = problem(resp, 422, "/problems/idempotency-key-conflict").await;
+    assert_eq!(body["command_id"], first["id"]);
+    assert_ne!(body["stored_digest"], body["incoming_digest"]);
+    assert_eq!(app.command_count().await, 1);
+    let amount: i64 = sqlx::query_scalar("select (args->>'amount_minor')::bigint from commands")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(amount, 5, "the stored command is untouched");
+}
+
+#[tokio::test]
+async fn a_different_authority_or_kind_under_the_same_key_is_a_conflict() {
+    let app = TestApp::spawn().await;
+    let token = app.token("dev-1", Role::Device).await;
+    app.submit(&token, Some("k"), &refund(5)).await;
+    let mut other_authority = refund(5);
+    other_authority["authority"] = json!("payments-eu");
+    problem(
+        app.submit(&token, Some("k"), &other_authority).await,
+        422,
+        "/problems/idempotency-key-conflict",
+    )
+    .await;
+    let mut other_kind = refund(5);
+    other_kind["kind"] = json!("charge");
+    problem(
+        app.submit(&token, Some("k"), &other_kind).await,
+        422,
+        "/problems/idempotency-key-conflict",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn fifty_concurrent_identical_submissions_make_exactly_one_command() {
+    let app = TestApp::spawn().await;
+    let token = app.token("dev-1", Role::Device).await;
+    let mut tasks = Vec::new();
+    for _ in 0..50 {
+        let client = app.client.clone();
+        let url = app.url("/v1/commands");
+        let token = token.clone();
+        tasks.push(tokio::spawn(async move {
+            let resp = client
+                .post(url)
+                .bearer_auth(token)
+                .header("Idempotency-Key", "race")
+                .json(&refund(42))
+                .send()
+                .await
+                .unwrap();
+            let status = resp.status().as_u16();
+            let body: Value = resp.json().await.unwrap();
+            (status, body["id"].as_str().unwrap().to_owned())
+        }));
+    }
+    let mut ids = Vec::new();
+    let mut created = 0;
+    for t in tasks {
+        let (status, id) = t.await.unwrap();
+        assert!(status == 202 || status == 200, "{status}");
+        created += usize::from(status == 202);
+        ids.push(id);
+    }
+    ids.dedup();
+    assert_eq!(ids.len(), 1, "every response names the same command");
+    assert_eq!(created, 1, "exactly one response says new");
+    assert_eq!(app.command_count().await, 1);
+    let history: i64 = sqlx::query_scalar("select count(*) from command_history")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(history, 1);
+}
+
+#[tokio::test]
+async fn two_principals_may_use_the_same_key_independently() {
+    let app = TestApp::spawn().await;
+    let a = app.token("dev-a", Role::Device).await;
+    let b = app.token("dev-b", Role::Device).await;
+    let ra = app.submit(&a, Some("shared"), &refund(1)).await;
+    let rb = app.submit(&b, Some("shared"), &refund(2)).await;
+    assert_eq!((ra.status().as_u16(), rb.status().as_u16()), (202, 202));
+    let (ja, jb): (Value, Value) = (ra.json().await.unwrap(), rb.json().await.unwrap());
+    assert_ne!(ja["id"], jb["id"]);
+    assert_eq!(app.command_count().await, 2);
+}
+
+#[tokio::test]
+async fn a_missing_key_is_400_and_writes_nothing() {
+    let app = TestApp::spawn().await;
+    let token = app.token("dev-1", Role::Device).await;
+    problem(
+        app.submit(&token, None, &refund(1)).await,
+        400,
+        "/problems/missing-idempotency-key",
+    )
+    .await;
+    assert_eq!(app.command_count().await, 0);
+}
+
+#[tokio::test]
+async fn malformed_keys_are_400_and_write_nothing() {
+    let app = TestApp::spawn().await;
+    let token = app.token("dev-1", Role::Device).await;
+    let too_long = "k".repeat(256);
+    for key in [
+        "",
+        "\"\"",
+        "has space",
+        "\"unterminated",
+        "\"bad\\escape\"",
+        too_long.as_str(),
+    ] {
+        let resp = app.submit(&token, Some(key), &refund(1)).await;
+        problem(resp, 400, "/problems/invalid-idempotency-key").await;
+    }
+    let twice = app
+        .client
+        .post(app.url("/v1/commands"))
+        .bearer_auth(&token)
+        .header("Idempotency-Key", "a")
+        .header("Idempotency-Key", "b")
+        .json(&refund(1))
+        .send()
+        .await
+        .unwrap();
+    problem(twice, 400, "/problems/invalid-idempotency-key").await;
+    assert_eq!(app.command_count().await, 0);
+}
+
+#[tokio::test]
+async fn bodies_of_the_wrong_shape_are_400_and_write_nothing() {
+    let app = TestApp::spawn().await;
+    let token = app.token("dev-1", Role::Device).await;
+    let bad_bodies = [
+        json!({"kind": "refund", "authority": "payments", "args": {}, "state": "applied"}),
+        json!({"kind": "refund", "authority": "payments", "generation": 3}),
+        json!({"kind": "refund", "authority": "payments", "scope": "someone-else"}),
+        json!({"kind": "refund", "authority": "payments", "created_at": "2020-01-01T00:00:00Z"}),
+        json!({"kind": "refund"}),
+        json!({"authority": "payments"}),
+        json!({"kind": 7, "authority": "payments"}),
+        json!({"kind": "refund", "authority": ["payments"]}),
+        json!({"kind": "Refund!", "authority": "payments"}),
+        json!({"kind": "refund", "authority": "pay ments"}),
+        json!({"kind": "refund", "authority": "payments", "args": [1, 2]}),
+        json!({"kind": "refund", "authority": "payments", "args": "x"}),
+        json!({"kind": "refund", "authority": "payments", "deadline": "tomorrow"}),
+        json!({"kind": "refund", "authority": "payments", "run_id": ""}),
+        json!([]),
+        json!("refund"),
+    ];
+    for (i, body) in bad_bodies.iter().enumerate() {
+        let resp = app.submit(&token, Some(&format!("k{i}")), body).await;
+        problem(resp, 400, "/problems/invalid-body").await;
+    }
+    assert_eq!(app.command_count().await, 0);
+}
+
+#[tokio::test]
+async fn malformed_json_and_other_media_types_are_refused() {
+    let app = TestApp::spawn().await;
+    let token = app.token("dev-1", Role::Device).await;
+    let send = |ct: Option<&'static str>, body: &'static str| {
+        let mut req = app
+            .client
+            .post(app.url("/v1/commands"))
+            .bearer_auth(&token)
+            .header("Idempotency-Key", "k")
+            .body(body);
+        if let Some(ct) = ct {
+            req = req.header("content-type", ct);
+        }
+        req.send()
+    };
+    problem(
+        send(Some("application/json"), "{\"kind\": ").await.unwrap(),
+        400,
+        "/problems/invalid-body",
+    )
+    .await;
+    problem(
+        send(Some("application/json"), "").await.unwrap(),
+        400,
+        "/problems/invalid-body",
+    )
+    .await;
+    problem(
+        send(Some("text/plain"), "{}").await.unwrap(),
+        415,
+        "/problems/unsupported-media-type",
+    )
+    .await;
+    problem(
+        send(None, "{}").await.unwrap(),
+        415,
+        "/problems/unsupported-media-type",
+    )
+    .await;
+    assert_eq!(app.command_count().await, 0);
+}
+
+#[tokio::test]
+async fn a_body_over_64_kib_is_413_and_writes_nothing() {
+    let app = TestApp::spawn().await;
+    let token = app.token("dev-1", Role::Device).await;
+    let body =
+        json!({"kind": "refund", "authority": "payments", "args": {"blob": "x".repeat(70 * 1024)}});
+    problem(
+        app.submit(&token, Some("big"), &body).await,
+        413,
+        "/problems/body-too-large",
+    )
+    .await;
+    // Just under the limit is fine.
+    let body =
+        json!({"kind": "refund", "authority": "payments", "args": {"blob": "x".repeat(60 * 1024)}});
+    assert_eq!(app.submit(&token, Some("fits"), &body).await.status(), 202);
+    assert_eq!(app.command_count().await, 1);
+}
+
+#[tokio::test]
+async fn optional_fields_are_recorded() {
+    let app = TestApp::spawn().await;
+    let token = app.token("dev-1", Role::Device).await;
+    let body = json!({
+        "kind": "steer", "authority": "agent-7", "args": {"direction": "left"},
+        "run_id": "run-42", "deadline": "2999-01-01T00:00:00Z"
+    });
+    let created: Value = app
+        .submit(&token, Some("s1"), &body)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(created["run_id"], "run-42");
+    assert_eq!(created["deadline"], "2999-01-01T00:00:00Z");
+    // No args at all means empty args.
+    let bare = json!({"kind": "ping", "authority": "agent-7"});
+    let created: Value = app
+        .submit(&token, Some("s2"), &bare)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(created["args"], json!({}));
+}
