@@ -12,6 +12,7 @@
 
 create table command_states (
     state       text primary key,
+    position    smallint not null unique,
     terminal    boolean not null,
     description text not null
 );
@@ -19,18 +20,19 @@ create table command_states (
 comment on table command_states is
     'Every state a command can be in. Mirrors the Rust enum domain::State; a test keeps them identical.';
 comment on column command_states.state is 'State name, as stored in commands.state.';
+comment on column command_states.position is 'Order of the state along the life of a command, for listings.';
 comment on column command_states.terminal is 'True when no transition leaves this state; the row is then immutable.';
 comment on column command_states.description is 'What the state means, for operators reading the schema.';
 
-insert into command_states (state, terminal, description) values
-    ('pending',        false, 'Recorded and durable; no custodian has claimed it yet.'),
-    ('prepared',       false, 'Claimed by a custodian and bound to an authority generation; no effect attempted.'),
-    ('effect_started', false, 'Durably marked before the effect was dispatched; the effect may have run.'),
-    ('applied',        true,  'The effect ran and the executor confirmed it.'),
-    ('failed',         true,  'The effect definitely did not happen, or the provider definitely refused it.'),
-    ('ambiguous',      true,  'The effect was dispatched and nobody can know whether it ran. Never retried automatically.'),
-    ('cancelled',      true,  'Cancelled before any effect was attempted.'),
-    ('expired',        true,  'Its deadline passed (or its pinned authority generation was superseded) before any effect was attempted.');
+insert into command_states (state, position, terminal, description) values
+    ('pending',        1, false, 'Recorded and durable; no custodian has claimed it yet.'),
+    ('prepared',       2, false, 'Claimed by a custodian and bound to an authority generation; no effect attempted.'),
+    ('effect_started', 3, false, 'Durably marked before the effect was dispatched; the effect may have run.'),
+    ('applied',        4, true,  'The effect ran and the executor confirmed it.'),
+    ('failed',         5, true,  'The effect definitely did not happen, or the provider definitely refused it.'),
+    ('ambiguous',      6, true,  'The effect was dispatched and nobody can know whether it ran. Never retried automatically.'),
+    ('cancelled',      7, true,  'Cancelled before any effect was attempted.'),
+    ('expired',        8, true,  'Its deadline passed (or its pinned authority generation was superseded) before any effect was attempted.');
 
 create table command_transitions (
     from_state text not null references command_states (state),
@@ -369,7 +371,8 @@ create view command_counts_by_state as
 select s.state, s.terminal, count(c.id) as commands
 from command_states s
 left join commands c on c.state = s.state
-group by s.state, s.terminal;
+group by s.state, s.terminal, s.position
+order by s.position;
 
 comment on view command_counts_by_state is 'How many commands are in each state (every state listed, zero included).';
 
@@ -382,7 +385,8 @@ select s.state,
 from command_states s
 left join commands c on c.state = s.state
 where not s.terminal
-group by s.state;
+group by s.state, s.position
+order by s.position;
 
 comment on view command_oldest_in_flight is
     'Per non-terminal state: how many commands, the age of the oldest, and the longest time one has sat in that state.';

@@ -1,6 +1,7 @@
 //! Logging: human-readable text by default, one JSON object per line on request.
 //! `RUST_LOG` picks the levels (default: info for this crate, warn elsewhere).
 
+use std::io::IsTerminal as _;
 use tracing_subscriber::EnvFilter;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -14,7 +15,8 @@ pub fn init(format: LogFormat) {
         .unwrap_or_else(|_| EnvFilter::new("warn,command_ledger=info,tower_http=warn"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
     // A second init (tests) keeps the first subscriber.
     let _ = match format {
         LogFormat::Text => builder.try_init(),

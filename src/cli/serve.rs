@@ -70,7 +70,7 @@ async fn first_operator_token(db: &Database, state_dir: &Path) -> anyhow::Result
     if path.exists() {
         return Ok(None);
     }
-    let token = issue_token(&db.pool, "operator", Role::Operator, None).await?;
+    let token = issue_token(&db.pool, "admin", Role::Operator, None).await?;
     let mut f = fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -92,7 +92,7 @@ fn announce_embedded(api: &str, db_url: &str, new_token: Option<&str>, state_dir
     };
     println!(
         "\ncommand-ledger is running with a private PostgreSQL cluster.\n\
-         \n  API:          {api}\n  {token_line}\n  psql:         psql '{db_url}'\n\
+         \n  API:            {api}\n  {token_line}\n  psql:           psql '{db_url}'\n\
          \nTry:\n  TOKEN=$(cat {tf})\n  curl -s -X POST {api}/v1/commands \\\n    \
          -H \"Authorization: Bearer $TOKEN\" -H 'Idempotency-Key: try-1' \\\n    \
          -H 'Content-Type: application/json' \\\n    \

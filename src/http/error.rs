@@ -131,6 +131,18 @@ impl ApiError {
     }
 }
 
+/// The problem document; the standard members come first, in RFC order.
+#[derive(Debug, serde::Serialize)]
+struct Problem {
+    #[serde(rename = "type")]
+    problem_type: &'static str,
+    title: &'static str,
+    status: u16,
+    detail: String,
+    #[serde(flatten)]
+    extensions: Map<String, Value>,
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
@@ -147,14 +159,14 @@ impl IntoResponse for ApiError {
             }
             other => other.to_string(),
         };
-        let mut body = Map::new();
-        body.insert("type".into(), json!(self.problem_type()));
-        body.insert("title".into(), json!(self.title()));
-        body.insert("status".into(), json!(status.as_u16()));
-        body.insert("detail".into(), json!(detail));
-        body.extend(self.extensions());
-
-        let mut response = (status, axum::Json(Value::Object(body))).into_response();
+        let body = Problem {
+            problem_type: self.problem_type(),
+            title: self.title(),
+            status: status.as_u16(),
+            detail,
+            extensions: self.extensions(),
+        };
+        let mut response = (status, axum::Json(body)).into_response();
         let headers = response.headers_mut();
         headers.insert(
             header::CONTENT_TYPE,
