@@ -13,7 +13,9 @@
 //! - [`telemetry`]: logging setup.
 
 pub mod cli;
+pub mod custodian;
 pub mod db;
+pub mod demo_sink;
 pub mod domain;
 pub mod embedded_pg;
 pub mod http;

@@ -3,6 +3,7 @@
 //! cluster under `--state-dir` (started on demand, stopped after if this
 //! process started it).
 
+mod custodian;
 mod database;
 mod serve;
 mod token;
@@ -12,6 +13,7 @@ use std::path::PathBuf;
 
 use crate::telemetry::LogFormat;
 
+pub use custodian::{CustodianArgs, spawn_custodian};
 pub use database::Database;
 pub use token::issue_token;
 
@@ -53,6 +55,10 @@ pub struct Cli {
 pub enum Command {
     /// Run the HTTP API.
     Serve(serve::ServeArgs),
+    /// Run a custodian: lease authorities and execute their commands.
+    Custodian(custodian::CustodianCommand),
+    /// Run the demo payments sink (an HTTP effect target with a durable log).
+    DemoSink(custodian::DemoSinkCommand),
     /// Apply database migrations and exit.
     Migrate,
     /// Manage API tokens.
@@ -69,5 +75,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             db.close().await
         }
         Command::Token(cmd) => token::run(cli.database_url, &cli.state_dir, cmd).await,
+        Command::Custodian(cmd) => custodian::run(cli.database_url, &cli.state_dir, cmd).await,
+        Command::DemoSink(cmd) => custodian::run_demo_sink(cmd).await,
     }
 }

@@ -10,9 +10,12 @@ use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::Path;
 use tokio::net::TcpListener;
 
-use super::Database;
 use super::token::issue_token;
+use super::{CustodianArgs, Database, spawn_custodian};
+use crate::custodian::effects::Effects;
+use crate::custodian::http_executor::HttpExecutor;
 use crate::db::Role;
+use crate::demo_sink;
 use crate::http::{self, AppState};
 
 #[derive(Debug, Args)]
@@ -23,6 +26,15 @@ pub struct ServeArgs {
     /// Size of the database connection pool.
     #[arg(long, env = "DB_MAX_CONNECTIONS", default_value_t = 16)]
     pub max_connections: u32,
+    /// Run a custodian in this process for these authorities (comma
+    /// separated). Default: `payments` with the private cluster, none otherwise.
+    #[arg(long, env = "SERVE_CUSTODIAN", value_delimiter = ',', value_parser = super::custodian::authority)]
+    pub custodian: Option<Vec<String>>,
+    /// With the private cluster, do not start the demo sink (which serves the `refund` kind).
+    #[arg(long)]
+    pub no_demo_sink: bool,
+    #[command(flatten)]
+    pub custodian_options: CustodianArgs,
 }
 
 pub(super) async fn run(
@@ -49,17 +61,86 @@ pub(super) async fn run(
         tracing::info!(%api, "command-ledger listening");
     }
 
-    let served = http::serve(
-        listener,
-        AppState {
-            pool: db.pool.clone(),
-        },
-        shutdown_signal(),
-    )
-    .await;
-    tracing::info!("API stopped; closing the database");
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = move || {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        }
+    };
+
+    let embedded = db.cluster.is_some();
+    let mut effects = args.custodian_options.effects()?;
+    if embedded && !args.no_demo_sink && effects.get("refund").is_none() {
+        let url = start_demo_sink(state_dir, stopped()).await?;
+        let timeout = std::time::Duration::from_secs(5);
+        effects.register(
+            "refund",
+            HttpExecutor::new(format!("{url}/refunds"), Default::default(), timeout)?,
+            timeout,
+        );
+        println!(
+            "  demo sink:      {url} (kind refund, log {})",
+            state_dir.join("demo-sink.log").display()
+        );
+    }
+    let authorities = args
+        .custodian
+        .clone()
+        .or_else(|| embedded.then(|| vec!["payments".to_owned()]));
+    let custodian = match authorities.filter(|a| !a.is_empty()) {
+        Some(authorities) => {
+            let config = args.custodian_options.config(authorities)?;
+            println!(
+                "  custodian:      {} (kinds: {})",
+                config.authorities.join(","),
+                kinds(&effects)
+            );
+            Some(spawn_custodian(db.pool.clone(), config, effects, stopped()))
+        }
+        None => None,
+    };
+
+    let state = AppState::new(db.pool.clone());
+    let api = tokio::spawn(http::serve(listener, state, stopped()));
+    shutdown_signal().await;
+    let _ = stop_tx.send(true);
+    let served = api.await.context("API task")?;
+    if let Some(custodian) = custodian {
+        match custodian.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::error!(error = %e, "custodian stopped with an error"),
+            Err(e) => tracing::error!(error = %e, "custodian task failed"),
+        }
+    }
+    tracing::info!("API and custodian stopped; closing the database");
     db.close().await?;
     served.context("serving HTTP")
+}
+
+fn kinds(effects: &Effects) -> String {
+    let mut kinds: Vec<&str> = effects.kinds().collect();
+    kinds.sort_unstable();
+    kinds.join(", ")
+}
+
+/// The demo sink on a free loopback port, logging under the state dir.
+async fn start_demo_sink(
+    state_dir: &Path,
+    stopped: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<String> {
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .context("binding the demo sink")?;
+    let url = format!("http://{}", listener.local_addr()?);
+    let router = demo_sink::router(&state_dir.join("demo-sink.log"), demo_sink::Mode::Ok)
+        .context("opening the demo sink log")?;
+    tokio::spawn(async move {
+        axum::serve(listener, router)
+            .with_graceful_shutdown(stopped)
+            .await
+    });
+    Ok(url)
 }
 
 /// On the first start of a private cluster, an operator token is created and
@@ -102,7 +183,7 @@ fn announce_embedded(api: &str, db_url: &str, new_token: Option<&str>, state_dir
     );
 }
 
-async fn shutdown_signal() {
+pub(super) async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };

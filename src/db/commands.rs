@@ -32,6 +32,7 @@ pub struct CommandRow {
     pub updated_at: DateTime<Utc>,
     pub deadline_at: Option<DateTime<Utc>>,
     pub finished_at: Option<DateTime<Utc>>,
+    pub pinned_generation: Option<i64>,
 }
 
 impl CommandRow {
@@ -66,6 +67,7 @@ pub struct NewCommand<'a> {
     pub digest_version: i16,
     pub kind: &'a str,
     pub authority_id: &'a str,
+    pub pinned_generation: Option<i64>,
     pub run_id: Option<&'a str>,
     pub args: &'a Value,
     pub canonical: &'a Value,
@@ -84,13 +86,11 @@ pub async fn insert_pending(
         CommandRow,
         r#"
         insert into commands (id, scope, idempotency_key, request_digest, digest_version, kind,
-                              authority_id, run_id, args, canonical, deadline_at)
-        select $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11
+                              authority_id, run_id, args, canonical, deadline_at, pinned_generation)
+        select $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $13
         from (select set_config('command_ledger.actor', $12, true)) as ctx
         on conflict (scope, idempotency_key) do nothing
-        returning id, scope, idempotency_key, request_digest, digest_version, kind, authority_id,
-                  authority_generation, run_id, args, canonical, state, result, error,
-                  created_at, updated_at, deadline_at, finished_at
+        returning *
         "#,
         new.id,
         new.scope,
@@ -104,6 +104,7 @@ pub async fn insert_pending(
         new.canonical,
         new.deadline_at,
         new.actor,
+        new.pinned_generation,
     )
     .fetch_optional(ex)
     .await
@@ -118,10 +119,7 @@ pub async fn find_by_key(
     sqlx::query_as!(
         CommandRow,
         r#"
-        select id, scope, idempotency_key, request_digest, digest_version, kind, authority_id,
-               authority_generation, run_id, args, canonical, state, result, error,
-               created_at, updated_at, deadline_at, finished_at
-        from commands
+        select * from commands
         where scope = $1 and idempotency_key = $2
         "#,
         scope,
@@ -140,10 +138,7 @@ pub async fn get(
     sqlx::query_as!(
         CommandRow,
         r#"
-        select id, scope, idempotency_key, request_digest, digest_version, kind, authority_id,
-               authority_generation, run_id, args, canonical, state, result, error,
-               created_at, updated_at, deadline_at, finished_at
-        from commands
+        select * from commands
         where id = $1 and ($2::uuid is null or scope = $2)
         "#,
         id,
@@ -172,10 +167,7 @@ pub async fn list(
     sqlx::query_as!(
         CommandRow,
         r#"
-        select id, scope, idempotency_key, request_digest, digest_version, kind, authority_id,
-               authority_generation, run_id, args, canonical, state, result, error,
-               created_at, updated_at, deadline_at, finished_at
-        from commands
+        select * from commands
         where ($1::uuid is null or scope = $1)
           and ($2::text is null or state = $2)
           and ($3::text is null or authority_id = $3)
@@ -240,9 +232,7 @@ pub async fn cancel(
                      set_config('command_ledger.reason', 'cancel requested', true)) as ctx
         where c.id = $1 and ($2::uuid is null or c.scope = $2)
           and c.state in ('pending', 'prepared')
-        returning c.id, c.scope, c.idempotency_key, c.request_digest, c.digest_version, c.kind,
-                  c.authority_id, c.authority_generation, c.run_id, c.args, c.canonical, c.state,
-                  c.result, c.error, c.created_at, c.updated_at, c.deadline_at, c.finished_at
+        returning c.*
         "#,
         id,
         scope,

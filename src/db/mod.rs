@@ -2,7 +2,9 @@
 //! are checked at compile time against the migrations (`.sqlx/` holds the
 //! offline data for builds without a database).
 
+pub mod authorities;
 pub mod commands;
+pub mod custodian;
 pub mod principals;
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};

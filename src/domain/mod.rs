@@ -6,11 +6,13 @@ pub mod admission;
 pub mod digest;
 pub mod idempotency_key;
 pub mod names;
+pub mod outcome;
 pub mod state;
 pub mod token;
 
 pub use admission::{Disposition, disposition};
 pub use digest::{CanonicalRequest, DIGEST_VERSION, RequestDigest, canonical_request};
 pub use idempotency_key::{IdempotencyKey, KeyError};
-pub use names::{AuthorityId, Kind, NameError};
+pub use names::{AuthorityId, AuthorityRef, Kind, NameError};
+pub use outcome::{EffectOutcome, HttpAttempt, classify_http};
 pub use state::{State, TRANSITIONS, can_transition};

@@ -74,6 +74,28 @@ impl AuthorityId {
     }
 }
 
+/// The authority a submission names: just the id (`"agent-1"`), or the id
+/// pinned to one generation (`{"id": "agent-1", "generation": 7}`), in which
+/// case the command runs only under that generation.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct AuthorityRef {
+    pub id: AuthorityId,
+    pub pinned_generation: Option<i64>,
+}
+
+impl AuthorityRef {
+    /// How the authority enters the canonical request: the bare id when not
+    /// pinned (so unpinned digests are those of version 1), an object when pinned.
+    pub fn canonical(&self) -> serde_json::Value {
+        match self.pinned_generation {
+            None => serde_json::Value::String(self.id.as_str().to_owned()),
+            Some(generation) => {
+                serde_json::json!({"id": self.id.as_str(), "generation": generation})
+            }
+        }
+    }
+}
+
 fn check_len(what: &'static str, s: &str, max: usize) -> Result<(), NameError> {
     if s.is_empty() {
         return Err(NameError::Empty { what });

@@ -8,6 +8,7 @@ use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use std::time::Duration;
 use uuid::Uuid;
 
 use super::AppState;
@@ -15,8 +16,8 @@ use super::error::ApiError;
 use super::extract::{AppJson, AppQuery, Auth};
 use crate::db::{self, CancelOutcome, CommandRow, HistoryRow, ListFilter, NewCommand};
 use crate::domain::{
-    AuthorityId, Disposition, IdempotencyKey, KeyError, Kind, RequestDigest, State as CommandState,
-    canonical_request, disposition,
+    AuthorityId, AuthorityRef, Disposition, IdempotencyKey, KeyError, Kind, RequestDigest,
+    State as CommandState, canonical_request, disposition,
 };
 
 const IDEMPOTENCY_KEY: &str = "idempotency-key";
@@ -34,7 +35,7 @@ const MAX_LIMIT: i64 = 500;
 #[serde(deny_unknown_fields)]
 pub(super) struct SubmitBody {
     kind: String,
-    authority: String,
+    authority: AuthorityField,
     #[serde(default)]
     args: Option<Value>,
     #[serde(default)]
@@ -42,6 +43,21 @@ pub(super) struct SubmitBody {
     /// RFC 3339; after it the command must not start.
     #[serde(default)]
     deadline: Option<DateTime<Utc>>,
+}
+
+/// `"agent-1"`, or `{"id": "agent-1", "generation": 7}` to pin a generation.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(super) enum AuthorityField {
+    Name(String),
+    Pinned(PinnedAuthority),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct PinnedAuthority {
+    id: String,
+    generation: i64,
 }
 
 /// A command as the API shows it.
@@ -68,8 +84,11 @@ struct CommandView<'a> {
 #[derive(Debug, Serialize)]
 struct AuthorityView<'a> {
     id: &'a str,
-    /// Bound when the command is prepared; null while pending.
+    /// The generation bound when the command was prepared, or the pinned
+    /// one; null while an unpinned command is pending.
     generation: Option<i64>,
+    /// Whether the submission pinned the generation.
+    pinned: bool,
 }
 
 fn view(row: &CommandRow, disposition: Option<Disposition>) -> CommandView<'_> {
@@ -79,7 +98,8 @@ fn view(row: &CommandRow, disposition: Option<Disposition>) -> CommandView<'_> {
         state: &row.state,
         authority: AuthorityView {
             id: &row.authority_id,
-            generation: row.authority_generation,
+            generation: row.authority_generation.or(row.pinned_generation),
+            pinned: row.pinned_generation.is_some(),
         },
         idempotency_key: &row.idempotency_key,
         run_id: row.run_id.as_deref(),
@@ -111,7 +131,7 @@ fn idempotency_key(headers: &HeaderMap) -> Result<IdempotencyKey, ApiError> {
 /// A validated submission.
 struct Submission {
     kind: Kind,
-    authority: AuthorityId,
+    authority: AuthorityRef,
     args: Value,
     run_id: Option<String>,
     deadline: Option<DateTime<Utc>>,
@@ -120,7 +140,21 @@ struct Submission {
 fn validate(body: SubmitBody) -> Result<Submission, ApiError> {
     let invalid = |e: &dyn std::fmt::Display| ApiError::InvalidBody(e.to_string());
     let kind = Kind::parse(&body.kind).map_err(|e| invalid(&e))?;
-    let authority = AuthorityId::parse(&body.authority).map_err(|e| invalid(&e))?;
+    let authority = match body.authority {
+        AuthorityField::Name(id) => AuthorityRef {
+            id: AuthorityId::parse(&id).map_err(|e| invalid(&e))?,
+            pinned_generation: None,
+        },
+        AuthorityField::Pinned(PinnedAuthority { id, generation }) => {
+            if generation < 1 {
+                return Err(invalid(&"a pinned authority generation is 1 or more"));
+            }
+            AuthorityRef {
+                id: AuthorityId::parse(&id).map_err(|e| invalid(&e))?,
+                pinned_generation: Some(generation),
+            }
+        }
+    };
     let args = match body.args {
         None => Value::Object(Map::new()),
         Some(v @ Value::Object(_)) => v,
@@ -151,8 +185,9 @@ pub(super) async fn submit(
     AppJson(body): AppJson<SubmitBody>,
 ) -> Result<Response, ApiError> {
     let key = idempotency_key(&headers)?;
+    let wait = prefer_wait(&headers).map(|w| w.min(state.max_wait));
     let sub = validate(body)?;
-    let canonical = canonical_request(sub.kind.as_str(), sub.authority.as_str(), &sub.args);
+    let canonical = canonical_request(sub.kind.as_str(), &sub.authority.canonical(), &sub.args);
     let actor = principal.actor();
     let new = NewCommand {
         id: Uuid::now_v7(),
@@ -161,7 +196,8 @@ pub(super) async fn submit(
         request_digest: canonical.digest.as_bytes(),
         digest_version: canonical.version,
         kind: sub.kind.as_str(),
-        authority_id: sub.authority.as_str(),
+        authority_id: sub.authority.id.as_str(),
+        pinned_generation: sub.authority.pinned_generation,
         run_id: sub.run_id.as_deref(),
         args: &sub.args,
         canonical: &canonical.form,
@@ -175,6 +211,8 @@ pub(super) async fn submit(
     for _ in 0..3 {
         if let Some(row) = db::commands::insert_pending(&state.pool, &new).await? {
             tracing::info!(command.id = %row.id, kind = %row.kind, authority = %row.authority_id, "command recorded");
+            state.wake.pending(&row.authority_id);
+            let (row, waited) = settle(&state, row, wait, principal.visible_scope()).await?;
             let mut response = (
                 StatusCode::ACCEPTED,
                 Json(view(&row, Some(Disposition::New))),
@@ -183,6 +221,7 @@ pub(super) async fn submit(
             response
                 .headers_mut()
                 .insert(header::LOCATION, location(row.id));
+            applied_wait(&mut response, waited);
             return Ok(response);
         }
         let Some(stored) =
@@ -200,6 +239,8 @@ pub(super) async fn submit(
         );
         return match verdict {
             Disposition::Replay => {
+                let (stored, waited) =
+                    settle(&state, stored, wait, principal.visible_scope()).await?;
                 let mut response = (
                     StatusCode::OK,
                     Json(view(&stored, Some(Disposition::Replay))),
@@ -208,6 +249,7 @@ pub(super) async fn submit(
                 let h = response.headers_mut();
                 h.insert(header::LOCATION, location(stored.id));
                 h.insert(REPLAYED, HeaderValue::from_static("true"));
+                applied_wait(&mut response, waited);
                 Ok(response)
             }
             Disposition::Conflict | Disposition::New => Err(ApiError::KeyConflict {
@@ -227,17 +269,92 @@ fn parse_id(raw: &str) -> Result<Uuid, ApiError> {
         .map_err(|_| ApiError::InvalidId(format!("{raw:?} is not a command id (UUID)")))
 }
 
-/// `GET /v1/commands/{id}`: another principal's command is 404, like a missing one.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct GetQuery {
+    /// Seconds to wait for a terminal state (bounded by the server's maximum).
+    wait: Option<u64>,
+}
+
+/// `GET /v1/commands/{id}[?wait=N]`: another principal's command is 404,
+/// like a missing one. With `wait`, answers as soon as the command is
+/// terminal, or with its current state when the wait ends.
 pub(super) async fn get_one(
     State(state): State<AppState>,
     Auth(principal): Auth,
     Path(id): Path<String>,
+    AppQuery(q): AppQuery<GetQuery>,
 ) -> Result<Response, ApiError> {
     let id = parse_id(&id)?;
     let row = db::commands::get(&state.pool, id, principal.visible_scope())
         .await?
         .ok_or(ApiError::NotFound)?;
-    Ok(Json(view(&row, None)).into_response())
+    let wait = q.wait.map(|w| Duration::from_secs(w).min(state.max_wait));
+    let (row, waited) = settle(&state, row, wait, principal.visible_scope()).await?;
+    let mut response = Json(view(&row, None)).into_response();
+    applied_wait(&mut response, waited);
+    Ok(response)
+}
+
+/// Waits up to `wait` for `row` to become terminal. Registers interest
+/// before re-reading, so an outcome between the read and the wait is not
+/// missed; wakes only on notifications (no polling). Returns the row as it
+/// is when the wait ends, and the wait applied.
+async fn settle(
+    state: &AppState,
+    row: CommandRow,
+    wait: Option<Duration>,
+    scope: Option<Uuid>,
+) -> Result<(CommandRow, Option<Duration>), ApiError> {
+    let Some(wait) = wait.filter(|w| !w.is_zero()) else {
+        return Ok((row, None));
+    };
+    if row.state().is_terminal() {
+        return Ok((row, Some(wait)));
+    }
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut subscription = state.waiters.subscribe(row.id);
+    loop {
+        let current = db::commands::get(&state.pool, row.id, scope)
+            .await?
+            .ok_or(ApiError::NotFound)?;
+        if current.state().is_terminal() {
+            return Ok((current, Some(wait)));
+        }
+        tokio::select! {
+            () = subscription.changed() => {}
+            () = tokio::time::sleep_until(deadline) => {
+                let last = db::commands::get(&state.pool, row.id, scope).await?.ok_or(ApiError::NotFound)?;
+                return Ok((last, Some(wait)));
+            }
+        }
+    }
+}
+
+fn applied_wait(response: &mut Response, waited: Option<Duration>) {
+    if let Some(w) = waited {
+        let value = HeaderValue::from_str(&format!("wait={}", w.as_secs()))
+            .expect("digits are a valid header");
+        response.headers_mut().insert("preference-applied", value);
+    }
+}
+
+/// `Prefer: wait=N` (RFC 7240), among other preferences; `None` when absent
+/// or malformed (a preference that cannot be honoured is ignored).
+fn prefer_wait(headers: &HeaderMap) -> Option<Duration> {
+    headers
+        .get_all(header::HeaderName::from_static("prefer"))
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .find_map(|pref| {
+            let (name, value) = pref.split_once('=')?;
+            if !name.trim().eq_ignore_ascii_case("wait") {
+                return None;
+            }
+            let value = value.split(';').next()?.trim().trim_matches('"');
+            value.parse::<u64>().ok().map(Duration::from_secs)
+        })
 }
 
 #[derive(Debug, Deserialize)]
@@ -376,5 +493,37 @@ pub(super) async fn cancel(
             state: row.state(),
         }),
         CancelOutcome::NotFound => Err(ApiError::NotFound),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(values: &[&str]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for v in values {
+            h.append("prefer", HeaderValue::from_str(v).unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn prefer_wait_is_found_among_other_preferences() {
+        assert_eq!(
+            prefer_wait(&headers(&["wait=30"])),
+            Some(Duration::from_secs(30))
+        );
+        assert_eq!(
+            prefer_wait(&headers(&["respond-async, Wait = 5"])),
+            Some(Duration::from_secs(5))
+        );
+        assert_eq!(
+            prefer_wait(&headers(&["return=minimal", "wait=\"7\""])),
+            Some(Duration::from_secs(7))
+        );
+        assert_eq!(prefer_wait(&headers(&["wait=soon"])), None);
+        assert_eq!(prefer_wait(&headers(&["wait=-1"])), None);
+        assert_eq!(prefer_wait(&headers(&[])), None);
     }
 }

@@ -1,26 +1,51 @@
 //! The HTTP API. Handlers parse, consult the pure domain, call the database and
 //! answer; they record intents and read outcomes, and never run an effect.
 
+mod authorities;
 mod commands;
 pub mod error;
 mod extract;
 mod health;
+pub mod wait;
+pub mod wake;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use sqlx::PgPool;
 use std::future::Future;
+use std::time::Duration;
 use tokio::net::TcpListener;
 use tower_http::trace::TraceLayer;
 
 /// Largest accepted request body.
 pub const BODY_LIMIT: usize = 64 * 1024;
 
+/// Longest wait a request may ask for (`?wait=`, `Prefer: wait=`).
+pub const MAX_WAIT: Duration = Duration::from_secs(60);
+
 /// What every handler shares.
 #[derive(Debug, Clone)]
 pub struct AppState {
     pub pool: PgPool,
+    pub waiters: wait::Waiters,
+    pub wake: wake::PendingWake,
+    pub max_wait: Duration,
+}
+
+impl AppState {
+    /// Starts the process's outcome listener and custodian wake-up task.
+    pub fn new(pool: PgPool) -> Self {
+        let waiters = wait::Waiters::default();
+        waiters.spawn_listener(pool.clone());
+        let wake = wake::PendingWake::spawn(pool.clone());
+        AppState {
+            pool,
+            waiters,
+            wake,
+            max_wait: MAX_WAIT,
+        }
+    }
 }
 
 pub fn router(state: AppState) -> Router {
@@ -29,6 +54,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/commands/{id}", get(commands::get_one))
         .route("/v1/commands/{id}/history", get(commands::history))
         .route("/v1/commands/{id}/cancel", post(commands::cancel))
+        .route("/v1/authorities/{id}", get(authorities::get_one))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .fallback(|| async { error::ApiError::NotFound })

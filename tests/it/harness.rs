@@ -181,7 +181,7 @@ impl TestApp {
         let pool = fresh_pool().await;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
-        let state = AppState { pool: pool.clone() };
+        let state = AppState::new(pool.clone());
         tokio::spawn(async move {
             http::serve(listener, state, std::future::pending())
                 .await

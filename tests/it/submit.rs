@@ -20,7 +20,7 @@ async fn a_new_key_records_a_pending_command_before_answering_202() {
     assert_eq!(body["kind"], "refund");
     assert_eq!(
         body["authority"],
-        json!({"id": "payments", "generation": null})
+        json!({"id": "payments", "generation": null, "pinned": false})
     );
     assert_eq!(body["idempotency_key"], "order-1");
     assert_eq!(body["args"]["amount_minor"], 1200);

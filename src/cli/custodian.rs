@@ -1,0 +1,149 @@
+//! `command-ledger custodian` and `command-ledger demo-sink`, and the options
+//! `serve` shares with them for its in-process custodian.
+
+use anyhow::Context as _;
+use clap::Args;
+use sqlx::PgPool;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::Database;
+use crate::custodian::catalog::{Catalog, parse_duration};
+use crate::custodian::{Custodian, CustodianConfig, Effects};
+use crate::demo_sink;
+
+#[derive(Debug, Clone, Args)]
+pub struct CustodianArgs {
+    /// Catalog of kinds and their executors; default: ledger.toml when it exists.
+    #[arg(long, env = "LEDGER_CATALOG")]
+    pub catalog: Option<PathBuf>,
+    /// Lease time-to-live.
+    #[arg(long, env = "LEASE_TTL", default_value = "10s", value_parser = duration)]
+    pub lease_ttl: Duration,
+    /// Lease renewal interval (well inside the TTL).
+    #[arg(long, env = "LEASE_HEARTBEAT", default_value = "3s", value_parser = duration)]
+    pub heartbeat: Duration,
+    /// Most commands claimed per statement.
+    #[arg(long, env = "CLAIM_BATCH", default_value_t = 32)]
+    pub batch_size: u16,
+    /// Most effects in flight at once.
+    #[arg(long, env = "MAX_IN_FLIGHT", default_value_t = 64)]
+    pub max_in_flight: u16,
+    /// Fallback polling interval when no wake-up arrives.
+    #[arg(long, env = "POLL_INTERVAL", default_value = "1s", value_parser = duration)]
+    pub poll_interval: Duration,
+}
+
+fn duration(s: &str) -> Result<Duration, String> {
+    parse_duration(s).ok_or_else(|| format!("{s:?} is not a duration like 500ms, 10s or 2m"))
+}
+
+pub(super) fn authority(s: &str) -> Result<String, String> {
+    crate::domain::AuthorityId::parse(s.trim())
+        .map(|a| a.as_str().to_owned())
+        .map_err(|e| e.to_string())
+}
+
+#[derive(Debug, Args)]
+pub struct CustodianCommand {
+    /// Authorities to serve, comma separated.
+    #[arg(long, env = "AUTHORITIES", value_delimiter = ',', required = true, value_parser = authority)]
+    pub authority: Vec<String>,
+    #[command(flatten)]
+    pub options: CustodianArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct DemoSinkCommand {
+    #[arg(long, default_value = "127.0.0.1:9000")]
+    pub listen: SocketAddr,
+    /// The durable log of every request.
+    #[arg(long, default_value = "demo-sink.log")]
+    pub log: PathBuf,
+    #[arg(long, value_enum, default_value = "ok")]
+    pub mode: demo_sink::Mode,
+}
+
+impl CustodianArgs {
+    /// The effects of the catalog (and the built-in `noop`).
+    pub fn effects(&self) -> anyhow::Result<Effects> {
+        let path = match &self.catalog {
+            Some(p) => Some(p.clone()),
+            None => Some(PathBuf::from("ledger.toml")).filter(|p| p.exists()),
+        };
+        match path {
+            Some(p) => {
+                let catalog = Catalog::load(&p)?;
+                tracing::info!(catalog = %p.display(), kinds = catalog.kinds.len(), "catalog loaded");
+                Ok(catalog.effects()?)
+            }
+            None => Ok(Effects::default()),
+        }
+    }
+
+    pub fn config(&self, authorities: Vec<String>) -> anyhow::Result<CustodianConfig> {
+        if self.heartbeat >= self.lease_ttl {
+            anyhow::bail!(
+                "the lease heartbeat ({:?}) must be shorter than the lease TTL ({:?})",
+                self.heartbeat,
+                self.lease_ttl
+            );
+        }
+        let mut config = CustodianConfig::new(authorities);
+        config.lease_ttl = self.lease_ttl;
+        config.heartbeat = self.heartbeat;
+        config.batch_size = i64::from(self.batch_size.max(1));
+        config.max_in_flight = usize::from(self.max_in_flight.max(1));
+        config.poll_interval = self.poll_interval;
+        Ok(config)
+    }
+}
+
+/// Starts a custodian task on `pool`.
+pub fn spawn_custodian(
+    pool: PgPool,
+    config: CustodianConfig,
+    effects: Effects,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> tokio::task::JoinHandle<anyhow::Result<()>> {
+    let custodian = Arc::new(Custodian::new(pool, config, effects));
+    tokio::spawn(async move { custodian.run(shutdown).await.context("custodian") })
+}
+
+pub(super) async fn run(
+    database_url: Option<String>,
+    state_dir: &Path,
+    cmd: CustodianCommand,
+) -> anyhow::Result<()> {
+    let config = cmd.options.config(cmd.authority)?;
+    let effects = cmd.options.effects()?;
+    let db = Database::open(database_url, state_dir).await?;
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let task = spawn_custodian(db.pool.clone(), config, effects, async move {
+        let _ = stop_rx.await;
+    });
+    super::serve::shutdown_signal().await;
+    let _ = stop_tx.send(());
+    let result = task.await.context("custodian task")?;
+    db.close().await?;
+    result
+}
+
+pub(super) async fn run_demo_sink(cmd: DemoSinkCommand) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(cmd.listen)
+        .await
+        .with_context(|| format!("binding {}", cmd.listen))?;
+    println!(
+        "demo sink on http://{} (mode {:?}), log {}",
+        listener.local_addr()?,
+        cmd.mode,
+        cmd.log.display()
+    );
+    let router = demo_sink::router(&cmd.log, cmd.mode).context("opening the sink log")?;
+    axum::serve(listener, router)
+        .with_graceful_shutdown(super::serve::shutdown_signal())
+        .await?;
+    Ok(())
+}

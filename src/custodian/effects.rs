@@ -1,0 +1,119 @@
+//! Effects: what a command does in the world. A Rust trait for in-process
+//! handlers (library users register one per kind), the configured HTTP
+//! executor, and the built-in `noop`.
+
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+use uuid::Uuid;
+
+use crate::domain::EffectOutcome;
+
+/// Everything an executor needs to run one command.
+#[derive(Debug, Clone)]
+pub struct EffectCall {
+    pub command_id: Uuid,
+    pub kind: String,
+    pub authority: String,
+    /// The fencing token: a sink may refuse a generation older than one it saw.
+    pub generation: i64,
+    pub args: Value,
+    /// Stable across any retry of the same command: derived from its id.
+    pub downstream_key: String,
+}
+
+impl EffectCall {
+    /// The idempotency key a downstream provider sees for a command.
+    pub fn downstream_key_for(command_id: Uuid) -> String {
+        format!("cl-{command_id}")
+    }
+}
+
+pub type EffectFuture<'a> = Pin<Box<dyn Future<Output = EffectOutcome> + Send + 'a>>;
+
+/// An executor. It must answer honestly: `Applied` only when the effect
+/// happened, `Failed` only when it certainly did not, `Ambiguous` otherwise.
+/// The custodian enforces the deadline around it (a timeout is ambiguous).
+pub trait Effect: Send + Sync + fmt::Debug {
+    fn execute<'a>(&'a self, call: &'a EffectCall) -> EffectFuture<'a>;
+}
+
+/// The built-in `noop` kind: applied at once, for demos and benchmarks.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Noop;
+
+impl Effect for Noop {
+    fn execute<'a>(&'a self, call: &'a EffectCall) -> EffectFuture<'a> {
+        Box::pin(async move {
+            EffectOutcome::Applied(json!({"noop": true, "key": call.downstream_key}))
+        })
+    }
+}
+
+/// An executor and its deadline.
+#[derive(Debug, Clone)]
+pub struct Registered {
+    pub effect: Arc<dyn Effect>,
+    pub timeout: Duration,
+}
+
+/// Executors by kind.
+#[derive(Debug, Clone)]
+pub struct Effects {
+    by_kind: HashMap<String, Registered>,
+}
+
+/// Deadline of an effect when the catalog gives none.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+impl Default for Effects {
+    fn default() -> Self {
+        let mut effects = Effects {
+            by_kind: HashMap::new(),
+        };
+        effects.register("noop", Noop, DEFAULT_TIMEOUT);
+        effects
+    }
+}
+
+impl Effects {
+    pub fn register(&mut self, kind: &str, effect: impl Effect + 'static, timeout: Duration) {
+        self.by_kind.insert(
+            kind.to_owned(),
+            Registered {
+                effect: Arc::new(effect),
+                timeout,
+            },
+        );
+    }
+
+    pub fn get(&self, kind: &str) -> Option<&Registered> {
+        self.by_kind.get(kind)
+    }
+
+    pub fn kinds(&self) -> impl Iterator<Item = &str> {
+        self.by_kind.keys().map(String::as_str)
+    }
+}
+
+/// Runs one call under its deadline. A missing executor is a definite
+/// failure (nothing was dispatched); a deadline reached is ambiguous.
+pub async fn run_effect(effects: &Effects, call: &EffectCall) -> EffectOutcome {
+    let Some(registered) = effects.get(&call.kind) else {
+        return EffectOutcome::Failed {
+            reason: "not_dispatched",
+            detail: json!(format!(
+                "no executor is configured for kind {:?}",
+                call.kind
+            )),
+        };
+    };
+    match tokio::time::timeout(registered.timeout, registered.effect.execute(call)).await {
+        Ok(outcome) => outcome,
+        Err(_) => crate::domain::classify_http(crate::domain::HttpAttempt::TimedOut),
+    }
+}

@@ -1,0 +1,89 @@
+//! The HTTP executor: POSTs a command's args to a tool endpoint with the
+//! derived idempotency key and the fencing token, and classifies what came
+//! back with `domain::classify_http`:
+//!
+//! | what happened | outcome |
+//! |---|---|
+//! | nothing sent (connection refused, DNS, TLS) | `failed`, `not_dispatched` |
+//! | 2xx | `applied`, the JSON response as result |
+//! | 4xx | `failed`, `rejected`, with the response |
+//! | 5xx, other statuses | `ambiguous`, `uncertain_response` |
+//! | timeout, reset, truncated response after sending | `ambiguous` |
+
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::effects::{Effect, EffectCall, EffectFuture};
+use crate::domain::{HttpAttempt, classify_http};
+
+/// Header names sent with every call.
+pub const HEADER_KEY: &str = "Idempotency-Key";
+pub const HEADER_AUTHORITY: &str = "Ledger-Authority";
+pub const HEADER_GENERATION: &str = "Ledger-Generation";
+pub const HEADER_COMMAND: &str = "Ledger-Command-Id";
+
+#[derive(Debug, Clone)]
+pub struct HttpExecutor {
+    client: reqwest::Client,
+    url: String,
+    headers: BTreeMap<String, String>,
+}
+
+impl HttpExecutor {
+    pub fn new(
+        url: String,
+        headers: BTreeMap<String, String>,
+        timeout: Duration,
+    ) -> reqwest::Result<Self> {
+        // A connection that cannot be made is "not dispatched": give it a
+        // bounded share of the deadline so it reports as such.
+        let connect = (timeout / 3).min(Duration::from_secs(5));
+        let client = reqwest::Client::builder()
+            .connect_timeout(connect)
+            .build()?;
+        Ok(HttpExecutor {
+            client,
+            url,
+            headers,
+        })
+    }
+
+    async fn attempt(&self, call: &EffectCall) -> HttpAttempt {
+        let mut request = self
+            .client
+            .post(&self.url)
+            .header(HEADER_KEY, &call.downstream_key)
+            .header(HEADER_AUTHORITY, &call.authority)
+            .header(HEADER_GENERATION, call.generation.to_string())
+            .header(HEADER_COMMAND, call.command_id.to_string())
+            .json(&call.args);
+        for (name, value) in &self.headers {
+            request = request.header(name, value);
+        }
+        let response = match request.send().await {
+            Ok(r) => r,
+            Err(e) if e.is_connect() || e.is_builder() => {
+                return HttpAttempt::NotSent(e.to_string());
+            }
+            Err(e) if e.is_timeout() => return HttpAttempt::TimedOut,
+            Err(e) => return HttpAttempt::LostAfterSend(e.to_string()),
+        };
+        let status = response.status().as_u16();
+        match response.bytes().await {
+            Ok(bytes) => {
+                let body = serde_json::from_slice(&bytes).unwrap_or_else(|_| {
+                    Value::String(String::from_utf8_lossy(&bytes).into_owned())
+                });
+                HttpAttempt::Response { status, body }
+            }
+            Err(e) => HttpAttempt::LostAfterSend(format!("response {status} cut short: {e}")),
+        }
+    }
+}
+
+impl Effect for HttpExecutor {
+    fn execute<'a>(&'a self, call: &'a EffectCall) -> EffectFuture<'a> {
+        Box::pin(async move { classify_http(self.attempt(call).await) })
+    }
+}

@@ -1,0 +1,572 @@
+//! The custodian: holds leases on its authorities and drives their commands
+//! `pending → prepared → effect_started → applied | failed | ambiguous`.
+//!
+//! The one rule everything here serves: no effect starts before its row is
+//! durably `effect_started` under a generation the custodian holds, and after
+//! that the only answers are applied, failed or ambiguous. `run_once` is one
+//! whole step (leases, claim, start, effects, outcomes) for tests; `run` is
+//! the long-lived loop with wake-ups, bounded concurrency and a drain.
+
+pub mod catalog;
+pub mod effects;
+pub mod http_executor;
+mod leases;
+mod txn;
+
+use sqlx::PgPool;
+use sqlx::postgres::PgListener;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{Notify, Semaphore, mpsc};
+use uuid::Uuid;
+
+use crate::db::{self, CommandRow};
+use crate::domain::{EffectOutcome, State};
+pub use effects::{Effect, EffectCall, Effects};
+pub use leases::HeldLease;
+pub use txn::TxError;
+
+/// The channel API processes notify when new pending rows exist (payload:
+/// the authority id). Sent outside the submit transaction, debounced.
+pub const PENDING_CHANNEL: &str = "command_ledger_pending";
+
+#[derive(Debug, Clone)]
+pub struct CustodianConfig {
+    /// This process's identity as a lease holder; unique per process.
+    pub holder: String,
+    pub authorities: Vec<String>,
+    pub lease_ttl: Duration,
+    /// How often leases are renewed; well inside the TTL.
+    pub heartbeat: Duration,
+    /// Most commands claimed by one statement.
+    pub batch_size: i64,
+    /// Most effects in flight at once.
+    pub max_in_flight: usize,
+    /// Fallback wake-up when no notification arrives.
+    pub poll_interval: Duration,
+    /// How long a shutdown waits for effects in flight.
+    pub shutdown_grace: Duration,
+}
+
+impl CustodianConfig {
+    pub fn new(authorities: Vec<String>) -> Self {
+        CustodianConfig {
+            holder: default_holder(),
+            authorities,
+            lease_ttl: Duration::from_secs(10),
+            heartbeat: Duration::from_secs(3),
+            batch_size: 32,
+            max_in_flight: 64,
+            poll_interval: Duration::from_secs(1),
+            shutdown_grace: Duration::from_secs(10),
+        }
+    }
+}
+
+/// `host:pid:random`, so a restarted process is a new holder (and takes a new generation).
+pub fn default_holder() -> String {
+    let host = std::fs::read_to_string("/etc/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "host".to_owned());
+    let random = getrandom::u32().unwrap_or(0);
+    format!("{host}:{}:{random:08x}", std::process::id())
+}
+
+/// Counters since start; the benchmark and the metrics read them.
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub claimed: AtomicU64,
+    pub started: AtomicU64,
+    pub applied: AtomicU64,
+    pub failed: AtomicU64,
+    pub ambiguous: AtomicU64,
+    pub expired: AtomicU64,
+    pub adopted: AtomicU64,
+    /// Writes refused because the authority moved on (or the row did).
+    pub fenced: AtomicU64,
+    pub serialization_retries: AtomicU64,
+    pub leases_acquired: AtomicU64,
+    pub leases_lost: AtomicU64,
+}
+
+/// What one `run_once` did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StepReport {
+    pub claimed: usize,
+    pub expired: usize,
+    pub started: usize,
+    pub applied: usize,
+    pub failed: usize,
+    pub ambiguous: usize,
+    /// Transitions refused by fencing: the work is someone else's now.
+    pub fenced: usize,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CustodianError {
+    #[error("database: {0}")]
+    Db(#[from] sqlx::Error),
+    #[error(transparent)]
+    Tx(#[from] TxError),
+}
+
+/// A started command whose effect is to run.
+#[derive(Debug, Clone)]
+struct Started {
+    authority: String,
+    generation: i64,
+    call: EffectCall,
+}
+
+/// An effect's outcome, waiting to be recorded.
+#[derive(Debug)]
+struct Done {
+    authority: String,
+    generation: i64,
+    id: Uuid,
+    outcome: EffectOutcome,
+}
+
+#[derive(Debug)]
+pub struct Custodian {
+    pool: PgPool,
+    config: CustodianConfig,
+    effects: Arc<Effects>,
+    leases: Mutex<HashMap<String, HeldLease>>,
+    stats: Arc<Stats>,
+    actor: String,
+}
+
+impl Custodian {
+    pub fn new(pool: PgPool, config: CustodianConfig, effects: Effects) -> Self {
+        let actor = format!("custodian:{}", config.holder);
+        Custodian {
+            pool,
+            config,
+            effects: Arc::new(effects),
+            leases: Mutex::new(HashMap::new()),
+            stats: Arc::new(Stats::default()),
+            actor,
+        }
+    }
+
+    pub fn stats(&self) -> &Arc<Stats> {
+        &self.stats
+    }
+
+    pub fn config(&self) -> &CustodianConfig {
+        &self.config
+    }
+
+    /// One whole step: renew or take leases, claim, start, run the effects,
+    /// record their outcomes. Tests drive the custodian with this.
+    pub async fn run_once(&self) -> Result<StepReport, CustodianError> {
+        self.heartbeat().await?;
+        let mut report = StepReport::default();
+        let started = self
+            .claim_and_start(self.config.batch_size, &mut report)
+            .await?;
+        let mut tasks = Vec::with_capacity(started.len());
+        for s in started {
+            let effects = Arc::clone(&self.effects);
+            tasks.push(tokio::spawn(async move {
+                let outcome = effects::run_effect(&effects, &s.call).await;
+                Done {
+                    authority: s.authority,
+                    generation: s.generation,
+                    id: s.call.command_id,
+                    outcome,
+                }
+            }));
+        }
+        let mut done = Vec::with_capacity(tasks.len());
+        for t in tasks {
+            done.push(t.await.expect("effect tasks do not panic"));
+        }
+        self.record(done, &mut report).await?;
+        Ok(report)
+    }
+
+    /// Claims up to `limit` commands and starts those it may: returns the
+    /// commands whose `effect_started` is committed, and only those.
+    async fn claim_and_start(
+        &self,
+        limit: i64,
+        report: &mut StepReport,
+    ) -> Result<Vec<Started>, CustodianError> {
+        let held = self.held();
+        if held.is_empty() || limit <= 0 {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<String> = held.keys().cloned().collect();
+        let claimed =
+            db::custodian::claim(&self.pool, &ids, &self.config.holder, limit, &self.actor).await?;
+        report.claimed += claimed.len();
+        self.stats
+            .claimed
+            .fetch_add(claimed.len() as u64, Ordering::Relaxed);
+
+        let mut groups: BTreeMap<(String, i64), Vec<Uuid>> = BTreeMap::new();
+        for row in &claimed {
+            match (row.state(), row.authority_generation) {
+                (State::Prepared, Some(generation)) => {
+                    groups
+                        .entry((row.authority_id.clone(), generation))
+                        .or_default()
+                        .push(row.id);
+                }
+                (State::Expired, _) => {
+                    report.expired += 1;
+                    self.stats.expired.fetch_add(1, Ordering::Relaxed);
+                    tracing::info!(command.id = %row.id, authority = %row.authority_id, error = ?row.error, "expired before any effect");
+                }
+                (state, _) => {
+                    tracing::error!(command.id = %row.id, %state, "claim returned an unexpected row");
+                }
+            }
+        }
+
+        let mut started = Vec::new();
+        for ((authority, generation), ids) in groups {
+            started.extend(self.start(&authority, generation, &ids, report).await?);
+        }
+        Ok(started)
+    }
+
+    /// Commits `effect_started` for prepared commands (SERIALIZABLE, fenced
+    /// on the lease). Only rows whose commit is certain are returned.
+    async fn start(
+        &self,
+        authority: &str,
+        generation: i64,
+        ids: &[Uuid],
+        report: &mut StepReport,
+    ) -> Result<Vec<Started>, CustodianError> {
+        let holder = &self.config.holder;
+        let actor = &self.actor;
+        let mut retry =
+            txn::Serializable::new(&self.pool, &self.stats.serialization_retries, "start");
+        let result = loop {
+            let mut tx = match retry.begin().await {
+                Ok(tx) => tx,
+                Err(e) => break Err(e),
+            };
+            let attempt =
+                db::custodian::start(&mut *tx, ids, authority, holder, generation, actor).await;
+            match retry.finish(tx, attempt).await {
+                Ok(Some(rows)) => break Ok(rows),
+                Ok(None) => continue,
+                Err(e) => break Err(e),
+            }
+        };
+        let rows = match result {
+            Ok(rows) => rows,
+            Err(TxError::CommitUnknown(e)) => {
+                // Never dispatch on uncertainty. Whatever did commit was not
+                // dispatched, so it can be closed as failed, not ambiguous.
+                tracing::warn!(authority, generation, error = %e, "effect_started commit outcome unknown; not dispatching");
+                self.close_undispatched(authority, generation, ids, report)
+                    .await;
+                return Ok(Vec::new());
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let mut started = Vec::with_capacity(rows.len());
+        for row in rows {
+            if row.state() == State::Expired {
+                report.expired += 1;
+                self.stats.expired.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            started.push(Started {
+                authority: authority.to_owned(),
+                generation,
+                call: call_for(&row, generation),
+            });
+        }
+        if started.len() < ids.len() {
+            tracing::info!(
+                authority,
+                generation,
+                asked = ids.len(),
+                started = started.len(),
+                "some prepared commands were not started (cancelled, expired or fenced)"
+            );
+        }
+        report.started += started.len();
+        self.stats
+            .started
+            .fetch_add(started.len() as u64, Ordering::Relaxed);
+        Ok(started)
+    }
+
+    /// After an unknown `effect_started` commit: rows that did become
+    /// `effect_started` under our generation were never dispatched, so they
+    /// are recorded `failed` (`not_dispatched`).
+    async fn close_undispatched(
+        &self,
+        authority: &str,
+        generation: i64,
+        ids: &[Uuid],
+        report: &mut StepReport,
+    ) {
+        let states = match db::custodian::states(&self.pool, ids).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot re-read after an unknown commit; recovery will resolve the rows");
+                return;
+            }
+        };
+        let done: Vec<Done> = states
+            .into_iter()
+            .filter(|(_, state, g)| {
+                state == State::EffectStarted.as_str() && *g == Some(generation)
+            })
+            .map(|(id, _, _)| Done {
+                authority: authority.to_owned(),
+                generation,
+                id,
+                outcome: EffectOutcome::not_dispatched(
+                    "the effect_started commit was not confirmed; never dispatched",
+                ),
+            })
+            .collect();
+        if let Err(e) = self.record(done, report).await {
+            tracing::warn!(error = %e, "recording undispatched commands failed; recovery will resolve them");
+        }
+    }
+
+    /// Records outcomes, one SERIALIZABLE transaction per (authority,
+    /// generation). A refused write (fenced) is counted and logged, never
+    /// taken for success.
+    async fn record(&self, done: Vec<Done>, report: &mut StepReport) -> Result<(), CustodianError> {
+        let mut groups: BTreeMap<(String, i64), Vec<(Uuid, EffectOutcome)>> = BTreeMap::new();
+        for d in done {
+            groups
+                .entry((d.authority, d.generation))
+                .or_default()
+                .push((d.id, d.outcome));
+        }
+        for ((authority, generation), outcomes) in groups {
+            let actor = &self.actor;
+            let mut retry =
+                txn::Serializable::new(&self.pool, &self.stats.serialization_retries, "record");
+            let recorded = loop {
+                let mut tx = retry.begin().await?;
+                let attempt =
+                    db::custodian::record(&mut *tx, &outcomes, &authority, generation, actor).await;
+                if let Some(ids) = retry.finish(tx, attempt).await? {
+                    break ids;
+                }
+            };
+            for (id, outcome) in &outcomes {
+                if !recorded.contains(id) {
+                    report.fenced += 1;
+                    self.stats.fenced.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(command.id = %id, authority, generation, outcome = ?outcome, "outcome refused: the authority moved on or the row changed; recovery decides");
+                    continue;
+                }
+                let (counter, tally) = match outcome.state() {
+                    State::Applied => (&self.stats.applied, &mut report.applied),
+                    State::Failed => (&self.stats.failed, &mut report.failed),
+                    _ => (&self.stats.ambiguous, &mut report.ambiguous),
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
+                *tally += 1;
+                tracing::info!(command.id = %id, authority, generation, state = %outcome.state(), "outcome recorded");
+            }
+        }
+        Ok(())
+    }
+
+    /// The long-lived loop, until `shutdown` completes: wake on
+    /// notifications (with a polling fallback), keep at most
+    /// `max_in_flight` effects running, record outcomes as they come, and on
+    /// shutdown stop claiming, drain within the grace period, release leases.
+    pub async fn run(
+        self: Arc<Self>,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<(), CustodianError> {
+        let permits = Arc::new(Semaphore::new(self.config.max_in_flight));
+        let capacity = Arc::new(Notify::new());
+        let in_flight: Arc<Mutex<HashMap<Uuid, (String, i64)>>> = Arc::default();
+        let (done_tx, done_rx) =
+            mpsc::unbounded_channel::<(Done, tokio::sync::OwnedSemaphorePermit)>();
+        let recorder = tokio::spawn(Arc::clone(&self).recorder(
+            done_rx,
+            Arc::clone(&capacity),
+            Arc::clone(&in_flight),
+        ));
+
+        let mut listener = match PgListener::connect_with(&self.pool).await {
+            Ok(mut l) => match l.listen(PENDING_CHANNEL).await {
+                Ok(()) => Some(l),
+                Err(e) => {
+                    tracing::warn!(error = %e, "LISTEN failed; polling only");
+                    None
+                }
+            },
+            Err(e) => {
+                tracing::warn!(error = %e, "no listener connection; polling only");
+                None
+            }
+        };
+        let mut heartbeat = tokio::time::interval(self.config.heartbeat);
+        heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut poll = tokio::time::interval(self.config.poll_interval);
+        tokio::pin!(shutdown);
+        tracing::info!(holder = %self.config.holder, authorities = ?self.config.authorities, "custodian running");
+
+        loop {
+            // Claim while there is room and work.
+            loop {
+                let room = permits
+                    .available_permits()
+                    .min(usize::try_from(self.config.batch_size).unwrap_or(1));
+                if room == 0 {
+                    break;
+                }
+                let mut report = StepReport::default();
+                let started = match self.claim_and_start(room as i64, &mut report).await {
+                    Ok(s) => s,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "claim failed; retrying after the next wake-up");
+                        break;
+                    }
+                };
+                for s in started {
+                    let permit = Arc::clone(&permits)
+                        .acquire_owned()
+                        .await
+                        .expect("the semaphore is never closed");
+                    in_flight
+                        .lock()
+                        .expect("in-flight lock")
+                        .insert(s.call.command_id, (s.authority.clone(), s.generation));
+                    let effects = Arc::clone(&self.effects);
+                    let done_tx = done_tx.clone();
+                    tokio::spawn(async move {
+                        let outcome = effects::run_effect(&effects, &s.call).await;
+                        let done = Done {
+                            authority: s.authority,
+                            generation: s.generation,
+                            id: s.call.command_id,
+                            outcome,
+                        };
+                        let _ = done_tx.send((done, permit));
+                    });
+                }
+                if report.claimed < room {
+                    break;
+                }
+            }
+
+            let listen = async {
+                match listener.as_mut() {
+                    Some(l) => {
+                        if let Err(e) = l.recv().await {
+                            tracing::warn!(error = %e, "notification listener failed; polling until it recovers");
+                            tokio::time::sleep(self.config.poll_interval).await;
+                        }
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                () = &mut shutdown => break,
+                _ = heartbeat.tick() => {
+                    if let Err(e) = self.heartbeat().await {
+                        tracing::warn!(error = %e, "lease heartbeat failed");
+                    }
+                }
+                () = listen => {}
+                _ = poll.tick() => {}
+                () = capacity.notified() => {}
+            }
+        }
+
+        tracing::info!("custodian stopping: no new claims; draining effects in flight");
+        let all = u32::try_from(self.config.max_in_flight).unwrap_or(u32::MAX);
+        let drained = tokio::time::timeout(self.config.shutdown_grace, permits.acquire_many(all))
+            .await
+            .is_ok();
+        drop(done_tx);
+        if !drained {
+            // Dispatched and still unanswered: nobody can know, so ambiguous.
+            let left: Vec<Done> = in_flight
+                .lock()
+                .expect("in-flight lock")
+                .drain()
+                .map(|(id, (authority, generation))| Done {
+                    authority,
+                    generation,
+                    id,
+                    outcome: EffectOutcome::Ambiguous {
+                        reason: "shutdown",
+                        detail: serde_json::json!(
+                            "the custodian stopped while the effect was in flight"
+                        ),
+                    },
+                })
+                .collect();
+            tracing::warn!(
+                count = left.len(),
+                "effects still in flight after the grace period: recording ambiguous"
+            );
+            let mut report = StepReport::default();
+            self.record(left, &mut report).await?;
+        }
+        recorder.abort();
+        self.release_leases().await;
+        Ok(())
+    }
+
+    /// Records outcomes as they arrive, batching whatever is already waiting.
+    async fn recorder(
+        self: Arc<Self>,
+        mut rx: mpsc::UnboundedReceiver<(Done, tokio::sync::OwnedSemaphorePermit)>,
+        capacity: Arc<Notify>,
+        in_flight: Arc<Mutex<HashMap<Uuid, (String, i64)>>>,
+    ) {
+        const MAX_BATCH: usize = 256;
+        while let Some(first) = rx.recv().await {
+            let mut batch = vec![first];
+            while batch.len() < MAX_BATCH {
+                match rx.try_recv() {
+                    Ok(next) => batch.push(next),
+                    Err(_) => break,
+                }
+            }
+            let (done, permits): (Vec<Done>, Vec<_>) = batch.into_iter().unzip();
+            let ids: Vec<Uuid> = done.iter().map(|d| d.id).collect();
+            let mut report = StepReport::default();
+            if let Err(e) = self.record(done, &mut report).await {
+                tracing::error!(error = %e, count = ids.len(), "recording outcomes failed; recovery will resolve these rows");
+            }
+            {
+                let mut map = in_flight.lock().expect("in-flight lock");
+                for id in &ids {
+                    map.remove(id);
+                }
+            }
+            drop(permits);
+            capacity.notify_one();
+        }
+    }
+}
+
+/// The call for a started row.
+fn call_for(row: &CommandRow, generation: i64) -> EffectCall {
+    EffectCall {
+        command_id: row.id,
+        kind: row.kind.clone(),
+        authority: row.authority_id.clone(),
+        generation,
+        args: row.args.clone(),
+        downstream_key: EffectCall::downstream_key_for(row.id),
+    }
+}

@@ -1,0 +1,112 @@
+//! SERIALIZABLE transactions with bounded, jittered retries of serialization
+//! failures and deadlocks (40001, 40P01), every retry counted; and the one
+//! case that must never be retried blindly: a commit whose outcome is unknown.
+
+use sqlx::{PgPool, Postgres, Transaction};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Attempts before a serialization failure is given up on.
+pub(super) const MAX_ATTEMPTS: u32 = 8;
+
+#[derive(Debug, thiserror::Error)]
+pub enum TxError {
+    /// The transaction certainly did not commit.
+    #[error("transaction failed: {0}")]
+    Failed(#[source] sqlx::Error),
+    /// Still conflicting after every attempt; it did not commit.
+    #[error("transaction kept failing to serialize after {MAX_ATTEMPTS} attempts")]
+    Exhausted,
+    /// The COMMIT was sent and no answer came back: it may or may not have
+    /// committed. The caller must re-read before acting.
+    #[error("commit outcome unknown: {0}")]
+    CommitUnknown(#[source] sqlx::Error),
+}
+
+fn is_retryable(e: &sqlx::Error) -> bool {
+    e.as_database_error()
+        .and_then(|d| d.code())
+        .is_some_and(|code| code == "40001" || code == "40P01")
+}
+
+fn jitter(attempt: u32) -> Duration {
+    let base_ms = 2u64 << attempt.min(6);
+    let random = getrandom::u64().unwrap_or(0x9e37_79b9_7f4a_7c15);
+    Duration::from_millis(base_ms / 2 + random % base_ms)
+}
+
+/// One SERIALIZABLE transaction, retried on conflicts:
+///
+/// ```ignore
+/// let mut retry = Serializable::new(pool, &stats.serialization_retries, "start");
+/// let rows = loop {
+///     let mut tx = retry.begin().await?;
+///     let result = db::custodian::start(&mut *tx, ...).await;
+///     if let Some(rows) = retry.finish(tx, result).await? { break rows; }
+/// };
+/// ```
+#[derive(Debug)]
+pub(super) struct Serializable<'a> {
+    pool: &'a PgPool,
+    retries: &'a AtomicU64,
+    what: &'static str,
+    attempt: u32,
+}
+
+impl<'a> Serializable<'a> {
+    pub(super) fn new(pool: &'a PgPool, retries: &'a AtomicU64, what: &'static str) -> Self {
+        Serializable {
+            pool,
+            retries,
+            what,
+            attempt: 0,
+        }
+    }
+
+    pub(super) async fn begin(&mut self) -> Result<Transaction<'static, Postgres>, TxError> {
+        if self.attempt >= MAX_ATTEMPTS {
+            tracing::warn!(
+                what = self.what,
+                "giving up after {MAX_ATTEMPTS} serialization conflicts"
+            );
+            return Err(TxError::Exhausted);
+        }
+        self.attempt += 1;
+        self.pool
+            .begin_with("begin isolation level serializable")
+            .await
+            .map_err(TxError::Failed)
+    }
+
+    /// Commits when the work succeeded. `Ok(None)`: a conflict, begin again.
+    pub(super) async fn finish<T>(
+        &mut self,
+        tx: Transaction<'static, Postgres>,
+        result: Result<T, sqlx::Error>,
+    ) -> Result<Option<T>, TxError> {
+        let value = match result {
+            Ok(v) => v,
+            Err(e) if is_retryable(&e) => {
+                drop(tx);
+                self.conflict(&e).await;
+                return Ok(None);
+            }
+            Err(e) => return Err(TxError::Failed(e)),
+        };
+        match tx.commit().await {
+            Ok(()) => Ok(Some(value)),
+            Err(e) if is_retryable(&e) => {
+                self.conflict(&e).await;
+                Ok(None)
+            }
+            Err(e) if e.as_database_error().is_some() => Err(TxError::Failed(e)),
+            Err(e) => Err(TxError::CommitUnknown(e)),
+        }
+    }
+
+    async fn conflict(&self, e: &sqlx::Error) {
+        self.retries.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(what = self.what, attempt = self.attempt, error = %e, "serialization conflict; retrying");
+        tokio::time::sleep(jitter(self.attempt)).await;
+    }
+}

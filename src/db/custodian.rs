@@ -1,0 +1,208 @@
+//! The custodian's statements: claim, adopt, start, record. Each is one
+//! statement and a compare-and-set: it names the state it expects and, from
+//! `prepared` on, the generation, and joins the authority row so the check
+//! against the authority's current generation happens in the same statement
+//! (and, for start and record, in the same SERIALIZABLE transaction).
+
+use serde_json::Value;
+use sqlx::PgExecutor;
+use uuid::Uuid;
+
+use super::CommandRow;
+use crate::domain::EffectOutcome;
+
+/// Claims up to `limit` pending commands of the authorities `holder` leases,
+/// oldest first, skipping rows other custodians hold. Each becomes
+/// `prepared` under the lease's generation, or `expired` when its deadline
+/// passed or its pinned generation is not the current one.
+pub async fn claim(
+    ex: impl PgExecutor<'_>,
+    authorities: &[String],
+    holder: &str,
+    limit: i64,
+    actor: &str,
+) -> Result<Vec<CommandRow>, sqlx::Error> {
+    sqlx::query_as!(
+        CommandRow,
+        r#"
+        with lease as (
+            -- Shared lock: a takeover of the lease waits until this claim commits,
+            -- so the new holder's adoption sees every row bound here.
+            select id, generation from authorities
+            where id = any($1) and lease_holder = $2 and lease_expires_at > now()
+            for share
+        ),
+        picked as (
+            select c.id, l.generation
+            from commands c
+            join lease l on l.id = c.authority_id
+            where c.state = 'pending'
+            order by c.id
+            limit $3
+            for update of c skip locked
+        ),
+        verdict as (
+            select p.id, p.generation,
+                   case
+                       when c.deadline_at <= now() then 'deadline_passed'
+                       when c.pinned_generation < p.generation then 'authority_superseded'
+                       when c.pinned_generation > p.generation then 'generation_not_current'
+                   end as expiry
+            from picked p join commands c on c.id = p.id
+        )
+        update commands c
+        set state = case when v.expiry is null then 'prepared' else 'expired' end,
+            authority_generation = case when v.expiry is null then v.generation end,
+            error = case when v.expiry is not null then
+                        jsonb_build_object('reason', v.expiry, 'pinned_generation', c.pinned_generation,
+                                           'authority_generation', v.generation)
+                    end
+        from verdict v, (select set_config('command_ledger.actor', $4, true)) as ctx
+        where c.id = v.id
+        returning c.*
+        "#,
+        authorities,
+        holder,
+        limit,
+        actor,
+    )
+    .fetch_all(ex)
+    .await
+}
+
+/// The current generation of `authority` adopts its `prepared` rows bound to
+/// an older generation (their effect was never attempted); a row pinned to
+/// another generation expires instead. Returns the rows it changed.
+pub async fn adopt_prepared(
+    ex: impl PgExecutor<'_>,
+    authority: &str,
+    holder: &str,
+    generation: i64,
+    limit: i64,
+    actor: &str,
+) -> Result<Vec<CommandRow>, sqlx::Error> {
+    sqlx::query_as!(
+        CommandRow,
+        r#"
+        with lease as (
+            select id, generation from authorities
+            where id = $1 and lease_holder = $2 and generation = $3 and lease_expires_at > now()
+            for share
+        ),
+        picked as (
+            select c.id from commands c join lease l on l.id = c.authority_id
+            where c.state = 'prepared' and c.authority_generation < l.generation
+            order by c.id
+            limit $4
+            for update of c skip locked
+        )
+        update commands c
+        set state = case when c.pinned_generation is null or c.pinned_generation = $3
+                         then 'prepared' else 'expired' end,
+            authority_generation = $3,
+            error = case when c.pinned_generation is null or c.pinned_generation = $3 then null
+                         else jsonb_build_object('reason', 'authority_superseded',
+                                                 'pinned_generation', c.pinned_generation,
+                                                 'authority_generation', $3::bigint) end
+        from picked p, (select set_config('command_ledger.actor', $5, true)) as ctx
+        where c.id = p.id
+        returning c.*
+        "#,
+        authority,
+        holder,
+        generation,
+        limit,
+        actor,
+    )
+    .fetch_all(ex)
+    .await
+}
+
+/// Moves prepared rows to `effect_started` (or `expired`, when their deadline
+/// passed meanwhile), only while `holder` holds a live lease at `generation`.
+/// Run inside a SERIALIZABLE transaction; no effect may start before it commits.
+pub async fn start(
+    ex: impl PgExecutor<'_>,
+    ids: &[Uuid],
+    authority: &str,
+    holder: &str,
+    generation: i64,
+    actor: &str,
+) -> Result<Vec<CommandRow>, sqlx::Error> {
+    sqlx::query_as!(
+        CommandRow,
+        r#"
+        update commands c
+        set state = case when c.deadline_at <= now() then 'expired' else 'effect_started' end,
+            error = case when c.deadline_at <= now()
+                         then jsonb_build_object('reason', 'deadline_passed') end
+        from authorities a, (select set_config('command_ledger.actor', $5, true)) as ctx
+        where c.id = any($1) and c.state = 'prepared' and c.authority_generation = $4
+          and c.authority_id = $2
+          and a.id = $2 and a.generation = $4 and a.lease_holder = $3 and a.lease_expires_at > now()
+        returning c.*
+        "#,
+        ids,
+        authority,
+        holder,
+        generation,
+        actor,
+    )
+    .fetch_all(ex)
+    .await
+}
+
+/// Records terminal outcomes of started commands, only while the authority
+/// is still at `generation`. Returns the ids recorded; a missing id was fenced
+/// out (the authority moved on) or is no longer `effect_started`.
+pub async fn record(
+    ex: impl PgExecutor<'_>,
+    outcomes: &[(Uuid, EffectOutcome)],
+    authority: &str,
+    generation: i64,
+    actor: &str,
+) -> Result<Vec<Uuid>, sqlx::Error> {
+    let rows: Vec<Value> = outcomes
+        .iter()
+        .map(|(id, outcome)| {
+            let (result, error) = outcome.columns();
+            serde_json::json!({"id": id, "state": outcome.state().as_str(), "result": result, "error": error})
+        })
+        .collect();
+    sqlx::query_scalar!(
+        r#"
+        update commands c
+        set state = o.state, result = o.result, error = o.error
+        from jsonb_to_recordset($1::jsonb) as o(id uuid, state text, result jsonb, error jsonb),
+             authorities a,
+             (select set_config('command_ledger.actor', $4, true)) as ctx
+        where c.id = o.id and c.state = 'effect_started' and c.authority_generation = $3
+          and c.authority_id = $2 and a.id = $2 and a.generation = $3
+        returning c.id
+        "#,
+        Value::Array(rows),
+        authority,
+        generation,
+        actor,
+    )
+    .fetch_all(ex)
+    .await
+}
+
+/// The current state and generation of some commands (after a commit whose
+/// outcome is unknown).
+pub async fn states(
+    ex: impl PgExecutor<'_>,
+    ids: &[Uuid],
+) -> Result<Vec<(Uuid, String, Option<i64>)>, sqlx::Error> {
+    let rows = sqlx::query!(
+        "select id, state, authority_generation from commands where id = any($1)",
+        ids
+    )
+    .fetch_all(ex)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| (r.id, r.state, r.authority_generation))
+        .collect())
+}

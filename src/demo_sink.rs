@@ -1,0 +1,250 @@
+//! The demo sink: a small HTTP "payments provider" that really applies
+//! things, for the quickstart and the tests. It keeps a durable log (one JSON
+//! line per request, fsynced before it answers), honours idempotency keys,
+//! and fences: it refuses a generation older than one it has seen for that
+//! authority. Its log is the external count of effects.
+//!
+//! Modes (the default from the command line, or `"mode"` in the args):
+//! `ok` applies and answers; `reject` refuses (422, nothing applied); `hang`
+//! applies and never answers; `reset-after-apply` applies and breaks the
+//! connection before the response body.
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead as _, BufReader, Write as _};
+use std::path::Path as FsPath;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use crate::custodian::http_executor::{HEADER_AUTHORITY, HEADER_GENERATION, HEADER_KEY};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    Ok,
+    Reject,
+    Hang,
+    ResetAfterApply,
+}
+
+/// One line of the sink's log.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LogLine {
+    /// `applied`, `replayed` (key seen before, nothing applied), `rejected`, `fenced`.
+    pub event: String,
+    pub key: String,
+    pub authority: String,
+    pub generation: i64,
+    pub at: chrono::DateTime<chrono::Utc>,
+    #[serde(default)]
+    pub response: Value,
+}
+
+#[derive(Debug)]
+struct Ledger {
+    log: File,
+    applied: HashMap<String, Value>,
+    highest_generation: HashMap<String, i64>,
+    counts: HashMap<String, u64>,
+}
+
+#[derive(Debug, Clone)]
+struct Sink {
+    mode: Mode,
+    ledger: Arc<Mutex<Ledger>>,
+}
+
+/// Reads a sink log (for tests and checks).
+pub fn read_log(path: &FsPath) -> std::io::Result<Vec<LogLine>> {
+    let file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    BufReader::new(file)
+        .lines()
+        .map(|line| {
+            let line = line?;
+            serde_json::from_str(&line)
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+        })
+        .collect()
+}
+
+/// The sink's router over the log at `log_path` (created, or replayed to
+/// rebuild its state).
+pub fn router(log_path: &FsPath, mode: Mode) -> std::io::Result<Router> {
+    let mut ledger = Ledger {
+        log: OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log_path)?,
+        applied: HashMap::new(),
+        highest_generation: HashMap::new(),
+        counts: HashMap::new(),
+    };
+    for line in read_log(log_path)? {
+        ledger.note(&line);
+    }
+    let sink = Sink {
+        mode,
+        ledger: Arc::new(Mutex::new(ledger)),
+    };
+    Ok(Router::new()
+        .route("/applied/{key}", get(applied))
+        .route("/stats", get(stats))
+        .route("/{*path}", post(apply))
+        .with_state(sink))
+}
+
+impl Ledger {
+    fn note(&mut self, line: &LogLine) {
+        *self.counts.entry(line.event.clone()).or_default() += 1;
+        if line.event == "applied" {
+            self.applied.insert(line.key.clone(), line.response.clone());
+        }
+        if line.event != "fenced" {
+            let g = self
+                .highest_generation
+                .entry(line.authority.clone())
+                .or_default();
+            *g = (*g).max(line.generation);
+        }
+    }
+
+    /// Appends and fsyncs: nothing is answered before its line is durable.
+    fn append(&mut self, line: &LogLine) -> std::io::Result<()> {
+        let mut text = serde_json::to_string(&line).map_err(std::io::Error::other)?;
+        text.push('\n');
+        self.log.write_all(text.as_bytes())?;
+        self.log.sync_data()?;
+        self.note(line);
+        Ok(())
+    }
+}
+
+fn bad_request(why: &str) -> Response {
+    (StatusCode::BAD_REQUEST, axum::Json(json!({"error": why}))).into_response()
+}
+
+async fn apply(State(sink): State<Sink>, headers: HeaderMap, body: Bytes) -> Response {
+    let text = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    let (Some(key), Some(authority)) = (text(HEADER_KEY), text(HEADER_AUTHORITY)) else {
+        return bad_request("Idempotency-Key and Ledger-Authority are required");
+    };
+    let Some(generation) = text(HEADER_GENERATION).and_then(|g| g.parse::<i64>().ok()) else {
+        return bad_request("Ledger-Generation must be an integer");
+    };
+    let args: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let mode = args
+        .get("mode")
+        .and_then(|m| serde_json::from_value::<Mode>(m.clone()).ok())
+        .unwrap_or(sink.mode);
+
+    let line = |event: &str, response: Value| LogLine {
+        event: event.to_owned(),
+        key: key.clone(),
+        authority: authority.clone(),
+        generation,
+        at: chrono::Utc::now(),
+        response,
+    };
+    let (status, response) = {
+        let mut ledger = sink.ledger.lock().expect("sink lock");
+        let highest = ledger
+            .highest_generation
+            .get(&authority)
+            .copied()
+            .unwrap_or(0);
+        let (event, status, response) = if generation < highest {
+            (
+                "fenced",
+                StatusCode::CONFLICT,
+                json!({"error": "stale_generation", "highest_seen": highest}),
+            )
+        } else if mode == Mode::Reject {
+            (
+                "rejected",
+                StatusCode::UNPROCESSABLE_ENTITY,
+                json!({"error": "refused by the provider"}),
+            )
+        } else if let Some(previous) = ledger.applied.get(&key) {
+            ("replayed", StatusCode::OK, previous.clone())
+        } else {
+            let n = ledger.applied.len() + 1;
+            (
+                "applied",
+                StatusCode::OK,
+                json!({"refund_id": format!("rf_{n:06}"), "key": key}),
+            )
+        };
+        if let Err(e) = ledger.append(&line(event, response.clone())) {
+            tracing::error!(error = %e, "demo sink log write failed");
+            return (StatusCode::INTERNAL_SERVER_ERROR, "log write failed").into_response();
+        }
+        (status, response)
+    };
+    if status != StatusCode::OK {
+        return (status, axum::Json(response)).into_response();
+    }
+    match mode {
+        Mode::Hang => std::future::pending().await,
+        Mode::ResetAfterApply => Response::builder()
+            .status(StatusCode::OK)
+            .header(header::CONTENT_TYPE, "application/json")
+            .header(header::CONTENT_LENGTH, "64")
+            .body(Body::new(Broken))
+            .expect("a valid response"),
+        Mode::Ok | Mode::Reject => (StatusCode::OK, axum::Json(response)).into_response(),
+    }
+}
+
+/// The reconcile probe: did the effect with this key run?
+async fn applied(State(sink): State<Sink>, Path(key): Path<String>) -> Response {
+    match sink.ledger.lock().expect("sink lock").applied.get(&key) {
+        Some(response) => (StatusCode::OK, axum::Json(response.clone())).into_response(),
+        None => (
+            StatusCode::NOT_FOUND,
+            axum::Json(json!({"error": "not applied"})),
+        )
+            .into_response(),
+    }
+}
+
+async fn stats(State(sink): State<Sink>) -> axum::Json<Value> {
+    let ledger = sink.ledger.lock().expect("sink lock");
+    axum::Json(json!({"counts": ledger.counts, "highest_generation": ledger.highest_generation}))
+}
+
+/// A response body that fails at once: the connection breaks mid-response.
+#[derive(Debug)]
+struct Broken;
+
+impl http_body::Body for Broken {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        Poll::Ready(Some(Err(std::io::Error::new(
+            std::io::ErrorKind::ConnectionReset,
+            "reset after apply",
+        ))))
+    }
+}

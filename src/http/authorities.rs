@@ -1,0 +1,40 @@
+//! `GET /v1/authorities/{id}`: the generation in force, so a device can pin
+//! a command to the session of the agent it is talking to.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use super::AppState;
+use super::error::ApiError;
+use super::extract::Auth;
+use crate::db;
+use crate::domain::AuthorityId;
+
+#[derive(Debug, Serialize)]
+pub(super) struct AuthorityView {
+    id: String,
+    generation: i64,
+    /// Whether a custodian holds a live lease right now.
+    leased: bool,
+    lease_expires_at: Option<DateTime<Utc>>,
+}
+
+pub(super) async fn get_one(
+    State(state): State<AppState>,
+    Auth(_principal): Auth,
+    Path(id): Path<String>,
+) -> Result<Json<AuthorityView>, ApiError> {
+    let id = AuthorityId::parse(&id).map_err(|e| ApiError::InvalidId(e.to_string()))?;
+    let row = db::authorities::get(&state.pool, id.as_str())
+        .await?
+        .ok_or(ApiError::NotFound)?;
+    let leased = row.lease_expires_at.is_some_and(|t| t > Utc::now());
+    Ok(Json(AuthorityView {
+        id: row.id,
+        generation: row.generation,
+        leased,
+        lease_expires_at: row.lease_expires_at,
+    }))
+}

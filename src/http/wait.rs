@@ -1,0 +1,124 @@
+//! Waiting for outcomes without polling: one LISTEN connection per API
+//! process (channel `command_ledger_outcome`, filled by a trigger when a
+//! command becomes terminal) fans out to every waiter of that command.
+//! Each waiter re-reads the row when woken; terminal rows never change, so
+//! every concurrent waiter gets the same outcome.
+
+use sqlx::PgPool;
+use sqlx::postgres::PgListener;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::watch;
+use uuid::Uuid;
+
+pub const OUTCOME_CHANNEL: &str = "command_ledger_outcome";
+
+/// The registry of waiters, by command id.
+#[derive(Debug, Clone, Default)]
+pub struct Waiters {
+    slots: Arc<Mutex<HashMap<Uuid, watch::Sender<u64>>>>,
+}
+
+/// One waiter's interest in one command; dropping it (the client went away)
+/// unregisters it.
+#[derive(Debug)]
+pub struct Subscription {
+    waiters: Waiters,
+    id: Uuid,
+    rx: watch::Receiver<u64>,
+}
+
+impl Waiters {
+    /// Register before reading the row, so a change between the read and the
+    /// wait is not missed.
+    pub fn subscribe(&self, id: Uuid) -> Subscription {
+        let mut slots = self.slots.lock().expect("waiters lock");
+        let rx = slots
+            .entry(id)
+            .or_insert_with(|| watch::channel(0).0)
+            .subscribe();
+        Subscription {
+            waiters: self.clone(),
+            id,
+            rx,
+        }
+    }
+
+    fn wake(&self, id: Uuid) {
+        if let Some(tx) = self.slots.lock().expect("waiters lock").get(&id) {
+            tx.send_modify(|v| *v += 1);
+        }
+    }
+
+    /// After the listener lost its connection, notifications may be lost:
+    /// every waiter re-reads.
+    fn wake_all(&self) {
+        for tx in self.slots.lock().expect("waiters lock").values() {
+            tx.send_modify(|v| *v += 1);
+        }
+    }
+
+    pub fn waiting(&self) -> usize {
+        self.slots.lock().expect("waiters lock").len()
+    }
+
+    /// Runs the process's one listener until the pool closes.
+    pub fn spawn_listener(&self, pool: PgPool) -> tokio::task::JoinHandle<()> {
+        let waiters = self.clone();
+        tokio::spawn(async move {
+            loop {
+                if pool.is_closed() {
+                    return;
+                }
+                match listen(&pool, &waiters).await {
+                    Ok(()) => return,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "outcome listener failed; reconnecting");
+                        waiters.wake_all();
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                    }
+                }
+            }
+        })
+    }
+}
+
+async fn listen(pool: &PgPool, waiters: &Waiters) -> Result<(), sqlx::Error> {
+    let mut listener = PgListener::connect_with(pool).await?;
+    listener.listen(OUTCOME_CHANNEL).await?;
+    // Anything that finished while we were not listening.
+    waiters.wake_all();
+    loop {
+        match listener.try_recv().await? {
+            Some(n) => match Uuid::parse_str(n.payload()) {
+                Ok(id) => waiters.wake(id),
+                Err(_) => tracing::warn!(payload = n.payload(), "unexpected outcome notification"),
+            },
+            // The connection was lost and will be re-established by the next
+            // call; notifications in between are lost.
+            None => waiters.wake_all(),
+        }
+    }
+}
+
+impl Subscription {
+    /// Resolves at the next wake-up for this command.
+    pub async fn changed(&mut self) {
+        // The sender lives as long as any subscription, so this cannot fail.
+        let _ = self.rx.changed().await;
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let mut slots = self.waiters.slots.lock().expect("waiters lock");
+        // Our receiver is still alive here: the last one out sees a count of 1.
+        if slots
+            .get(&self.id)
+            .is_some_and(|tx| tx.receiver_count() <= 1)
+        {
+            slots.remove(&self.id);
+        }
+    }
+}
