@@ -120,18 +120,23 @@ impl Custodian {
                 &self.actor,
             )
             .await?;
-            if !rows.is_empty() {
+            let count = rows.len();
+            if count > 0 {
                 self.stats
                     .adopted
-                    .fetch_add(rows.len() as u64, Ordering::Relaxed);
+                    .fetch_add(count as u64, Ordering::Relaxed);
                 tracing::info!(
                     authority,
                     generation,
-                    count = rows.len(),
+                    count,
                     "adopted prepared commands of an older generation"
                 );
             }
-            if (rows.len() as i64) < ADOPT_BATCH {
+            self.adopted.lock().expect("adopted lock").extend(
+                rows.into_iter()
+                    .filter(|r| r.state() == crate::domain::State::Prepared),
+            );
+            if (count as i64) < ADOPT_BATCH {
                 return Ok(());
             }
         }

@@ -114,21 +114,21 @@ pub enum CustodianError {
     Tx(#[from] TxError),
 }
 
-/// A started command whose effect is to run.
+/// A command whose `effect_started` is committed: its effect may run now.
 #[derive(Debug, Clone)]
-struct Started {
-    authority: String,
-    generation: i64,
-    call: EffectCall,
+pub struct Started {
+    pub authority: String,
+    pub generation: i64,
+    pub call: EffectCall,
 }
 
 /// An effect's outcome, waiting to be recorded.
-#[derive(Debug)]
-struct Done {
-    authority: String,
-    generation: i64,
-    id: Uuid,
-    outcome: EffectOutcome,
+#[derive(Debug, Clone)]
+pub struct Done {
+    pub authority: String,
+    pub generation: i64,
+    pub id: Uuid,
+    pub outcome: EffectOutcome,
 }
 
 #[derive(Debug)]
@@ -137,6 +137,8 @@ pub struct Custodian {
     config: CustodianConfig,
     effects: Arc<Effects>,
     leases: Mutex<HashMap<String, HeldLease>>,
+    /// Prepared rows adopted from an older generation, to start next.
+    adopted: Mutex<Vec<CommandRow>>,
     stats: Arc<Stats>,
     actor: String,
 }
@@ -149,6 +151,7 @@ impl Custodian {
             config,
             effects: Arc::new(effects),
             leases: Mutex::new(HashMap::new()),
+            adopted: Mutex::new(Vec::new()),
             stats: Arc::new(Stats::default()),
             actor,
         }
@@ -170,6 +173,13 @@ impl Custodian {
         let started = self
             .claim_and_start(self.config.batch_size, &mut report)
             .await?;
+        let done = self.execute(started).await;
+        self.record(done, &mut report).await?;
+        Ok(report)
+    }
+
+    /// Runs the effects of started commands concurrently, each under its deadline.
+    pub async fn execute(&self, started: Vec<Started>) -> Vec<Done> {
         let mut tasks = Vec::with_capacity(started.len());
         for s in started {
             let effects = Arc::clone(&self.effects);
@@ -187,17 +197,29 @@ impl Custodian {
         for t in tasks {
             done.push(t.await.expect("effect tasks do not panic"));
         }
-        self.record(done, &mut report).await?;
-        Ok(report)
+        done
     }
 
     /// Claims up to `limit` commands and starts those it may: returns the
     /// commands whose `effect_started` is committed, and only those.
-    async fn claim_and_start(
+    pub async fn claim_and_start(
         &self,
         limit: i64,
         report: &mut StepReport,
     ) -> Result<Vec<Started>, CustodianError> {
+        let mut prepared: Vec<CommandRow> =
+            std::mem::take(&mut *self.adopted.lock().expect("adopted lock"));
+        prepared.extend(self.claim(limit, report).await?);
+        self.start_prepared(&prepared, report).await
+    }
+
+    /// Claims up to `limit` pending commands of the authorities leased now:
+    /// returns those now `prepared` (overdue ones are expired, never started).
+    pub async fn claim(
+        &self,
+        limit: i64,
+        report: &mut StepReport,
+    ) -> Result<Vec<CommandRow>, CustodianError> {
         let held = self.held();
         if held.is_empty() || limit <= 0 {
             return Ok(Vec::new());
@@ -209,27 +231,38 @@ impl Custodian {
         self.stats
             .claimed
             .fetch_add(claimed.len() as u64, Ordering::Relaxed);
-
-        let mut groups: BTreeMap<(String, i64), Vec<Uuid>> = BTreeMap::new();
-        for row in &claimed {
-            match (row.state(), row.authority_generation) {
-                (State::Prepared, Some(generation)) => {
-                    groups
-                        .entry((row.authority_id.clone(), generation))
-                        .or_default()
-                        .push(row.id);
-                }
-                (State::Expired, _) => {
+        let mut prepared = Vec::with_capacity(claimed.len());
+        for row in claimed {
+            match row.state() {
+                State::Prepared => prepared.push(row),
+                State::Expired => {
                     report.expired += 1;
                     self.stats.expired.fetch_add(1, Ordering::Relaxed);
                     tracing::info!(command.id = %row.id, authority = %row.authority_id, error = ?row.error, "expired before any effect");
                 }
-                (state, _) => {
+                state => {
                     tracing::error!(command.id = %row.id, %state, "claim returned an unexpected row");
                 }
             }
         }
+        Ok(prepared)
+    }
 
+    /// Starts prepared commands, one fenced transaction per (authority, generation).
+    pub async fn start_prepared(
+        &self,
+        prepared: &[CommandRow],
+        report: &mut StepReport,
+    ) -> Result<Vec<Started>, CustodianError> {
+        let mut groups: BTreeMap<(String, i64), Vec<Uuid>> = BTreeMap::new();
+        for row in prepared {
+            if let Some(generation) = row.authority_generation {
+                groups
+                    .entry((row.authority_id.clone(), generation))
+                    .or_default()
+                    .push(row.id);
+            }
+        }
         let mut started = Vec::new();
         for ((authority, generation), ids) in groups {
             started.extend(self.start(&authority, generation, &ids, report).await?);
@@ -343,7 +376,11 @@ impl Custodian {
     /// Records outcomes, one SERIALIZABLE transaction per (authority,
     /// generation). A refused write (fenced) is counted and logged, never
     /// taken for success.
-    async fn record(&self, done: Vec<Done>, report: &mut StepReport) -> Result<(), CustodianError> {
+    pub async fn record(
+        &self,
+        done: Vec<Done>,
+        report: &mut StepReport,
+    ) -> Result<(), CustodianError> {
         let mut groups: BTreeMap<(String, i64), Vec<(Uuid, EffectOutcome)>> = BTreeMap::new();
         for d in done {
             groups

@@ -278,3 +278,73 @@ pub(crate) async fn problem(resp: reqwest::Response, status: u16, problem_type: 
     );
     body
 }
+
+/// A demo sink on an ephemeral port, with its log in a temporary directory.
+#[derive(Debug)]
+pub(crate) struct TestSink {
+    pub(crate) url: String,
+    pub(crate) log: std::path::PathBuf,
+}
+
+impl TestSink {
+    pub(crate) async fn start(mode: command_ledger::demo_sink::Mode) -> TestSink {
+        let dir = std::env::temp_dir().join(format!(
+            "command-ledger-sink-{}",
+            uuid::Uuid::now_v7().simple()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join("sink.log");
+        let router = command_ledger::demo_sink::router(&log, mode).unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        TestSink { url, log }
+    }
+
+    /// How many log lines have this event (`applied`, `replayed`, `fenced`, `rejected`).
+    pub(crate) fn count(&self, event: &str) -> usize {
+        command_ledger::demo_sink::read_log(&self.log)
+            .unwrap()
+            .iter()
+            .filter(|l| l.event == event)
+            .count()
+    }
+
+    /// Every request the sink received.
+    pub(crate) fn requests(&self) -> usize {
+        command_ledger::demo_sink::read_log(&self.log)
+            .unwrap()
+            .len()
+    }
+}
+
+/// Effects with `refund` going to `url` under `timeout`.
+pub(crate) fn refund_effects(
+    url: &str,
+    timeout: std::time::Duration,
+) -> command_ledger::custodian::Effects {
+    let mut effects = command_ledger::custodian::Effects::default();
+    let executor = command_ledger::custodian::http_executor::HttpExecutor::new(
+        format!("{url}/refunds"),
+        Default::default(),
+        timeout,
+    )
+    .unwrap();
+    effects.register("refund", executor, timeout);
+    effects
+}
+
+/// A custodian for `authorities` with a short lease, for stepping by hand.
+pub(crate) fn custodian(
+    pool: &PgPool,
+    authorities: &[&str],
+    effects: command_ledger::custodian::Effects,
+    lease_ttl: std::time::Duration,
+) -> command_ledger::custodian::Custodian {
+    let mut config = command_ledger::custodian::CustodianConfig::new(
+        authorities.iter().map(|a| (*a).to_owned()).collect(),
+    );
+    config.lease_ttl = lease_ttl;
+    config.heartbeat = lease_ttl / 3;
+    command_ledger::custodian::Custodian::new(pool.clone(), config, effects)
+}

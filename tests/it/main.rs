@@ -7,6 +7,7 @@
 
 mod auth;
 mod cancel;
+mod custodian;
 mod harness;
 mod reads;
 mod schema;

@@ -1,0 +1,603 @@
+//! The custodian against a real PostgreSQL and a real HTTP sink: honest
+//! outcomes, fencing, expiry, cancellation, waiting, retries.
+
+use crate::harness::{TestApp, TestSink, custodian, problem, refund, refund_effects};
+use command_ledger::custodian::StepReport;
+use command_ledger::db::Role;
+use command_ledger::demo_sink::Mode;
+use serde_json::{Value, json};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+async fn submit(app: &TestApp, token: &str, key: &str, body: &Value) -> String {
+    let resp = app.submit(token, Some(key), body).await;
+    assert_eq!(resp.status(), 202);
+    let body: Value = resp.json().await.unwrap();
+    body["id"].as_str().unwrap().to_owned()
+}
+
+async fn command(app: &TestApp, token: &str, id: &str) -> Value {
+    app.get(token, &format!("/v1/commands/{id}"))
+        .await
+        .json()
+        .await
+        .unwrap()
+}
+
+async fn history(app: &TestApp, token: &str, id: &str) -> Vec<String> {
+    let h: Value = app
+        .get(token, &format!("/v1/commands/{id}/history"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    h["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["to"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+const SECOND: Duration = Duration::from_secs(1);
+
+#[tokio::test]
+async fn a_refund_goes_pending_to_applied_through_the_sink_once() {
+    let app = TestApp::spawn().await;
+    let token = app.token("dev", Role::Device).await;
+    let sink = TestSink::start(Mode::Ok).await;
+    let c = custodian(
+        &app.pool,
+        &["payments"],
+        refund_effects(&sink.url, 5 * SECOND),
+        10 * SECOND,
+    );
+    let id = submit(&app, &token, "r1", &refund(1200)).await;
+
+    let report = c.run_once().await.unwrap();
+    assert_eq!(
+        report,
+        StepReport {
+            claimed: 1,
+            started: 1,
+            applied: 1,
+            ..Default::default()
+        }
+    );
+    let cmd = command(&app, &token, &id).await;
+    assert_eq!(cmd["state"], "applied");
+    assert_eq!(cmd["authority"]["generation"], 1);
+    assert_eq!(
+        cmd["result"]["key"],
+        format!("cl-{id}"),
+        "the downstream key is derived from the command id"
+    );
+    assert_eq!(
+        history(&app, &token, &id).await,
+        ["pending", "prepared", "effect_started", "applied"]
+    );
+    assert_eq!(sink.count("applied"), 1);
+
+    // Nothing more to do, ever.
+    assert_eq!(c.run_once().await.unwrap(), StepReport::default());
+    assert_eq!(sink.requests(), 1);
+}
+
+#[tokio::test]
+async fn a_hanging_sink_makes_the_command_ambiguous_and_it_is_never_retried() {
+    let app = TestApp::spawn().await;
+    let token = app.token("dev", Role::Device).await;
+    let sink = TestSink::start(Mode::Hang).await;
+    let c = custodian(
+        &app.pool,
+        &["payments"],
+        refund_effects(&sink.url, Duration::from_millis(500)),
+        10 * SECOND,
+    );
+    let id = submit(&app, &token, "r1", &refund(1)).await;
+
+    let report = c.run_once().await.unwrap();
+    assert_eq!(report.ambiguous, 1);
+    let cmd = command(&app, &token, &id).await;
+    assert_eq!(cmd["state"], "ambiguous");
+    assert_eq!(cmd["error"]["reason"], "timeout");
+    assert_eq!(
+        sink.count("applied"),
+        1,
+        "the sink did apply it: ambiguous, not failed"
+    );
+    for _ in 0..3 {
+        assert_eq!(c.run_once().await.unwrap(), StepReport::default());
+    }
+    assert_eq!(sink.requests(), 1, "no retry behind anyone's back");
+}
+
+#[tokio::test]
+async fn a_connection_reset_after_the_sink_applied_is_ambiguous() {
+    let app = TestApp::spawn().await;
+    let token = app.token("dev", Role::Device).await;
+    let sink = TestSink::start(Mode::ResetAfterApply).await;
+    let c = custodian(
+        &app.pool,
+        &["payments"],
+        refund_effects(&sink.url, 5 * SECOND),
+        10 * SECOND,
+    );
+    let id = submit(&app, &token, "r1", &refund(1)).await;
+    c.run_once().await.unwrap();
+    let cmd = command(&app, &token, &id).await;
+    assert_eq!(cmd["state"], "ambiguous", "{cmd}");
+    assert_eq!(cmd["error"]["reason"], "connection_lost");
+    assert_eq!(sink.count("applied"), 1);
+}
+
+#[tokio::test]
+async fn an_unreachable_sink_is_failed_not_dispatched_and_a_refusal_is_failed() {
+    let app = TestApp::spawn().await;
+    let token = app.token("dev", Role::Device).await;
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", l.local_addr().unwrap())
+    };
+    let c = custodian(
+        &app.pool,
+        &["payments"],
+        refund_effects(&closed, 5 * SECOND),
+        10 * SECOND,
+    );
+    let id = submit(&app, &token, "r1", &refund(1)).await;
+    assert_eq!(c.run_once().await.unwrap().failed, 1);
+    let cmd = command(&app, &token, &id).await;
+    assert_eq!(
+        (cmd["state"].as_str(), cmd["error"]["reason"].as_str()),
+        (Some("failed"), Some("not_dispatched"))
+    );
+
+    let sink = TestSink::start(Mode::Reject).await;
+    let c = custodian(
+        &app.pool,
+        &["refusals"],
+        refund_effects(&sink.url, 5 * SECOND),
+        10 * SECOND,
+    );
+    let mut body = refund(2);
+    body["authority"] = json!("refusals");
+    let id = submit(&app, &token, "r2", &body).await;
+    assert_eq!(c.run_once().await.unwrap().failed, 1);
+    let cmd = command(&app, &token, &id).await;
+    assert_eq!(
+        (cmd["state"].as_str(), cmd["error"]["reason"].as_str()),
+        (Some("failed"), Some("rejected"))
+    );
+    assert_eq!(cmd["error"]["detail"]["status"], 422);
+    assert_eq!((sink.count("applied"), sink.count("rejected")), (0, 1));
+}
+
+#[tokio::test]
+async fn a_kind_without_an_executor_fails_without_dispatch() {
+    let app = TestApp::spawn().await;
+    let token = app.token("dev", Role::Device).await;
+    let c = custodian(
+        &app.pool,
+        &["payments"],
+        command_ledger::custodian::Effects::default(),
+        10 * SECOND,
+    );
+    let id = submit(&app, &token, "r1", &refund(1)).await;
+    c.run_once().await.unwrap();
+    let cmd = command(&app, &token, &id).await;
+    assert_eq!(
+        (cmd["state"].as_str(), cmd["error"]["reason"].as_str()),
+        (Some("failed"), Some("not_dispatched"))
+    );
+}
+
+#[tokio::test]
+async fn expired_and_cancelled_commands_are_never_executed() {
+    let app = TestApp::spawn().await;
+    let token = app.token("dev", Role::Device).await;
+    let sink = TestSink::start(Mode::Ok).await;
+    let c = custodian(
+        &app.pool,
+        &["payments"],
+        refund_effects(&sink.url, 5 * SECOND),
+        10 * SECOND,
+    );
+
+    let mut overdue = refund(1);
+    overdue["deadline"] = json!((chrono::Utc::now() - chrono::Duration::seconds(1)).to_rfc3339());
+    let expired = submit(&app, &token, "late", &overdue).await;
+    let cancelled = submit(&app, &token, "cancel-me", &refund(2)).await;
+    assert_eq!(
+        app.post(&token, &format!("/v1/commands/{cancelled}/cancel"))
+            .await
+            .status(),
+        200
+    );
+
+    let report = c.run_once().await.unwrap();
+    assert_eq!((report.expired, report.started), (1, 0));
+    let cmd = command(&app, &token, &expired).await;
+    assert_eq!(
+        (cmd["state"].as_str(), cmd["error"]["reason"].as_str()),
+        (Some("expired"), Some("deadline_passed"))
+    );
+    assert_eq!(
+        history(&app, &token, &expired).await,
+        ["pending", "expired"]
+    );
+    assert_eq!(
+        command(&app, &token, &cancelled).await["state"],
+        "cancelled"
+    );
+    assert_eq!(sink.requests(), 0);
+}
+
+#[tokio::test]
+async fn a_cancel_between_prepare_and_start_wins_and_the_effect_never_runs() {
+    let app = TestApp::spawn().await;
+    let token = app.token("dev", Role::Device).await;
+    let sink = TestSink::start(Mode::Ok).await;
+    let c = custodian(
+        &app.pool,
+        &["payments"],
+        refund_effects(&sink.url, 5 * SECOND),
+        10 * SECOND,
+    );
+    let id = submit(&app, &token, "r1", &refund(1)).await;
+
+    c.heartbeat().await.unwrap();
+    let mut report = StepReport::default();
+    let prepared = c.claim(10, &mut report).await.unwrap();
+    assert_eq!(prepared.len(), 1);
+    assert_eq!(
+        app.post(&token, &format!("/v1/commands/{id}/cancel"))
+            .await
+            .status(),
+        200
+    );
+    let started = c.start_prepared(&prepared, &mut report).await.unwrap();
+    assert!(started.is_empty(), "a cancelled row is never started");
+    assert_eq!(
+        history(&app, &token, &id).await,
+        ["pending", "prepared", "cancelled"]
+    );
+    assert_eq!(sink.requests(), 0);
+
+    // Once started, cancel is too late.
+    let id = submit(&app, &token, "r2", &refund(2)).await;
+    let prepared = c.claim(10, &mut report).await.unwrap();
+    let started = c.start_prepared(&prepared, &mut report).await.unwrap();
+    assert_eq!(started.len(), 1);
+    let body = problem(
+        app.post(&token, &format!("/v1/commands/{id}/cancel")).await,
+        409,
+        "/problems/cancel-too-late",
+    )
+    .await;
+    assert_eq!(body["state"], "effect_started");
+    let done = c.execute(started).await;
+    c.record(done, &mut report).await.unwrap();
+    assert_eq!(command(&app, &token, &id).await["state"], "applied");
+}
+
+/// The first custodian is paused (not dead) with a command started and
+/// another prepared; its lease lapses; a second takes over. The first can
+/// record nothing afterwards, and the sink refuses its stale generation.
+#[tokio::test]
+async fn a_paused_custodian_is_fenced_out_after_another_takes_over() {
+    let app = TestApp::spawn().await;
+    let token = app.token("dev", Role::Device).await;
+    let sink = TestSink::start(Mode::Ok).await;
+    let ttl = Duration::from_millis(600);
+    let a = custodian(
+        &app.pool,
+        &["payments"],
+        refund_effects(&sink.url, 5 * SECOND),
+        ttl,
+    );
+    let b = custodian(
+        &app.pool,
+        &["payments"],
+        refund_effects(&sink.url, 5 * SECOND),
+        ttl,
+    );
+
+    let started_by_a = submit(&app, &token, "r1", &refund(1)).await;
+    a.heartbeat().await.unwrap();
+    let mut ra = StepReport::default();
+    let a_started = a.claim_and_start(1, &mut ra).await.unwrap();
+    assert_eq!(a_started.len(), 1);
+    let prepared_by_a = submit(&app, &token, "r2", &refund(2)).await;
+    let a_prepared = a.claim(1, &mut ra).await.unwrap();
+    assert_eq!(a_prepared.len(), 1);
+
+    // B cannot take a live lease; after it lapses, B takes generation 2.
+    b.heartbeat().await.unwrap();
+    assert!(b.held().is_empty());
+    tokio::time::sleep(ttl + Duration::from_millis(200)).await;
+    b.heartbeat().await.unwrap();
+    assert_eq!(b.held()["payments"].generation, 2);
+    // B adopted the prepared row: no effect had been attempted.
+    let adopted = command(&app, &token, &prepared_by_a).await;
+    assert_eq!(
+        (
+            adopted["state"].as_str(),
+            adopted["authority"]["generation"].as_i64()
+        ),
+        (Some("prepared"), Some(2))
+    );
+    assert_eq!(
+        history(&app, &token, &prepared_by_a).await,
+        ["pending", "prepared", "prepared"]
+    );
+
+    // B runs its own work under generation 2; the sink learns generation 2.
+    let fresh = submit(&app, &token, "r3", &refund(3)).await;
+    let rb = b.run_once().await.unwrap();
+    assert_eq!(rb.applied, 2, "the adopted command and the fresh one");
+    assert_eq!(command(&app, &token, &fresh).await["state"], "applied");
+
+    // A wakes up: it cannot start what it prepared, its stale dispatch is
+    // refused by the sink, and its outcome write is fenced out.
+    let mut ra = StepReport::default();
+    assert!(
+        a.start_prepared(&a_prepared, &mut ra)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let done = a.execute(a_started).await;
+    assert_eq!(
+        done[0].outcome.state(),
+        command_ledger::domain::State::Failed,
+        "the sink refused generation 1"
+    );
+    a.record(done, &mut ra).await.unwrap();
+    assert_eq!(ra.fenced, 1);
+    assert_eq!(a.stats().fenced.load(Ordering::Relaxed), 1);
+    assert_eq!(
+        command(&app, &token, &started_by_a).await["state"],
+        "effect_started",
+        "left for recovery, not overwritten"
+    );
+    assert_eq!(sink.count("fenced"), 1);
+    // And A's heartbeat finds the lease gone: it claims nothing more.
+    a.heartbeat().await.unwrap();
+    let _ = submit(&app, &token, "r4", &refund(4)).await;
+    let mut ra = StepReport::default();
+    assert!(a.claim(10, &mut ra).await.unwrap().is_empty());
+    assert_eq!(sink.count("applied"), 2);
+}
+
+#[tokio::test]
+async fn a_command_pinned_to_a_superseded_generation_expires_unexecuted() {
+    let app = TestApp::spawn().await;
+    let token = app.token("dev", Role::Device).await;
+    let sink = TestSink::start(Mode::Ok).await;
+    let ttl = Duration::from_millis(400);
+    let a = custodian(
+        &app.pool,
+        &["agent-7"],
+        refund_effects(&sink.url, 5 * SECOND),
+        ttl,
+    );
+    a.heartbeat().await.unwrap();
+    let authority: Value = app
+        .get(&token, "/v1/authorities/agent-7")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(authority["generation"], 1);
+    assert_eq!(authority["leased"], true);
+
+    let mut pinned = refund(5);
+    pinned["authority"] = json!({"id": "agent-7", "generation": 1});
+    let id = submit(&app, &token, "pinned", &pinned).await;
+    assert_eq!(
+        command(&app, &token, &id).await["authority"],
+        json!({"id": "agent-7", "generation": 1, "pinned": true})
+    );
+    // A pinned request is a different request from an unpinned one.
+    let mut unpinned = refund(5);
+    unpinned["authority"] = json!("agent-7");
+    problem(
+        app.submit(&token, Some("pinned"), &unpinned).await,
+        422,
+        "/problems/idempotency-key-conflict",
+    )
+    .await;
+
+    a.release_leases().await;
+    let b = custodian(
+        &app.pool,
+        &["agent-7"],
+        refund_effects(&sink.url, 5 * SECOND),
+        ttl,
+    );
+    let report = b.run_once().await.unwrap();
+    assert_eq!((report.expired, report.started), (1, 0));
+    let cmd = command(&app, &token, &id).await;
+    assert_eq!(
+        (cmd["state"].as_str(), cmd["error"]["reason"].as_str()),
+        (Some("expired"), Some("authority_superseded"))
+    );
+    assert_eq!(history(&app, &token, &id).await, ["pending", "expired"]);
+    assert_eq!(sink.requests(), 0);
+
+    problem(
+        app.get(&token, "/v1/authorities/nobody").await,
+        404,
+        "/problems/not-found",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn twenty_concurrent_waiters_receive_the_same_terminal_body() {
+    let app = TestApp::spawn().await;
+    let token = app.token("dev", Role::Device).await;
+    let sink = TestSink::start(Mode::Ok).await;
+    let c = custodian(
+        &app.pool,
+        &["payments"],
+        refund_effects(&sink.url, 5 * SECOND),
+        10 * SECOND,
+    );
+    let id = submit(&app, &token, "r1", &refund(1)).await;
+
+    let mut waiters = Vec::new();
+    for _ in 0..20 {
+        let (client, url, token) = (
+            app.client.clone(),
+            app.url(&format!("/v1/commands/{id}?wait=30")),
+            token.clone(),
+        );
+        waiters.push(tokio::spawn(async move {
+            let started = std::time::Instant::now();
+            let resp = client.get(url).bearer_auth(token).send().await.unwrap();
+            assert_eq!(resp.headers()["preference-applied"], "wait=30");
+            (resp.text().await.unwrap(), started.elapsed())
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    c.run_once().await.unwrap();
+    let mut bodies = Vec::new();
+    for w in waiters {
+        let (body, elapsed) = w.await.unwrap();
+        assert!(
+            elapsed < Duration::from_secs(10),
+            "woken by the outcome, not by the end of the wait"
+        );
+        bodies.push(body);
+    }
+    let first: Value = serde_json::from_str(&bodies[0]).unwrap();
+    assert_eq!(first["state"], "applied");
+    assert!(
+        bodies.iter().all(|b| *b == bodies[0]),
+        "every waiter got the same body"
+    );
+}
+
+#[tokio::test]
+async fn a_wait_that_ends_first_returns_the_current_state() {
+    let app = TestApp::spawn().await;
+    let token = app.token("dev", Role::Device).await;
+    let id = submit(&app, &token, "r1", &refund(1)).await;
+    let started = std::time::Instant::now();
+    let resp = app.get(&token, &format!("/v1/commands/{id}?wait=1")).await;
+    assert!(started.elapsed() >= Duration::from_millis(900));
+    assert_eq!(resp.headers()["preference-applied"], "wait=1");
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["state"], "pending");
+    problem(
+        app.get(&token, &format!("/v1/commands/{id}?wait=soon"))
+            .await,
+        400,
+        "/problems/invalid-query",
+    )
+    .await;
+}
+
+/// The loop wakes on the API's NOTIFY, not on its poll (set to a minute here),
+/// and `Prefer: wait` returns the outcome in the submit response.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_running_custodian_is_woken_by_a_submission_and_the_submitter_gets_the_outcome() {
+    let app = TestApp::spawn().await;
+    let token = app.token("dev", Role::Device).await;
+    let sink = TestSink::start(Mode::Ok).await;
+    let mut config = command_ledger::custodian::CustodianConfig::new(vec!["payments".into()]);
+    config.poll_interval = Duration::from_secs(60);
+    let c = std::sync::Arc::new(command_ledger::custodian::Custodian::new(
+        app.pool.clone(),
+        config,
+        refund_effects(&sink.url, 5 * SECOND),
+    ));
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(std::sync::Arc::clone(&c).run(async move {
+        let _ = stop_rx.await;
+    }));
+    // Let the loop take its lease and start listening.
+    for _ in 0..50 {
+        if !c.held().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    for i in 0..3 {
+        let started = std::time::Instant::now();
+        let resp = app
+            .client
+            .post(app.url("/v1/commands"))
+            .bearer_auth(&token)
+            .header("Idempotency-Key", format!("w{i}"))
+            .header("Prefer", "wait=20")
+            .json(&refund(i))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 202);
+        assert_eq!(resp.headers()["preference-applied"], "wait=20");
+        let body: Value = resp.json().await.unwrap();
+        assert_eq!(body["state"], "applied", "{body}");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "woken by NOTIFY, not the 60 s poll"
+        );
+    }
+    stop_tx.send(()).unwrap();
+    running.await.unwrap().unwrap();
+    let lease: (Option<String>,) =
+        sqlx::query_as("select lease_holder from authorities where id = 'payments'")
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(lease.0, None, "the lease is released on shutdown");
+    assert_eq!(sink.count("applied"), 3);
+}
+
+/// A concurrent writer makes the SERIALIZABLE start conflict; the custodian
+/// retries, counts the retry, and starts the command exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn serialization_conflicts_are_retried_and_counted() {
+    let app = TestApp::spawn().await;
+    let token = app.token("dev", Role::Device).await;
+    let sink = TestSink::start(Mode::Ok).await;
+    let c = std::sync::Arc::new(custodian(
+        &app.pool,
+        &["payments"],
+        refund_effects(&sink.url, 5 * SECOND),
+        10 * SECOND,
+    ));
+    let id = submit(&app, &token, "r1", &refund(1)).await;
+    c.heartbeat().await.unwrap();
+    let mut report = StepReport::default();
+    let prepared = c.claim(10, &mut report).await.unwrap();
+
+    // Another transaction holds the row with an update it has not committed.
+    let mut other = app.pool.begin().await.unwrap();
+    sqlx::query("update commands set deadline_at = now() + interval '1 hour' where id = $1::uuid")
+        .bind(&id)
+        .execute(&mut *other)
+        .await
+        .unwrap();
+    let starter = {
+        let c = std::sync::Arc::clone(&c);
+        tokio::spawn(async move {
+            let mut report = StepReport::default();
+            c.start_prepared(&prepared, &mut report).await.unwrap()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    other.commit().await.unwrap();
+    let started = starter.await.unwrap();
+    assert_eq!(started.len(), 1);
+    assert!(c.stats().serialization_retries.load(Ordering::Relaxed) >= 1);
+    assert_eq!(
+        history(&app, &token, &id).await,
+        ["pending", "prepared", "effect_started"]
+    );
+}
