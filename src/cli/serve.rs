@@ -53,13 +53,7 @@ pub(super) async fn run(
     };
     let addr = listener.local_addr()?;
     let api = format!("http://{addr}");
-
-    if db.cluster.is_some() {
-        let token = first_operator_token(&db, state_dir).await?;
-        announce_embedded(&api, &db.url, token.as_deref(), state_dir);
-    } else {
-        tracing::info!(%api, "command-ledger listening");
-    }
+    let mut extras = Vec::new();
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = move || {
@@ -79,10 +73,10 @@ pub(super) async fn run(
             HttpExecutor::new(format!("{url}/refunds"), Default::default(), timeout)?,
             timeout,
         );
-        println!(
-            "  demo sink:      {url} (kind refund, log {})",
+        extras.push(format!(
+            "demo sink:      {url} (kind refund, log {})",
             state_dir.join("demo-sink.log").display()
-        );
+        ));
     }
     let authorities = args
         .custodian
@@ -91,21 +85,27 @@ pub(super) async fn run(
     let custodian = match authorities.filter(|a| !a.is_empty()) {
         Some(authorities) => {
             let config = args.custodian_options.config(authorities)?;
-            println!(
-                "  custodian:      {} (kinds: {})",
+            extras.push(format!(
+                "custodian:      authorities {} (kinds: {})",
                 config.authorities.join(","),
                 kinds(&effects)
-            );
+            ));
             Some(spawn_custodian(db.pool.clone(), config, effects, stopped()))
         }
         None => None,
     };
 
     let state = AppState::new(db.pool.clone());
-    let api = tokio::spawn(http::serve(listener, state, stopped()));
+    let api_task = tokio::spawn(http::serve(listener, state, stopped()));
+    if embedded {
+        let token = first_operator_token(&db, state_dir).await?;
+        announce_embedded(&api, &db.url, token.as_deref(), state_dir, &extras);
+    } else {
+        tracing::info!(%api, extras = ?extras, "command-ledger listening");
+    }
     shutdown_signal().await;
     let _ = stop_tx.send(true);
-    let served = api.await.context("API task")?;
+    let served = api_task.await.context("API task")?;
     if let Some(custodian) = custodian {
         match custodian.await {
             Ok(Ok(())) => {}
@@ -162,25 +162,34 @@ async fn first_operator_token(db: &Database, state_dir: &Path) -> anyhow::Result
     Ok(Some(token))
 }
 
-fn announce_embedded(api: &str, db_url: &str, new_token: Option<&str>, state_dir: &Path) {
+/// What the private-cluster quickstart needs, printed once everything runs.
+fn announce_embedded(
+    api: &str,
+    db_url: &str,
+    new_token: Option<&str>,
+    state_dir: &Path,
+    extras: &[String],
+) {
     let token_file = state_dir.join("operator-token");
     let token_line = match new_token {
-        Some(t) => format!(
-            "operator token: {t}\n                (saved in {})",
-            token_file.display()
-        ),
-        None => format!("operator token: in {}", token_file.display()),
+        Some(t) => format!("{t}\n                  (saved in {})", token_file.display()),
+        None => format!("in {}", token_file.display()),
     };
-    println!(
-        "\ncommand-ledger is running with a private PostgreSQL cluster.\n\
-         \n  API:            {api}\n  {token_line}\n  psql:           psql '{db_url}'\n\
-         \nTry:\n  TOKEN=$(cat {tf})\n  curl -s -X POST {api}/v1/commands \\\n    \
-         -H \"Authorization: Bearer $TOKEN\" -H 'Idempotency-Key: try-1' \\\n    \
+    let mut text =
+        String::from("\ncommand-ledger is running with a private PostgreSQL cluster.\n\n");
+    text.push_str(&format!("  API:            {api}\n  operator token: {token_line}\n  psql:           psql '{db_url}'\n"));
+    for line in extras {
+        text.push_str(&format!("  {line}\n"));
+    }
+    text.push_str(&format!(
+        "\nTry (waits up to 10 s for the outcome):\n  TOKEN=$(cat {tf})\n  curl -s -X POST {api}/v1/commands \\\n    \
+         -H \"Authorization: Bearer $TOKEN\" -H 'Idempotency-Key: try-1' -H 'Prefer: wait=10' \\\n    \
          -H 'Content-Type: application/json' \\\n    \
-         -d '{{\"kind\":\"refund\",\"authority\":\"payments\",\"args\":{{\"amount\":\"12.00 USD\"}}}}'\n\
-         \nCtrl-C stops the API, then the cluster.\n",
+         -d '{{\"kind\":\"refund\",\"authority\":\"payments\",\"args\":{{\"to\":\"ada@example.com\",\"amount\":\"12.00 USD\"}}}}'\n\
+         \nCtrl-C stops the API and the custodian, then the cluster.\n",
         tf = token_file.display(),
-    );
+    ));
+    println!("{text}");
 }
 
 pub(super) async fn shutdown_signal() {
