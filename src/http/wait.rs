@@ -73,6 +73,7 @@ impl Waiters {
                 }
                 match listen(&pool, &waiters).await {
                     Ok(()) => return,
+                    Err(_) if pool.is_closed() => return,
                     Err(e) => {
                         tracing::warn!(error = %e, "outcome listener failed; reconnecting");
                         waiters.wake_all();

@@ -154,6 +154,11 @@ fn hex_digest(bytes: &[u8]) -> String {
 
 /// A fresh, migrated database of its own.
 pub(crate) async fn fresh_pool() -> PgPool {
+    fresh_database().await.1
+}
+
+/// A fresh, migrated database: its URL and a pool.
+pub(crate) async fn fresh_database() -> (String, PgPool) {
     let template = template().await;
     let name = format!("cl_test_{}", uuid::Uuid::now_v7().simple());
     let mut admin = sqlx::PgConnection::connect(&backend().admin_url)
@@ -165,20 +170,24 @@ pub(crate) async fn fresh_pool() -> PgPool {
     )
     .await;
     admin.close().await.unwrap();
-    db::connect(&url_for(&name), 20).await.unwrap()
+    let url = url_for(&name);
+    let pool = db::connect(&url, 20).await.unwrap();
+    (url, pool)
 }
 
 /// The API on an ephemeral port over a fresh database.
 #[derive(Debug)]
 pub(crate) struct TestApp {
     pub(crate) base: String,
+    /// The database URL, for child processes.
+    pub(crate) db_url: String,
     pub(crate) pool: PgPool,
     pub(crate) client: reqwest::Client,
 }
 
 impl TestApp {
     pub(crate) async fn spawn() -> TestApp {
-        let pool = fresh_pool().await;
+        let (db_url, pool) = fresh_database().await;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let state = AppState::new(pool.clone());
@@ -189,6 +198,7 @@ impl TestApp {
         });
         TestApp {
             base,
+            db_url,
             pool,
             client: reqwest::Client::new(),
         }

@@ -101,18 +101,40 @@ async fn serve_with_no_database_url_runs_its_own_cluster_end_to_end() {
     );
     let device = String::from_utf8(out.stdout).unwrap().trim().to_owned();
 
+    // The in-process custodian runs the refund at the demo sink; the
+    // submitter waits for the outcome.
     let body = json!({"kind": "refund", "authority": "payments", "args": {"amount": "12.00 USD"}});
     let created = client
         .post(format!("{api}/v1/commands"))
         .bearer_auth(&device)
         .header("Idempotency-Key", "try-1")
+        .header("Prefer", "wait=20")
         .json(&body)
         .send()
         .await
         .unwrap();
     assert_eq!(created.status(), 202);
     let created: Value = created.json().await.unwrap();
+    assert_eq!(created["state"], "applied", "{created}");
     let id = created["id"].as_str().unwrap().to_owned();
+    let history: Value = client
+        .get(format!("{api}/v1/commands/{id}/history"))
+        .bearer_auth(&device)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let path: Vec<&str> = history["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["to"].as_str().unwrap())
+        .collect();
+    assert_eq!(path, ["pending", "prepared", "effect_started", "applied"]);
+    let sink_log = command_ledger::demo_sink::read_log(&state_dir.join("demo-sink.log")).unwrap();
+    assert_eq!(sink_log.iter().filter(|l| l.event == "applied").count(), 1);
     interrupt_and_wait(serve);
     let data_dir = state_dir.join("pg");
     assert!(
@@ -151,4 +173,120 @@ async fn serve_with_no_database_url_runs_its_own_cluster_end_to_end() {
     assert_eq!(seen.status(), 200);
     interrupt_and_wait(serve);
     let _ = std::fs::remove_dir_all(&root);
+}
+
+/// Separate processes: a demo sink, a custodian (configured by a catalog
+/// file, on the test database), and the API; the custodian is woken across
+/// processes and stops gracefully on SIGTERM, releasing its lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_custodian_process_executes_what_the_api_records() {
+    use crate::harness::{TestApp, refund};
+    use command_ledger::db::Role;
+
+    let app = TestApp::spawn().await;
+    let token = app.token("dev", Role::Device).await;
+    let dir = std::env::temp_dir().join(format!(
+        "command-ledger-procs-{}",
+        uuid::Uuid::now_v7().simple()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+
+    let mut sink = Command::new(BIN)
+        .args(["demo-sink", "--listen", "127.0.0.1:0", "--log"])
+        .arg(dir.join("sink.log"))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(sink.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let sink_url = line.split_whitespace().nth(3).unwrap().to_owned();
+    std::fs::write(
+        dir.join("ledger.toml"),
+        format!("[kinds.refund]\nurl = \"{sink_url}/refunds\"\ntimeout = \"5s\"\n"),
+    )
+    .unwrap();
+
+    let custodian = Command::new(BIN)
+        .args([
+            "custodian",
+            "--authority",
+            "payments",
+            "--poll-interval",
+            "2m",
+            "--catalog",
+        ])
+        .arg(dir.join("ledger.toml"))
+        .env("DATABASE_URL", &app.db_url)
+        .env("RUST_LOG", "warn")
+        .spawn()
+        .unwrap();
+    // Wait for its lease.
+    for _ in 0..100 {
+        let holder: Option<(Option<String>,)> =
+            sqlx::query_as("select lease_holder from authorities where id = 'payments'")
+                .fetch_optional(&app.pool)
+                .await
+                .unwrap();
+        if holder.is_some_and(|h| h.0.is_some()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let started = std::time::Instant::now();
+    let resp = app
+        .client
+        .post(app.url("/v1/commands"))
+        .bearer_auth(&token)
+        .header("Idempotency-Key", "p1")
+        .header("Prefer", "wait=20")
+        .json(&refund(700))
+        .send()
+        .await
+        .unwrap();
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["state"], "applied", "{body}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "woken across processes, not by the 2 minute poll"
+    );
+
+    interrupt_and_wait_term(custodian);
+    let holder: (Option<String>,) =
+        sqlx::query_as("select lease_holder from authorities where id = 'payments'")
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        holder.0, None,
+        "the custodian released its lease on SIGTERM"
+    );
+    let log = command_ledger::demo_sink::read_log(&dir.join("sink.log")).unwrap();
+    assert_eq!(log.iter().filter(|l| l.event == "applied").count(), 1);
+    let _ = sink.kill();
+    let _ = sink.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn interrupt_and_wait_term(mut child: Child) {
+    let pid = child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    for _ in 0..300 {
+        if let Some(status) = child.try_wait().unwrap() {
+            assert!(status.success(), "exited with {status}");
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    panic!("the process did not stop within 30 s of SIGTERM");
 }
