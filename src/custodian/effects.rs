@@ -112,8 +112,86 @@ pub async fn run_effect(effects: &Effects, call: &EffectCall) -> EffectOutcome {
             )),
         };
     };
-    match tokio::time::timeout(registered.timeout, registered.effect.execute(call)).await {
-        Ok(outcome) => outcome,
-        Err(_) => crate::domain::classify_http(crate::domain::HttpAttempt::TimedOut),
+    // The executor runs in a task of its own, so that a panicking handler
+    // becomes an honest outcome instead of a row stuck in effect_started.
+    let effect = Arc::clone(&registered.effect);
+    let owned = call.clone();
+    let task = tokio::spawn(async move { effect.execute(&owned).await });
+    let abort = task.abort_handle();
+    match tokio::time::timeout(registered.timeout, task).await {
+        Ok(Ok(outcome)) => outcome,
+        Ok(Err(e)) => EffectOutcome::Ambiguous {
+            reason: "executor_panicked",
+            detail: json!(format!("the executor failed while running: {e}")),
+        },
+        Err(_) => {
+            abort.abort();
+            crate::domain::classify_http(crate::domain::HttpAttempt::TimedOut)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    struct Panics;
+
+    impl Effect for Panics {
+        fn execute<'a>(&'a self, _call: &'a EffectCall) -> EffectFuture<'a> {
+            Box::pin(async { panic!("handler bug") })
+        }
+    }
+
+    #[derive(Debug)]
+    struct Sleeps;
+
+    impl Effect for Sleeps {
+        fn execute<'a>(&'a self, _call: &'a EffectCall) -> EffectFuture<'a> {
+            Box::pin(async {
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+                EffectOutcome::Applied(Value::Null)
+            })
+        }
+    }
+
+    fn call(kind: &str) -> EffectCall {
+        let id = Uuid::now_v7();
+        EffectCall {
+            command_id: id,
+            kind: kind.to_owned(),
+            authority: "a".to_owned(),
+            generation: 1,
+            args: json!({}),
+            downstream_key: EffectCall::downstream_key_for(id),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_panicking_handler_is_ambiguous_not_a_crash() {
+        let mut effects = Effects::default();
+        effects.register("boom", Panics, Duration::from_secs(1));
+        let outcome = run_effect(&effects, &call("boom")).await;
+        assert_eq!(outcome.state(), crate::domain::State::Ambiguous);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_handler_past_its_deadline_is_ambiguous() {
+        let mut effects = Effects::default();
+        effects.register("slow", Sleeps, Duration::from_secs(2));
+        let outcome = run_effect(&effects, &call("slow")).await;
+        assert_eq!(outcome.columns().1.unwrap()["reason"], "timeout");
+    }
+
+    #[tokio::test]
+    async fn noop_applies_and_unknown_kinds_are_not_dispatched() {
+        let effects = Effects::default();
+        assert_eq!(
+            run_effect(&effects, &call("noop")).await.state(),
+            crate::domain::State::Applied
+        );
+        let outcome = run_effect(&effects, &call("refund")).await;
+        assert_eq!(outcome.columns().1.unwrap()["reason"], "not_dispatched");
     }
 }
