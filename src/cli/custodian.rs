@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use super::Database;
 use crate::custodian::catalog::{Catalog, parse_duration};
+use crate::custodian::recovery::Recovery;
 use crate::custodian::{Custodian, CustodianConfig, Effects};
 use crate::demo_sink;
 
@@ -145,5 +146,41 @@ pub(super) async fn run_demo_sink(cmd: DemoSinkCommand) -> anyhow::Result<()> {
     axum::serve(listener, router)
         .with_graceful_shutdown(super::serve::shutdown_signal())
         .await?;
+    Ok(())
+}
+
+#[derive(Debug, Args)]
+pub struct RecoverCommand {
+    /// Catalog of kinds (for their reconcile probes); default: ledger.toml when it exists.
+    #[arg(long, env = "LEDGER_CATALOG")]
+    pub catalog: Option<PathBuf>,
+}
+
+/// One recovery pass, for cron after a crash.
+pub(super) async fn run_recover(
+    database_url: Option<String>,
+    state_dir: &Path,
+    cmd: RecoverCommand,
+) -> anyhow::Result<()> {
+    let options = CustodianArgs {
+        catalog: cmd.catalog,
+        lease_ttl: Duration::from_secs(10),
+        heartbeat: Duration::from_secs(3),
+        batch_size: 32,
+        max_in_flight: 64,
+        poll_interval: Duration::from_secs(1),
+    };
+    let effects = Arc::new(options.effects()?);
+    let db = Database::open(database_url, state_dir).await?;
+    let actor = format!("recovery:{}", crate::custodian::default_holder());
+    let outcome = Recovery::new(db.pool.clone(), effects, actor)
+        .run_once()
+        .await;
+    db.close().await?;
+    let r = outcome.context("recovery pass")?;
+    println!(
+        "examined {}, expired {}, adopted {}, resolved applied {}, failed {}, ambiguous {}, changed meanwhile {}",
+        r.examined, r.expired, r.adopted, r.applied, r.failed, r.ambiguous, r.skipped
+    );
     Ok(())
 }

@@ -59,6 +59,9 @@ pub enum Command {
     Custodian(custodian::CustodianCommand),
     /// Run the demo payments sink (an HTTP effect target with a durable log).
     DemoSink(custodian::DemoSinkCommand),
+    /// One recovery pass: expire overdue commands, adopt prepared ones of
+    /// superseded generations, resolve started ones whose executor vanished.
+    Recover(custodian::RecoverCommand),
     /// Apply database migrations and exit.
     Migrate,
     /// Manage API tokens.
@@ -77,5 +80,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Token(cmd) => token::run(cli.database_url, &cli.state_dir, cmd).await,
         Command::Custodian(cmd) => custodian::run(cli.database_url, &cli.state_dir, cmd).await,
         Command::DemoSink(cmd) => custodian::run_demo_sink(cmd).await,
+        Command::Recover(cmd) => {
+            custodian::run_recover(cli.database_url, &cli.state_dir, cmd).await
+        }
     }
 }

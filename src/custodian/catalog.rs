@@ -5,6 +5,7 @@
 //! url = "http://127.0.0.1:9000/refund"   # HTTP executor
 //! timeout = "10s"                        # the effect's deadline (default 30s)
 //! headers = { "x-api-key" = "secret" }   # sent with every call
+//! reconcile_url = "http://127.0.0.1:9000/applied/{key}"   # optional probe
 //!
 //! [kinds.ping]
 //! executor = "noop"                      # built in
@@ -34,6 +35,9 @@ pub struct KindConfig {
     pub timeout: Option<String>,
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
+    /// The reconcile probe for the HTTP executor (`{key}` is replaced by the
+    /// downstream key): 200 applied, 404 not applied, else unknown.
+    pub reconcile_url: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -83,7 +87,8 @@ impl Catalog {
                 (Some("noop"), None) => effects.register(kind, Noop, timeout),
                 (None | Some("http"), Some(url)) => {
                     let executor = HttpExecutor::new(url.clone(), cfg.headers.clone(), timeout)
-                        .map_err(|e| invalid(e.to_string()))?;
+                        .map_err(|e| invalid(e.to_string()))?
+                        .with_reconcile_url(cfg.reconcile_url.clone());
                     effects.register(kind, executor, timeout);
                 }
                 (None | Some("http"), None) => {

@@ -12,6 +12,7 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use crate::domain::EffectOutcome;
+use crate::domain::recovery::ProbeAnswer;
 
 /// Everything an executor needs to run one command.
 #[derive(Debug, Clone)]
@@ -34,12 +35,21 @@ impl EffectCall {
 }
 
 pub type EffectFuture<'a> = Pin<Box<dyn Future<Output = EffectOutcome> + Send + 'a>>;
+pub type ProbeFuture<'a> = Pin<Box<dyn Future<Output = ProbeAnswer> + Send + 'a>>;
 
 /// An executor. It must answer honestly: `Applied` only when the effect
 /// happened, `Failed` only when it certainly did not, `Ambiguous` otherwise.
 /// The custodian enforces the deadline around it (a timeout is ambiguous).
 pub trait Effect: Send + Sync + fmt::Debug {
     fn execute<'a>(&'a self, call: &'a EffectCall) -> EffectFuture<'a>;
+
+    /// The reconcile probe, for executors that can tell whether an effect
+    /// with this call's downstream key ran. Recovery asks it about commands
+    /// whose executor vanished after `effect_started`; without one, such a
+    /// command is `ambiguous`.
+    fn reconcile<'a>(&'a self, _call: &'a EffectCall) -> Option<ProbeFuture<'a>> {
+        None
+    }
 }
 
 /// The built-in `noop` kind: applied at once, for demos and benchmarks.

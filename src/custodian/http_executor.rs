@@ -14,7 +14,8 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::effects::{Effect, EffectCall, EffectFuture};
+use super::effects::{Effect, EffectCall, EffectFuture, ProbeFuture};
+use crate::domain::recovery::ProbeAnswer;
 use crate::domain::{HttpAttempt, classify_http};
 
 /// Header names sent with every call.
@@ -28,6 +29,10 @@ pub struct HttpExecutor {
     client: reqwest::Client,
     url: String,
     headers: BTreeMap<String, String>,
+    /// GET here (`{key}` replaced by the downstream key, which is also sent
+    /// as `Idempotency-Key`) to ask whether an effect ran: 200 yes (the body
+    /// is the result), 404 no, anything else unknown.
+    reconcile_url: Option<String>,
 }
 
 impl HttpExecutor {
@@ -46,7 +51,40 @@ impl HttpExecutor {
             client,
             url,
             headers,
+            reconcile_url: None,
         })
+    }
+
+    pub fn with_reconcile_url(mut self, url: Option<String>) -> Self {
+        self.reconcile_url = url;
+        self
+    }
+
+    async fn probe(&self, url: &str, call: &EffectCall) -> ProbeAnswer {
+        let url = url.replace("{key}", &call.downstream_key);
+        let mut request = self
+            .client
+            .get(&url)
+            .header(HEADER_KEY, &call.downstream_key);
+        for (name, value) in &self.headers {
+            request = request.header(name, value);
+        }
+        let response = match request.timeout(Duration::from_secs(10)).send().await {
+            Ok(r) => r,
+            Err(e) => return ProbeAnswer::Unknown(e.to_string()),
+        };
+        match response.status().as_u16() {
+            200 => match response.bytes().await {
+                Ok(bytes) => {
+                    ProbeAnswer::Applied(serde_json::from_slice(&bytes).unwrap_or_else(|_| {
+                        Value::String(String::from_utf8_lossy(&bytes).into_owned())
+                    }))
+                }
+                Err(e) => ProbeAnswer::Unknown(format!("probe response cut short: {e}")),
+            },
+            404 => ProbeAnswer::NotApplied,
+            other => ProbeAnswer::Unknown(format!("probe answered {other}")),
+        }
     }
 
     async fn attempt(&self, call: &EffectCall) -> HttpAttempt {
@@ -85,5 +123,10 @@ impl HttpExecutor {
 impl Effect for HttpExecutor {
     fn execute<'a>(&'a self, call: &'a EffectCall) -> EffectFuture<'a> {
         Box::pin(async move { classify_http(self.attempt(call).await) })
+    }
+
+    fn reconcile<'a>(&'a self, call: &'a EffectCall) -> Option<ProbeFuture<'a>> {
+        let url = self.reconcile_url.as_deref()?;
+        Some(Box::pin(async move { self.probe(url, call).await }))
     }
 }

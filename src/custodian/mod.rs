@@ -11,6 +11,7 @@ pub mod catalog;
 pub mod effects;
 pub mod http_executor;
 mod leases;
+pub mod recovery;
 mod txn;
 
 use sqlx::PgPool;
@@ -48,6 +49,8 @@ pub struct CustodianConfig {
     pub poll_interval: Duration,
     /// How long a shutdown waits for effects in flight.
     pub shutdown_grace: Duration,
+    /// How often the custodian runs a recovery pass.
+    pub recovery_interval: Duration,
 }
 
 impl CustodianConfig {
@@ -61,6 +64,7 @@ impl CustodianConfig {
             max_in_flight: 64,
             poll_interval: Duration::from_secs(1),
             shutdown_grace: Duration::from_secs(10),
+            recovery_interval: Duration::from_secs(5),
         }
     }
 }
@@ -141,15 +145,23 @@ pub struct Custodian {
     adopted: Mutex<Vec<CommandRow>>,
     stats: Arc<Stats>,
     actor: String,
+    recovery: recovery::Recovery,
 }
 
 impl Custodian {
     pub fn new(pool: PgPool, config: CustodianConfig, effects: Effects) -> Self {
         let actor = format!("custodian:{}", config.holder);
+        let effects = Arc::new(effects);
+        let recovery = recovery::Recovery::new(
+            pool.clone(),
+            Arc::clone(&effects),
+            format!("recovery:{}", config.holder),
+        );
         Custodian {
             pool,
             config,
-            effects: Arc::new(effects),
+            recovery,
+            effects,
             leases: Mutex::new(HashMap::new()),
             adopted: Mutex::new(Vec::new()),
             stats: Arc::new(Stats::default()),
@@ -225,8 +237,15 @@ impl Custodian {
             return Ok(Vec::new());
         }
         let ids: Vec<String> = held.keys().cloned().collect();
-        let claimed =
-            db::custodian::claim(&self.pool, &ids, &self.config.holder, limit, &self.actor).await?;
+        let claimed = db::custodian::claim(
+            &self.pool,
+            &ids,
+            &self.config.holder,
+            limit,
+            self.config.lease_ttl,
+            &self.actor,
+        )
+        .await?;
         report.claimed += claimed.len();
         self.stats
             .claimed
@@ -455,6 +474,8 @@ impl Custodian {
         let mut heartbeat = tokio::time::interval(self.config.heartbeat);
         heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut poll = tokio::time::interval(self.config.poll_interval);
+        let mut recover = tokio::time::interval(self.config.recovery_interval);
+        recover.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tokio::pin!(shutdown);
         tracing::info!(holder = %self.config.holder, authorities = ?self.config.authorities, "custodian running");
 
@@ -521,6 +542,11 @@ impl Custodian {
                     }
                 }
                 () = listen => {}
+                _ = recover.tick() => {
+                    if let Err(e) = self.recovery.run_once().await {
+                        tracing::warn!(error = %e, "recovery pass failed");
+                    }
+                }
                 _ = poll.tick() => {}
                 () = capacity.notified() => {}
             }

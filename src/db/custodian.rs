@@ -14,12 +14,16 @@ use crate::domain::EffectOutcome;
 /// Claims up to `limit` pending commands of the authorities `holder` leases,
 /// oldest first, skipping rows other custodians hold. Each becomes
 /// `prepared` under the lease's generation, or `expired` when its deadline
-/// passed or its pinned generation is not the current one.
+/// passed or its pinned generation is not the current one. Also returns (up
+/// to `limit`) prepared rows of the current generation untouched for
+/// `stale_after`: adopted by recovery, or left by a start that failed. A
+/// second start of the same row is harmless: starting is a compare-and-set.
 pub async fn claim(
     ex: impl PgExecutor<'_>,
     authorities: &[String],
     holder: &str,
     limit: i64,
+    stale_after: std::time::Duration,
     actor: &str,
 ) -> Result<Vec<CommandRow>, sqlx::Error> {
     sqlx::query_as!(
@@ -32,7 +36,7 @@ pub async fn claim(
             where id = any($1) and lease_holder = $2 and lease_expires_at > now()
             for share
         ),
-        picked as (
+        pending as (
             select c.id, l.generation
             from commands c
             join lease l on l.id = c.authority_id
@@ -40,6 +44,21 @@ pub async fn claim(
             order by c.id
             limit $3
             for update of c skip locked
+        ),
+        stale as (
+            select c.id, l.generation
+            from commands c
+            join lease l on l.id = c.authority_id
+            where c.state = 'prepared' and c.authority_generation = l.generation
+              and c.updated_at < now() - make_interval(secs => $5)
+            order by c.id
+            limit $3
+            for update of c skip locked
+        ),
+        picked as (
+            select id, generation from pending
+            union all
+            select id, generation from stale
         ),
         verdict as (
             select p.id, p.generation,
@@ -52,7 +71,7 @@ pub async fn claim(
         )
         update commands c
         set state = case when v.expiry is null then 'prepared' else 'expired' end,
-            authority_generation = case when v.expiry is null then v.generation end,
+            authority_generation = case when v.expiry is null then v.generation else c.authority_generation end,
             error = case when v.expiry is not null then
                         jsonb_build_object('reason', v.expiry, 'pinned_generation', c.pinned_generation,
                                            'authority_generation', v.generation)
@@ -65,6 +84,7 @@ pub async fn claim(
         holder,
         limit,
         actor,
+        stale_after.as_secs_f64(),
     )
     .fetch_all(ex)
     .await

@@ -6,6 +6,7 @@ pub mod authorities;
 pub mod commands;
 pub mod custodian;
 pub mod principals;
+pub mod recovery;
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions as _, Connection as _, PgPool};

@@ -7,6 +7,7 @@ pub mod digest;
 pub mod idempotency_key;
 pub mod names;
 pub mod outcome;
+pub mod recovery;
 pub mod state;
 pub mod token;
 

@@ -10,6 +10,7 @@ mod cancel;
 mod custodian;
 mod harness;
 mod reads;
+mod recovery;
 mod schema;
 mod serve_binary;
 mod submit;

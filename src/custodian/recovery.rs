@@ -1,0 +1,213 @@
+//! Recovery's thin executor: reads candidates page by page, asks the pure
+//! `domain::recovery::decide`, and applies each decision with a guarded
+//! statement. Run once by `command-ledger recover` (for cron after a crash)
+//! and periodically inside every custodian. Never re-executes an effect.
+
+use serde_json::json;
+use sqlx::PgPool;
+use std::sync::Arc;
+use uuid::Uuid;
+
+use super::effects::{EffectCall, Effects};
+use crate::db::{self, recovery::Candidate};
+use crate::domain::recovery::{Decision, Facts, ProbeAnswer, decide};
+use crate::domain::{EffectOutcome, State};
+
+/// Most candidates read per page.
+pub const PAGE: i64 = 200;
+
+/// What one recovery pass did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    pub examined: usize,
+    pub expired: usize,
+    pub adopted: usize,
+    /// Resolved by the probe as applied.
+    pub applied: usize,
+    /// Resolved by the probe as not applied.
+    pub failed: usize,
+    pub ambiguous: usize,
+    /// Decisions whose guarded write found the row changed meanwhile.
+    pub skipped: usize,
+}
+
+/// A candidate and the decision about it, between the read and the write.
+#[derive(Debug, Clone)]
+pub struct Planned {
+    pub candidate: Candidate,
+    pub decision: Decision,
+}
+
+#[derive(Debug)]
+pub struct Recovery {
+    pool: PgPool,
+    effects: Arc<Effects>,
+    actor: String,
+}
+
+impl Recovery {
+    pub fn new(pool: PgPool, effects: Arc<Effects>, actor: String) -> Self {
+        Recovery {
+            pool,
+            effects,
+            actor,
+        }
+    }
+
+    /// One full pass over every candidate.
+    pub async fn run_once(&self) -> Result<RecoveryReport, sqlx::Error> {
+        let mut report = RecoveryReport::default();
+        let mut after = None;
+        loop {
+            let (planned, last) = self.plan(after, PAGE).await?;
+            let page_len = planned.len();
+            self.apply(planned, &mut report).await?;
+            if page_len < usize::try_from(PAGE).unwrap_or(usize::MAX) {
+                break;
+            }
+            after = last;
+        }
+        if report != RecoveryReport::default() {
+            tracing::info!(?report, "recovery pass");
+        }
+        Ok(report)
+    }
+
+    /// Reads a page of candidates and decides about each; returns the plan
+    /// and the cursor for the next page.
+    pub async fn plan(
+        &self,
+        after: Option<Uuid>,
+        limit: i64,
+    ) -> Result<(Vec<Planned>, Option<Uuid>), sqlx::Error> {
+        let rows = db::recovery::candidates(&self.pool, after, limit).await?;
+        let last = rows.last().map(|c| c.id);
+        let planned = rows
+            .into_iter()
+            .filter_map(|candidate| {
+                let state: State = candidate.state.parse().ok()?;
+                let decision = decide(&Facts {
+                    state,
+                    generation: candidate.authority_generation,
+                    pinned_generation: candidate.pinned_generation,
+                    deadline_passed: candidate.deadline_passed,
+                    current_generation: candidate.current_generation,
+                    lease_live: candidate.lease_live,
+                });
+                Some(Planned {
+                    candidate,
+                    decision,
+                })
+            })
+            .collect();
+        Ok((planned, last))
+    }
+
+    /// Applies planned decisions, each guarded on what was read.
+    pub async fn apply(
+        &self,
+        planned: Vec<Planned>,
+        report: &mut RecoveryReport,
+    ) -> Result<(), sqlx::Error> {
+        for Planned {
+            candidate: c,
+            decision,
+        } in planned
+        {
+            report.examined += 1;
+            let done = match decision {
+                Decision::Leave => continue,
+                Decision::Expire(reason) => {
+                    let ok = db::recovery::expire(
+                        &self.pool,
+                        c.id,
+                        &c.state,
+                        c.authority_generation,
+                        reason,
+                        &self.actor,
+                    )
+                    .await?;
+                    report.expired += usize::from(ok);
+                    ok
+                }
+                Decision::Adopt { to_generation } => {
+                    let Some(from) = c.authority_generation else {
+                        continue;
+                    };
+                    let ok =
+                        db::recovery::adopt(&self.pool, c.id, from, to_generation, &self.actor)
+                            .await?;
+                    report.adopted += usize::from(ok);
+                    ok
+                }
+                Decision::Resolve => {
+                    let Some(generation) = c.authority_generation else {
+                        continue;
+                    };
+                    let outcome = self.resolution(&c, generation).await;
+                    let (result, error) = outcome.columns();
+                    let ok = db::recovery::resolve(
+                        &self.pool,
+                        c.id,
+                        generation,
+                        outcome.state().as_str(),
+                        result.as_ref(),
+                        error.as_ref(),
+                        &self.actor,
+                    )
+                    .await?;
+                    if ok {
+                        match outcome.state() {
+                            State::Applied => report.applied += 1,
+                            State::Failed => report.failed += 1,
+                            _ => report.ambiguous += 1,
+                        }
+                        tracing::warn!(command.id = %c.id, authority = %c.authority_id, generation, state = %outcome.state(), "recovery resolved a command whose executor vanished");
+                    }
+                    ok
+                }
+            };
+            if !done {
+                report.skipped += 1;
+                tracing::debug!(command.id = %c.id, ?decision, "row changed since it was read; left as it is");
+            }
+        }
+        Ok(())
+    }
+
+    /// Asks the executor's probe, if it has one; otherwise, or without a
+    /// definite answer, the command is ambiguous.
+    async fn resolution(&self, c: &Candidate, generation: i64) -> EffectOutcome {
+        let call = EffectCall {
+            command_id: c.id,
+            kind: c.kind.clone(),
+            authority: c.authority_id.clone(),
+            generation,
+            args: c.args.clone(),
+            downstream_key: EffectCall::downstream_key_for(c.id),
+        };
+        let answer = match self
+            .effects
+            .get(&c.kind)
+            .and_then(|r| r.effect.reconcile(&call))
+        {
+            Some(probe) => probe.await,
+            None => ProbeAnswer::Unknown("no reconcile probe for this kind".to_owned()),
+        };
+        match answer {
+            ProbeAnswer::Applied(result) => EffectOutcome::Applied(result),
+            ProbeAnswer::NotApplied => EffectOutcome::Failed {
+                reason: "not_applied",
+                detail: json!(
+                    "the executor vanished after effect_started; the reconcile probe says the effect did not run"
+                ),
+            },
+            ProbeAnswer::Unknown(why) => EffectOutcome::Ambiguous {
+                reason: "executor_lost",
+                detail: json!(format!(
+                    "the executor vanished after effect_started; nobody can tell whether the effect ran ({why})"
+                )),
+            },
+        }
+    }
+}

@@ -1,0 +1,148 @@
+//! Recovery's statements: find unfinished commands that need a decision,
+//! and apply each decision guarded on the state and generation that were
+//! read, so a row that finished (or was taken back by a live holder) in the
+//! meantime is never overwritten.
+
+use serde_json::Value;
+use sqlx::PgExecutor;
+use uuid::Uuid;
+
+/// An unfinished command that recovery may have to act on, with its facts.
+#[derive(Debug, Clone)]
+pub struct Candidate {
+    pub id: Uuid,
+    pub state: String,
+    pub kind: String,
+    pub args: Value,
+    pub authority_id: String,
+    pub authority_generation: Option<i64>,
+    pub pinned_generation: Option<i64>,
+    pub deadline_passed: bool,
+    pub current_generation: Option<i64>,
+    pub lease_live: bool,
+}
+
+/// Up to `limit` candidates with ids after `after`, in id order (the caller
+/// pages through them, so rows it cannot move never hide later ones).
+pub async fn candidates(
+    ex: impl PgExecutor<'_>,
+    after: Option<Uuid>,
+    limit: i64,
+) -> Result<Vec<Candidate>, sqlx::Error> {
+    sqlx::query_as!(
+        Candidate,
+        r#"
+        select c.id, c.state, c.kind, c.args, c.authority_id, c.authority_generation,
+               c.pinned_generation,
+               coalesce(c.deadline_at <= now(), false) as "deadline_passed!",
+               a.generation as "current_generation?",
+               coalesce(a.lease_expires_at > now(), false) as "lease_live!"
+        from commands c
+        left join authorities a on a.id = c.authority_id
+        where c.state in ('pending', 'prepared', 'effect_started')
+          and ($1::uuid is null or c.id > $1)
+          and (
+                (c.state in ('pending', 'prepared') and c.deadline_at <= now())
+             or (c.state = 'prepared' and c.authority_generation < a.generation)
+             or (c.state = 'effect_started'
+                 and (c.authority_generation < a.generation
+                      or a.lease_expires_at is null or a.lease_expires_at <= now()))
+          )
+        order by c.id
+        limit $2
+        "#,
+        after,
+        limit,
+    )
+    .fetch_all(ex)
+    .await
+}
+
+/// `pending`/`prepared` → `expired`, if the row is still as read.
+pub async fn expire(
+    ex: impl PgExecutor<'_>,
+    id: Uuid,
+    state: &str,
+    generation: Option<i64>,
+    reason: &str,
+    actor: &str,
+) -> Result<bool, sqlx::Error> {
+    let done = sqlx::query!(
+        r#"
+        update commands c
+        set state = 'expired', error = jsonb_build_object('reason', $4::text)
+        from (select set_config('command_ledger.actor', $5, true)) as ctx
+        where c.id = $1 and c.state = $2 and c.state in ('pending', 'prepared')
+          and c.authority_generation is not distinct from $3
+          and ($4 <> 'deadline_passed' or c.deadline_at <= now())
+        "#,
+        id,
+        state,
+        generation,
+        reason,
+        actor,
+    )
+    .execute(ex)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Rebinds a prepared row from `from` to the authority's current generation `to`.
+pub async fn adopt(
+    ex: impl PgExecutor<'_>,
+    id: Uuid,
+    from: i64,
+    to: i64,
+    actor: &str,
+) -> Result<bool, sqlx::Error> {
+    let done = sqlx::query!(
+        r#"
+        update commands c
+        set authority_generation = $3
+        from authorities a, (select set_config('command_ledger.actor', $4, true)) as ctx
+        where c.id = $1 and c.state = 'prepared' and c.authority_generation = $2
+          and a.id = c.authority_id and a.generation = $3
+        "#,
+        id,
+        from,
+        to,
+        actor,
+    )
+    .execute(ex)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Records the resolution of a started command whose executor is gone, only
+/// if it is still `effect_started` at `generation` and its authority is
+/// still superseded or unleased (a holder that came back keeps its work).
+#[allow(clippy::too_many_arguments)]
+pub async fn resolve(
+    ex: impl PgExecutor<'_>,
+    id: Uuid,
+    generation: i64,
+    state: &str,
+    result: Option<&Value>,
+    error: Option<&Value>,
+    actor: &str,
+) -> Result<bool, sqlx::Error> {
+    let done = sqlx::query!(
+        r#"
+        update commands c
+        set state = $3, result = $4, error = $5
+        from authorities a, (select set_config('command_ledger.actor', $6, true)) as ctx
+        where c.id = $1 and c.state = 'effect_started' and c.authority_generation = $2
+          and a.id = c.authority_id
+          and (a.generation > $2 or a.lease_expires_at is null or a.lease_expires_at <= now())
+        "#,
+        id,
+        generation,
+        state,
+        result,
+        error,
+        actor,
+    )
+    .execute(ex)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}

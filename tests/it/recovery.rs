@@ -1,0 +1,294 @@
+//! Recovery: expire what is overdue, adopt what was only prepared, resolve
+//! what was started by an executor that vanished (probe, else ambiguous),
+//! never re-execute, and never overwrite a row that finished meanwhile.
+
+use crate::harness::{TestApp, TestSink, custodian, refund};
+use command_ledger::custodian::effects::Effects;
+use command_ledger::custodian::http_executor::HttpExecutor;
+use command_ledger::custodian::recovery::{Recovery, RecoveryReport};
+use command_ledger::custodian::{Custodian, StepReport};
+use command_ledger::db::Role;
+use command_ledger::demo_sink::Mode;
+use command_ledger::domain::recovery::Decision;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+
+const SECOND: Duration = Duration::from_secs(1);
+
+/// `refund` to the sink, with the sink's reconcile probe when `probe`.
+fn effects(sink: &TestSink, probe: bool) -> Effects {
+    let mut effects = Effects::default();
+    let executor = HttpExecutor::new(
+        format!("{}/refunds", sink.url),
+        Default::default(),
+        5 * SECOND,
+    )
+    .unwrap()
+    .with_reconcile_url(probe.then(|| format!("{}/applied/{{key}}", sink.url)));
+    effects.register("refund", executor, 5 * SECOND);
+    effects
+}
+
+fn recovery(app: &TestApp, effects: Effects) -> Recovery {
+    Recovery::new(app.pool.clone(), Arc::new(effects), "recovery:test".into())
+}
+
+async fn submit(app: &TestApp, token: &str, key: &str, body: &Value) -> String {
+    let body: Value = app
+        .submit(token, Some(key), body)
+        .await
+        .json()
+        .await
+        .unwrap();
+    body["id"].as_str().unwrap().to_owned()
+}
+
+async fn row(app: &TestApp, id: &str) -> (String, Value, Value) {
+    sqlx::query_as::<_, (String, Option<Value>, Option<Value>)>(
+        "select state, result, error from commands where id = $1::uuid",
+    )
+    .bind(id)
+    .fetch_one(&app.pool)
+    .await
+    .map(|(s, r, e)| (s, r.unwrap_or(Value::Null), e.unwrap_or(Value::Null)))
+    .unwrap()
+}
+
+/// The custodian's process "dies": its lease lapses without a renewal.
+async fn lease_dies(app: &TestApp, authority: &str) {
+    sqlx::query(
+        "update authorities set lease_expires_at = now() - interval '1 second' where id = $1",
+    )
+    .bind(authority)
+    .execute(&app.pool)
+    .await
+    .unwrap();
+}
+
+/// A custodian that crashes after `effect_started` committed; `dispatch`
+/// says whether it got to send the effect before dying.
+async fn crash_after_start(app: &TestApp, c: &Custodian, dispatch: bool) {
+    c.heartbeat().await.unwrap();
+    let mut report = StepReport::default();
+    let started = c.claim_and_start(10, &mut report).await.unwrap();
+    assert_eq!(started.len(), 1);
+    if dispatch {
+        let _outcome_never_recorded = c.execute(started).await;
+    }
+    lease_dies(app, "payments").await;
+}
+
+#[tokio::test]
+async fn overdue_pending_and_prepared_commands_expire_across_pages() {
+    let app = TestApp::spawn().await;
+    let token = app.token("dev", Role::Device).await;
+    let mut body = refund(1);
+    let deadline = chrono::Utc::now() + chrono::Duration::seconds(4);
+    body["deadline"] = json!(deadline.to_rfc3339());
+    for i in 0..230 {
+        submit(&app, &token, &format!("k{i}"), &body).await;
+    }
+    // One of them is prepared by a custodian that then stops.
+    let sink = TestSink::start(Mode::Ok).await;
+    let c = custodian(&app.pool, &["payments"], effects(&sink, false), 10 * SECOND);
+    c.heartbeat().await.unwrap();
+    assert_eq!(
+        c.claim(1, &mut StepReport::default()).await.unwrap().len(),
+        1
+    );
+    let left = (deadline - chrono::Utc::now()).to_std().unwrap_or_default();
+    tokio::time::sleep(left + Duration::from_millis(100)).await;
+
+    let report = recovery(&app, Effects::default()).run_once().await.unwrap();
+    assert_eq!(report.expired, 230, "{report:?}");
+    let states: Vec<(String, i64)> =
+        sqlx::query_as("select state, count(*) from commands group by state")
+            .fetch_all(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(states, [("expired".to_owned(), 230)]);
+    assert_eq!(sink.requests(), 0);
+    assert_eq!(
+        recovery(&app, Effects::default()).run_once().await.unwrap(),
+        RecoveryReport::default()
+    );
+}
+
+#[tokio::test]
+async fn a_prepared_command_of_a_dead_generation_is_adopted_and_run_once() {
+    let app = TestApp::spawn().await;
+    let token = app.token("dev", Role::Device).await;
+    let sink = TestSink::start(Mode::Ok).await;
+    let ttl = Duration::from_millis(500);
+    let a = custodian(&app.pool, &["payments"], effects(&sink, true), ttl);
+    let id = submit(&app, &token, "k", &refund(1)).await;
+    a.heartbeat().await.unwrap();
+    assert_eq!(
+        a.claim(1, &mut StepReport::default()).await.unwrap().len(),
+        1
+    );
+
+    // A dies; B takes the lease (generation 2), and recovery (not B's own
+    // adoption) rebinds the row in this test: B's adoption is switched off
+    // by taking the lease by hand.
+    tokio::time::sleep(ttl + Duration::from_millis(100)).await;
+    sqlx::query("update authorities set generation = generation + 1, lease_holder = 'someone', lease_expires_at = now() + interval '1 minute' where id = 'payments'")
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    let report = recovery(&app, effects(&sink, true))
+        .run_once()
+        .await
+        .unwrap();
+    assert_eq!(report.adopted, 1, "{report:?}");
+    let (generation, reason): (i64, Option<String>) = sqlx::query_as(
+        "select authority_generation, (select reason from command_history h where h.command_id = c.id order by h.id desc limit 1) from commands c where id = $1::uuid",
+    )
+    .bind(&id)
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        (generation, reason.as_deref()),
+        (2, Some("adopted by generation 2"))
+    );
+    assert_eq!(sink.requests(), 0, "adoption runs nothing");
+}
+
+#[tokio::test]
+async fn a_started_command_whose_executor_died_after_dispatch_is_resolved_applied_by_the_probe() {
+    let app = TestApp::spawn().await;
+    let token = app.token("dev", Role::Device).await;
+    let sink = TestSink::start(Mode::Ok).await;
+    let c = custodian(&app.pool, &["payments"], effects(&sink, true), 10 * SECOND);
+    let id = submit(&app, &token, "k", &refund(1)).await;
+    crash_after_start(&app, &c, true).await;
+
+    let report = recovery(&app, effects(&sink, true))
+        .run_once()
+        .await
+        .unwrap();
+    assert_eq!(report.applied, 1, "{report:?}");
+    let (state, result, _) = row(&app, &id).await;
+    assert_eq!(state, "applied");
+    assert_eq!(
+        result["key"],
+        format!("cl-{id}"),
+        "the sink's own record of the effect"
+    );
+    assert_eq!(
+        (sink.count("applied"), sink.requests()),
+        (1, 1),
+        "probed, never re-executed"
+    );
+}
+
+#[tokio::test]
+async fn a_started_command_that_was_never_dispatched_is_failed_not_applied() {
+    let app = TestApp::spawn().await;
+    let token = app.token("dev", Role::Device).await;
+    let sink = TestSink::start(Mode::Ok).await;
+    let c = custodian(&app.pool, &["payments"], effects(&sink, true), 10 * SECOND);
+    let id = submit(&app, &token, "k", &refund(1)).await;
+    crash_after_start(&app, &c, false).await;
+
+    let report = recovery(&app, effects(&sink, true))
+        .run_once()
+        .await
+        .unwrap();
+    assert_eq!(report.failed, 1, "{report:?}");
+    let (state, _, error) = row(&app, &id).await;
+    assert_eq!(
+        (state.as_str(), error["reason"].as_str()),
+        ("failed", Some("not_applied"))
+    );
+    assert_eq!(sink.count("applied"), 0);
+}
+
+#[tokio::test]
+async fn without_a_probe_a_started_command_whose_executor_died_is_ambiguous() {
+    let app = TestApp::spawn().await;
+    let token = app.token("dev", Role::Device).await;
+    let sink = TestSink::start(Mode::Ok).await;
+    let c = custodian(&app.pool, &["payments"], effects(&sink, false), 10 * SECOND);
+    let id = submit(&app, &token, "k", &refund(1)).await;
+    crash_after_start(&app, &c, true).await;
+
+    let report = recovery(&app, effects(&sink, false))
+        .run_once()
+        .await
+        .unwrap();
+    assert_eq!(report.ambiguous, 1, "{report:?}");
+    let (state, _, error) = row(&app, &id).await;
+    assert_eq!(
+        (state.as_str(), error["reason"].as_str()),
+        ("ambiguous", Some("executor_lost"))
+    );
+    assert_eq!(sink.requests(), 1, "never re-executed");
+}
+
+/// The "rescuer overwrites a completed job" race: recovery reads a started
+/// row whose lease looks dead, pauses, the original holder records the real
+/// outcome, recovery resumes: its guarded write changes nothing.
+#[tokio::test]
+async fn recovery_paused_between_read_and_write_never_overwrites_a_finished_row() {
+    let app = TestApp::spawn().await;
+    let token = app.token("dev", Role::Device).await;
+    let sink = TestSink::start(Mode::Ok).await;
+    let c = custodian(&app.pool, &["payments"], effects(&sink, false), 10 * SECOND);
+    let id = submit(&app, &token, "k", &refund(1)).await;
+    c.heartbeat().await.unwrap();
+    let mut report = StepReport::default();
+    let started = c.claim_and_start(10, &mut report).await.unwrap();
+    lease_dies(&app, "payments").await;
+
+    let rescuer = recovery(&app, effects(&sink, false));
+    let (plan, _) = rescuer.plan(None, 100).await.unwrap();
+    assert_eq!(plan.len(), 1);
+    assert_eq!(plan[0].decision, Decision::Resolve);
+
+    // Meanwhile the holder (paused, not dead) finishes and records: the
+    // generation has not moved, so its write is legitimate.
+    let done = c.execute(started).await;
+    c.record(done, &mut report).await.unwrap();
+    assert_eq!(row(&app, &id).await.0, "applied");
+
+    let mut rescued = RecoveryReport::default();
+    rescuer.apply(plan, &mut rescued).await.unwrap();
+    assert_eq!((rescued.skipped, rescued.ambiguous), (1, 0));
+    assert_eq!(
+        row(&app, &id).await.0,
+        "applied",
+        "the finished row was not overwritten"
+    );
+}
+
+/// And the other way round: once recovery resolved a row, the late holder's
+/// outcome is refused (the row is no longer effect_started).
+#[tokio::test]
+async fn a_late_outcome_after_recovery_resolved_the_row_is_refused() {
+    let app = TestApp::spawn().await;
+    let token = app.token("dev", Role::Device).await;
+    let sink = TestSink::start(Mode::Ok).await;
+    let c = custodian(&app.pool, &["payments"], effects(&sink, false), 10 * SECOND);
+    let id = submit(&app, &token, "k", &refund(1)).await;
+    c.heartbeat().await.unwrap();
+    let mut report = StepReport::default();
+    let started = c.claim_and_start(10, &mut report).await.unwrap();
+    lease_dies(&app, "payments").await;
+    recovery(&app, effects(&sink, false))
+        .run_once()
+        .await
+        .unwrap();
+    assert_eq!(row(&app, &id).await.0, "ambiguous");
+
+    let done = c.execute(started).await;
+    c.record(done, &mut report).await.unwrap();
+    assert_eq!(report.fenced, 1);
+    assert_eq!(
+        row(&app, &id).await.0,
+        "ambiguous",
+        "an honest unknown stays unknown"
+    );
+}
