@@ -66,6 +66,8 @@ pub struct ClusterOptions {
     pub password: Option<String>,
     /// `false` turns fsync and synchronous commit off: for throwaway test clusters only.
     pub durable: bool,
+    /// Listen on this port instead of a free one (a restart on the same URL).
+    pub port: Option<u16>,
 }
 
 /// A running private cluster.
@@ -106,7 +108,10 @@ impl Cluster {
             tracing::info!(data_dir = %opts.data_dir.display(), port, "attached to the running private PostgreSQL");
             return Ok(cluster);
         }
-        cluster.port = free_port()?;
+        cluster.port = match opts.port {
+            Some(p) => p,
+            None => free_port()?,
+        };
         cluster.pg_ctl_start()?;
         cluster.started_here = true;
         Ok(cluster)
@@ -147,6 +152,17 @@ impl Cluster {
             .arg(&self.data_dir)
             .args(["-m", "fast", "-w", "-t", "60"]);
         run(cmd, "pg_ctl stop", &self.log_path())
+    }
+
+    /// Stops the server the way a crash would: `pg_ctl stop -m immediate`
+    /// (no checkpoint; the next start replays the WAL). For crash tests.
+    pub fn crash(&self) -> Result<(), EmbeddedError> {
+        let mut cmd = self.pg_command("pg_ctl");
+        cmd.arg("stop")
+            .arg("-D")
+            .arg(&self.data_dir)
+            .args(["-m", "immediate", "-w", "-t", "60"]);
+        run(cmd, "pg_ctl stop -m immediate", &self.log_path())
     }
 
     /// Makes sure the server stops (and `remove` is deleted) when this process

@@ -13,6 +13,7 @@
 //! - [`telemetry`]: logging setup.
 
 pub mod cli;
+pub mod crash;
 pub mod custodian;
 pub mod db;
 pub mod demo_sink;

@@ -35,6 +35,9 @@ pub struct CustodianArgs {
     /// Fallback polling interval when no wake-up arrives.
     #[arg(long, env = "POLL_INTERVAL", default_value = "1s", value_parser = duration)]
     pub poll_interval: Duration,
+    /// How often the custodian runs a recovery pass.
+    #[arg(long, env = "RECOVERY_INTERVAL", default_value = "5s", value_parser = duration)]
+    pub recovery_interval: Duration,
 }
 
 fn duration(s: &str) -> Result<Duration, String> {
@@ -98,6 +101,7 @@ impl CustodianArgs {
         config.batch_size = i64::from(self.batch_size.max(1));
         config.max_in_flight = usize::from(self.max_in_flight.max(1));
         config.poll_interval = self.poll_interval;
+        config.recovery_interval = self.recovery_interval;
         Ok(config)
     }
 }
@@ -169,6 +173,7 @@ pub(super) async fn run_recover(
         batch_size: 32,
         max_in_flight: 64,
         poll_interval: Duration::from_secs(1),
+        recovery_interval: Duration::from_secs(5),
     };
     let effects = Arc::new(options.effects()?);
     let db = Database::open(database_url, state_dir).await?;

@@ -79,6 +79,7 @@ async fn start_private_cluster(state_dir: &Path) -> anyhow::Result<Cluster> {
         data_dir,
         password: Some(password),
         durable: true,
+        port: None,
     };
     tokio::task::spawn_blocking(move || Cluster::start(&options))
         .await

@@ -105,6 +105,7 @@ impl Custodian {
                 }
             }
         }
+        self.retry_leftovers().await;
         Ok(())
     }
 

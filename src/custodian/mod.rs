@@ -23,6 +23,7 @@ use std::time::Duration;
 use tokio::sync::{Notify, Semaphore, mpsc};
 use uuid::Uuid;
 
+use crate::crash::{self, CrashPoint};
 use crate::db::{self, CommandRow};
 use crate::domain::{EffectOutcome, State};
 pub use effects::{Effect, EffectCall, Effects};
@@ -143,6 +144,11 @@ pub struct Custodian {
     leases: Mutex<HashMap<String, HeldLease>>,
     /// Prepared rows adopted from an older generation, to start next.
     adopted: Mutex<Vec<CommandRow>>,
+    /// Batches whose `effect_started` commit had an unknown outcome and
+    /// could not be re-read yet: never dispatched, to be closed as such.
+    limbo: Mutex<Vec<(String, i64, Vec<Uuid>)>>,
+    /// Outcomes known but not yet recorded (the database was unreachable).
+    unrecorded: Mutex<Vec<Done>>,
     stats: Arc<Stats>,
     actor: String,
     recovery: recovery::Recovery,
@@ -164,6 +170,8 @@ impl Custodian {
             effects,
             leases: Mutex::new(HashMap::new()),
             adopted: Mutex::new(Vec::new()),
+            limbo: Mutex::new(Vec::new()),
+            unrecorded: Mutex::new(Vec::new()),
             stats: Arc::new(Stats::default()),
             actor,
         }
@@ -186,7 +194,7 @@ impl Custodian {
             .claim_and_start(self.config.batch_size, &mut report)
             .await?;
         let done = self.execute(started).await;
-        self.record(done, &mut report).await?;
+        self.record(done, &mut report).await;
         Ok(report)
     }
 
@@ -246,6 +254,9 @@ impl Custodian {
             &self.actor,
         )
         .await?;
+        if !claimed.is_empty() {
+            crash::point(CrashPoint::Cp1);
+        }
         report.claimed += claimed.len();
         self.stats
             .claimed
@@ -327,6 +338,9 @@ impl Custodian {
             }
             Err(e) => return Err(e.into()),
         };
+        if !rows.is_empty() {
+            crash::point(CrashPoint::Cp2);
+        }
         let mut started = Vec::with_capacity(rows.len());
         for row in rows {
             if row.state() == State::Expired {
@@ -369,7 +383,12 @@ impl Custodian {
         let states = match db::custodian::states(&self.pool, ids).await {
             Ok(s) => s,
             Err(e) => {
-                tracing::warn!(error = %e, "cannot re-read after an unknown commit; recovery will resolve the rows");
+                tracing::warn!(error = %e, "cannot re-read after an unknown commit; will retry");
+                self.limbo.lock().expect("limbo lock").push((
+                    authority.to_owned(),
+                    generation,
+                    ids.to_vec(),
+                ));
                 return;
             }
         };
@@ -387,19 +406,29 @@ impl Custodian {
                 ),
             })
             .collect();
-        if let Err(e) = self.record(done, report).await {
-            tracing::warn!(error = %e, "recording undispatched commands failed; recovery will resolve them");
+        self.record(done, report).await;
+    }
+
+    /// Retries what a database outage left behind: batches whose start
+    /// commit is unknown, and outcomes not yet recorded.
+    async fn retry_leftovers(&self) {
+        let limbo: Vec<_> = std::mem::take(&mut *self.limbo.lock().expect("limbo lock"));
+        let unrecorded: Vec<Done> =
+            std::mem::take(&mut *self.unrecorded.lock().expect("unrecorded lock"));
+        let mut report = StepReport::default();
+        for (authority, generation, ids) in limbo {
+            self.close_undispatched(&authority, generation, &ids, &mut report)
+                .await;
+        }
+        if !unrecorded.is_empty() {
+            self.record(unrecorded, &mut report).await;
         }
     }
 
     /// Records outcomes, one SERIALIZABLE transaction per (authority,
     /// generation). A refused write (fenced) is counted and logged, never
     /// taken for success.
-    pub async fn record(
-        &self,
-        done: Vec<Done>,
-        report: &mut StepReport,
-    ) -> Result<(), CustodianError> {
+    pub async fn record(&self, done: Vec<Done>, report: &mut StepReport) {
         let mut groups: BTreeMap<(String, i64), Vec<(Uuid, EffectOutcome)>> = BTreeMap::new();
         for d in done {
             groups
@@ -408,17 +437,26 @@ impl Custodian {
                 .push((d.id, d.outcome));
         }
         for ((authority, generation), outcomes) in groups {
-            let actor = &self.actor;
-            let mut retry =
-                txn::Serializable::new(&self.pool, &self.stats.serialization_retries, "record");
-            let recorded = loop {
-                let mut tx = retry.begin().await?;
-                let attempt =
-                    db::custodian::record(&mut *tx, &outcomes, &authority, generation, actor).await;
-                if let Some(ids) = retry.finish(tx, attempt).await? {
-                    break ids;
+            crash::point(CrashPoint::Cp3);
+            let recorded = match self.record_group(&authority, generation, &outcomes).await {
+                Ok(recorded) => recorded,
+                Err(e) => {
+                    // Known outcomes are never dropped: kept and retried on
+                    // the next heartbeat (recovery leaves rows of a live
+                    // lease alone, so this is the only way they finish).
+                    tracing::warn!(authority, generation, error = %e, count = outcomes.len(), "recording outcomes failed; will retry");
+                    self.unrecorded.lock().expect("unrecorded lock").extend(
+                        outcomes.into_iter().map(|(id, outcome)| Done {
+                            authority: authority.clone(),
+                            generation,
+                            id,
+                            outcome,
+                        }),
+                    );
+                    continue;
                 }
             };
+            crash::point(CrashPoint::Cp4);
             for (id, outcome) in &outcomes {
                 if !recorded.contains(id) {
                     report.fenced += 1;
@@ -436,7 +474,48 @@ impl Custodian {
                 tracing::info!(command.id = %id, authority, generation, state = %outcome.state(), "outcome recorded");
             }
         }
-        Ok(())
+    }
+
+    /// One fenced SERIALIZABLE transaction for one (authority, generation);
+    /// returns the ids it recorded. After a commit whose outcome is unknown,
+    /// the rows are re-read: those already in the intended state count as
+    /// recorded.
+    async fn record_group(
+        &self,
+        authority: &str,
+        generation: i64,
+        outcomes: &[(Uuid, EffectOutcome)],
+    ) -> Result<Vec<Uuid>, CustodianError> {
+        let mut retry =
+            txn::Serializable::new(&self.pool, &self.stats.serialization_retries, "record");
+        loop {
+            let mut tx = retry.begin().await?;
+            let attempt =
+                db::custodian::record(&mut *tx, outcomes, authority, generation, &self.actor).await;
+            match retry.finish(tx, attempt).await {
+                Ok(Some(ids)) => return Ok(ids),
+                Ok(None) => {}
+                Err(TxError::CommitUnknown(e)) => {
+                    tracing::warn!(authority, generation, error = %e, "outcome commit unknown; re-reading");
+                    let ids: Vec<Uuid> = outcomes.iter().map(|(id, _)| *id).collect();
+                    let states = db::custodian::states(&self.pool, &ids).await?;
+                    let done: Vec<Uuid> = states
+                        .into_iter()
+                        .filter(|(id, state, _)| {
+                            outcomes
+                                .iter()
+                                .any(|(o, outcome)| o == id && outcome.state().as_str() == state)
+                        })
+                        .map(|(id, _, _)| id)
+                        .collect();
+                    if done.len() == outcomes.len() {
+                        return Ok(done);
+                    }
+                    // Some did not commit: write them again (still guarded).
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
     }
 
     /// The long-lived loop, until `shutdown` completes: wake on
@@ -581,7 +660,7 @@ impl Custodian {
                 "effects still in flight after the grace period: recording ambiguous"
             );
             let mut report = StepReport::default();
-            self.record(left, &mut report).await?;
+            self.record(left, &mut report).await;
         }
         recorder.abort();
         self.release_leases().await;
@@ -607,9 +686,7 @@ impl Custodian {
             let (done, permits): (Vec<Done>, Vec<_>) = batch.into_iter().unzip();
             let ids: Vec<Uuid> = done.iter().map(|d| d.id).collect();
             let mut report = StepReport::default();
-            if let Err(e) = self.record(done, &mut report).await {
-                tracing::error!(error = %e, count = ids.len(), "recording outcomes failed; recovery will resolve these rows");
-            }
+            self.record(done, &mut report).await;
             {
                 let mut map = in_flight.lock().expect("in-flight lock");
                 for id in &ids {

@@ -211,6 +211,7 @@ pub(super) async fn submit(
     for _ in 0..3 {
         if let Some(row) = db::commands::insert_pending(&state.pool, &new).await? {
             tracing::info!(command.id = %row.id, kind = %row.kind, authority = %row.authority_id, "command recorded");
+            crate::crash::point(crate::crash::CrashPoint::Cp0);
             state.wake.pending(&row.authority_id);
             let (row, waited) = settle(&state, row, wait, principal.visible_scope()).await?;
             let mut response = (

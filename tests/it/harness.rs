@@ -47,6 +47,7 @@ fn private_cluster() -> Result<Cluster, command_ledger::embedded_pg::EmbeddedErr
         data_dir: root.join("pg"),
         password: None,
         durable: false,
+        port: None,
     };
     let cluster = Cluster::start(&options)?;
     cluster.stop_when_process_exits(Some(&root))?;

@@ -7,6 +7,7 @@
 
 mod auth;
 mod cancel;
+mod crash;
 mod custodian;
 mod harness;
 mod reads;
