@@ -124,7 +124,7 @@ pub(super) async fn run(
 ) -> anyhow::Result<()> {
     let config = cmd.options.config(cmd.authority)?;
     let effects = cmd.options.effects()?;
-    let db = Database::open(database_url, state_dir).await?;
+    let db = Database::open_with(database_url, state_dir, 10, "command-ledger-custodian").await?;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let task = spawn_custodian(db.pool.clone(), config, effects, async move {
         let _ = stop_rx.await;

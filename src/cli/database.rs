@@ -24,13 +24,14 @@ pub struct Database {
 
 impl Database {
     pub async fn open(url: Option<String>, state_dir: &Path) -> anyhow::Result<Database> {
-        Self::open_with(url, state_dir, 10).await
+        Self::open_with(url, state_dir, 10, "command-ledger").await
     }
 
     pub async fn open_with(
         url: Option<String>,
         state_dir: &Path,
         max_connections: u32,
+        application_name: &str,
     ) -> anyhow::Result<Database> {
         let (url, cluster) = match url {
             Some(url) => (url, None),
@@ -43,7 +44,7 @@ impl Database {
                 (cluster.url(EMBEDDED_DATABASE), Some(cluster))
             }
         };
-        let pool = db::connect(&url, max_connections)
+        let pool = db::connect_as(&url, max_connections, application_name)
             .await
             .context("connecting to the ledger database")?;
         db::migrate(&pool).await.context("applying migrations")?;

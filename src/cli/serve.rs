@@ -42,7 +42,13 @@ pub(super) async fn run(
     state_dir: &Path,
     args: ServeArgs,
 ) -> anyhow::Result<()> {
-    let db = Database::open_with(database_url, state_dir, args.max_connections).await?;
+    let db = Database::open_with(
+        database_url,
+        state_dir,
+        args.max_connections,
+        "command-ledger-api",
+    )
+    .await?;
     // Bind before announcing anything, so the printed URL is live.
     let listener = match TcpListener::bind(args.listen).await {
         Ok(l) => l,

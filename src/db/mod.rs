@@ -34,9 +34,18 @@ pub enum DbError {
 /// A pool for the service. Statements are logged at debug level only: the
 /// hot path must not pay for info-level statement logs.
 pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool, DbError> {
+    connect_as(url, max_connections, "command-ledger").await
+}
+
+/// A pool whose connections show `application_name` in `pg_stat_activity`.
+pub async fn connect_as(
+    url: &str,
+    max_connections: u32,
+    application_name: &str,
+) -> Result<PgPool, DbError> {
     let options = PgConnectOptions::from_str(url)
         .map_err(DbError::BadUrl)?
-        .application_name("command-ledger")
+        .application_name(application_name)
         .log_statements(tracing::log::LevelFilter::Debug)
         .log_slow_statements(tracing::log::LevelFilter::Warn, Duration::from_secs(1));
     PgPoolOptions::new()

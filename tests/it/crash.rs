@@ -752,6 +752,85 @@ async fn full_zombie_campaign() {
     assert!(report.violations.is_empty(), "{:?}", report.violations);
 }
 
+/// The custodian's database connections are cut (`pg_terminate_backend`)
+/// again and again under load, so some commits, `effect_started` ones
+/// included, die with an unknown outcome. The custodian must re-read and
+/// never dispatch on uncertainty: any dispatch of a row whose start did not
+/// commit would show up as a second dispatch after it is claimed again.
+async fn connection_cut_campaign(cuts: usize) -> (usize, Check) {
+    let seed = seed();
+    let (db_url, pool) = crate::harness::fresh_database().await;
+    let mut world = World::new(db_url, pool, seed).await;
+    let api = world.api();
+    let custodian = world.custodian();
+    world.wait_ready().await;
+    let acked: Acked = Arc::default();
+    let counter = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients: Vec<_> = (0..3)
+        .map(|c| {
+            tokio::spawn(client_load(
+                world.api_url.clone(),
+                world.token.clone(),
+                format!("cut-{c}"),
+                acked.clone(),
+                stop.clone(),
+                counter.clone(),
+            ))
+        })
+        .collect();
+    let mut terminated = 0;
+    for i in 0..cuts {
+        tokio::time::sleep(Duration::from_millis(
+            60 + (seed.wrapping_add(i as u64) % 90),
+        ))
+        .await;
+        let n: i64 = sqlx::query_scalar(
+            "select count(*) from (select pg_terminate_backend(pid) from pg_stat_activity \
+             where application_name = 'command-ledger-custodian' and datname = current_database()) t",
+        )
+        .fetch_one(&world.pool)
+        .await
+        .unwrap();
+        terminated += usize::try_from(n).unwrap();
+    }
+    stop.store(true, Ordering::SeqCst);
+    for c in clients {
+        c.await.unwrap();
+    }
+    let live = world.wait_all_terminal(Duration::from_secs(20)).await;
+    let acked = acked.lock().unwrap().clone();
+    let mut report = check(&world, &acked).await;
+    if live > 0 {
+        report.violations.push(format!(
+            "{live} commands not terminal 20 s after faults stopped"
+        ));
+    }
+    eprintln!(
+        "connection cuts: {cuts} rounds, {terminated} custodian connections terminated; outcomes {:?}; violations {}",
+        report.by_state,
+        report.violations.len()
+    );
+    api.shutdown();
+    custodian.shutdown();
+    world.cleanup();
+    (terminated, report)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cutting_the_custodians_connections_mid_commit_never_dispatches_on_uncertainty() {
+    let (terminated, report) = connection_cut_campaign(10).await;
+    assert!(terminated > 0, "no connection was cut");
+    assert!(report.violations.is_empty(), "{:?}", report.violations);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "the full campaign: minutes; run with --ignored"]
+async fn full_connection_cut_campaign() {
+    let (_, report) = connection_cut_campaign(env_or("CRASH_CUTS", 300)).await;
+    assert!(report.violations.is_empty(), "{:?}", report.violations);
+}
+
 /// PostgreSQL itself crashes (`pg_ctl stop -m immediate`) under load, on a
 /// durable cluster of its own, and restarts; nothing acknowledged may be
 /// missing. With `synchronous_commit = off` (the negative control) the same
