@@ -4,16 +4,6 @@ use crate::harness::{TestApp, problem, refund};
 use command_ledger::db::Role;
 use serde_json::Value;
 
-async fn submit_id(app: &TestApp, token: &str, key: &str) -> String {
-    let body: Value = app
-        .submit(token, Some(key), &refund(1))
-        .await
-        .json()
-        .await
-        .unwrap();
-    body["id"].as_str().unwrap().to_owned()
-}
-
 async fn set_state(app: &TestApp, id: &str, state: &str) {
     sqlx::query(
         "update commands set state = $2, authority_generation = coalesce(authority_generation, 1) where id = $1::uuid",
@@ -29,7 +19,7 @@ async fn set_state(app: &TestApp, id: &str, state: &str) {
 async fn cancelling_a_pending_command_succeeds_and_repeating_it_is_harmless() {
     let app = TestApp::spawn().await;
     let a = app.token("dev-a", Role::Device).await;
-    let id = submit_id(&app, &a, "k").await;
+    let id = app.create(&a, "k", &refund(1)).await;
 
     let resp = app.post(&a, &format!("/v1/commands/{id}/cancel")).await;
     assert_eq!(resp.status(), 200);
@@ -61,7 +51,7 @@ async fn cancelling_a_pending_command_succeeds_and_repeating_it_is_harmless() {
 async fn a_prepared_command_can_still_be_cancelled() {
     let app = TestApp::spawn().await;
     let a = app.token("dev-a", Role::Device).await;
-    let id = submit_id(&app, &a, "k").await;
+    let id = app.create(&a, "k", &refund(1)).await;
     set_state(&app, &id, "prepared").await;
     assert_eq!(
         app.post(&a, &format!("/v1/commands/{id}/cancel"))
@@ -75,7 +65,7 @@ async fn a_prepared_command_can_still_be_cancelled() {
 async fn once_the_effect_started_cancel_is_409_with_the_current_state() {
     let app = TestApp::spawn().await;
     let a = app.token("dev-a", Role::Device).await;
-    let id = submit_id(&app, &a, "k").await;
+    let id = app.create(&a, "k", &refund(1)).await;
     set_state(&app, &id, "prepared").await;
     set_state(&app, &id, "effect_started").await;
     let body = problem(
@@ -102,7 +92,7 @@ async fn an_operator_may_cancel_any_command() {
     let app = TestApp::spawn().await;
     let a = app.token("dev-a", Role::Device).await;
     let op = app.token("ops", Role::Operator).await;
-    let id = submit_id(&app, &a, "k").await;
+    let id = app.create(&a, "k", &refund(1)).await;
     assert_eq!(
         app.post(&op, &format!("/v1/commands/{id}/cancel"))
             .await
@@ -121,7 +111,7 @@ async fn an_operator_may_cancel_any_command() {
 async fn concurrent_cancels_record_one_cancellation() {
     let app = TestApp::spawn().await;
     let a = app.token("dev-a", Role::Device).await;
-    let id = submit_id(&app, &a, "k").await;
+    let id = app.create(&a, "k", &refund(1)).await;
     let mut tasks = Vec::new();
     for _ in 0..20 {
         let (client, url, token) = (
@@ -159,7 +149,7 @@ async fn a_cancel_racing_the_start_of_the_effect_never_both_win() {
     let a = app.token("dev-a", Role::Device).await;
     let mut ids = Vec::new();
     for i in 0..30 {
-        let id = submit_id(&app, &a, &format!("k{i}")).await;
+        let id = app.create(&a, &format!("k{i}"), &refund(1)).await;
         set_state(&app, &id, "prepared").await;
         ids.push(id);
     }

@@ -316,9 +316,11 @@ impl World {
         read_log(&self.dir.join("sink.log")).unwrap()
     }
 
-    /// Waits until no command is left unfinished, or the bound passes.
+    /// Waits until no command is left unfinished, or the bound passes;
+    /// returns how many are left, and prints how long it took.
     async fn wait_all_terminal(&self, bound: Duration) -> usize {
-        let deadline = Instant::now() + bound;
+        let started = Instant::now();
+        let deadline = started + bound;
         loop {
             let live: i64 = sqlx::query_scalar(
                 "select count(*) from commands where state in ('pending', 'prepared', 'effect_started')",
@@ -327,6 +329,10 @@ impl World {
             .await
             .unwrap_or(-1);
             if live == 0 || Instant::now() > deadline {
+                eprintln!(
+                    "all terminal {:?} after faults stopped ({live} left)",
+                    started.elapsed()
+                );
                 return usize::try_from(live).unwrap_or(usize::MAX);
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -342,6 +348,45 @@ impl World {
 
 /// Acknowledged submissions: key → command id, as the client saw them.
 type Acked = Arc<Mutex<BTreeMap<String, String>>>;
+
+/// Client tasks submitting under load, and the switch that stops them.
+struct Clients {
+    stop: Arc<AtomicBool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Clients {
+    fn start(
+        world: &World,
+        n: usize,
+        prefix: &str,
+        acked: &Acked,
+        counter: &Arc<AtomicU64>,
+    ) -> Clients {
+        let stop = Arc::new(AtomicBool::new(false));
+        let tasks = (0..n)
+            .map(|c| {
+                tokio::spawn(client_load(
+                    world.api_url.clone(),
+                    world.token.clone(),
+                    format!("{prefix}-{c}"),
+                    acked.clone(),
+                    stop.clone(),
+                    counter.clone(),
+                ))
+            })
+            .collect();
+        Clients { stop, tasks }
+    }
+
+    /// Stops submitting; returns once every submission under way is acknowledged.
+    async fn stop(self) {
+        self.stop.store(true, Ordering::SeqCst);
+        for t in self.tasks {
+            t.await.unwrap();
+        }
+    }
+}
 
 /// Submits commands with fresh keys until `stop`, retrying each key until
 /// it is acknowledged (a crash of the API after the commit is answered,
@@ -542,28 +587,13 @@ async fn kill_campaign(
         let before = count_commands(&world.pool).await;
         let kills_before = target.kills();
         target.arm(Some(crash_vars(point, 0.25, "kill")), true);
-        let stop = Arc::new(AtomicBool::new(false));
-        let clients: Vec<_> = (0..3)
-            .map(|c| {
-                tokio::spawn(client_load(
-                    world.api_url.clone(),
-                    world.token.clone(),
-                    format!("{point}-{c}"),
-                    acked.clone(),
-                    stop.clone(),
-                    counter.clone(),
-                ))
-            })
-            .collect();
+        let clients = Clients::start(&world, 3, point, &acked, &counter);
         let started = Instant::now();
         while target.kills() - kills_before < kills_per_point && started.elapsed() < budget {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        stop.store(true, Ordering::SeqCst);
         target.arm(None, true);
-        for c in clients {
-            c.await.unwrap();
-        }
+        clients.stop().await;
         let after = count_commands(&world.pool).await;
         results.push(PointResult {
             point: (*point).to_owned(),
@@ -766,19 +796,7 @@ async fn connection_cut_campaign(cuts: usize) -> (usize, Check) {
     world.wait_ready().await;
     let acked: Acked = Arc::default();
     let counter = Arc::new(AtomicU64::new(0));
-    let stop = Arc::new(AtomicBool::new(false));
-    let clients: Vec<_> = (0..3)
-        .map(|c| {
-            tokio::spawn(client_load(
-                world.api_url.clone(),
-                world.token.clone(),
-                format!("cut-{c}"),
-                acked.clone(),
-                stop.clone(),
-                counter.clone(),
-            ))
-        })
-        .collect();
+    let clients = Clients::start(&world, 3, "cut", &acked, &counter);
     let mut terminated = 0;
     for i in 0..cuts {
         tokio::time::sleep(Duration::from_millis(
@@ -794,10 +812,7 @@ async fn connection_cut_campaign(cuts: usize) -> (usize, Check) {
         .unwrap();
         terminated += usize::try_from(n).unwrap();
     }
-    stop.store(true, Ordering::SeqCst);
-    for c in clients {
-        c.await.unwrap();
-    }
+    clients.stop().await;
     let live = world.wait_all_terminal(Duration::from_secs(20)).await;
     let acked = acked.lock().unwrap().clone();
     let mut report = check(&world, &acked).await;
@@ -879,19 +894,7 @@ async fn pg_crash_campaign(crashes: usize, synchronous_commit: bool) -> Check {
 
     let acked: Acked = Arc::default();
     let counter = Arc::new(AtomicU64::new(0));
-    let stop = Arc::new(AtomicBool::new(false));
-    let clients: Vec<_> = (0..4)
-        .map(|c| {
-            tokio::spawn(client_load(
-                world.api_url.clone(),
-                world.token.clone(),
-                format!("pg-{c}"),
-                acked.clone(),
-                stop.clone(),
-                counter.clone(),
-            ))
-        })
-        .collect();
+    let clients = Clients::start(&world, 4, "pg", &acked, &counter);
     let mut cluster = cluster;
     for _ in 0..crashes {
         tokio::time::sleep(Duration::from_millis(700)).await;
@@ -906,10 +909,7 @@ async fn pg_crash_campaign(crashes: usize, synchronous_commit: bool) -> Check {
         .unwrap();
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
-    stop.store(true, Ordering::SeqCst);
-    for c in clients {
-        c.await.unwrap();
-    }
+    clients.stop().await;
     let live = world.wait_all_terminal(Duration::from_secs(20)).await;
     let acked = acked.lock().unwrap().clone();
     let mut report = check(&world, &acked).await;

@@ -9,13 +9,6 @@ use serde_json::{Value, json};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-async fn submit(app: &TestApp, token: &str, key: &str, body: &Value) -> String {
-    let resp = app.submit(token, Some(key), body).await;
-    assert_eq!(resp.status(), 202);
-    let body: Value = resp.json().await.unwrap();
-    body["id"].as_str().unwrap().to_owned()
-}
-
 async fn command(app: &TestApp, token: &str, id: &str) -> Value {
     app.get(token, &format!("/v1/commands/{id}"))
         .await
@@ -52,7 +45,7 @@ async fn a_refund_goes_pending_to_applied_through_the_sink_once() {
         refund_effects(&sink.url, 5 * SECOND),
         10 * SECOND,
     );
-    let id = submit(&app, &token, "r1", &refund(1200)).await;
+    let id = app.create(&token, "r1", &refund(1200)).await;
 
     let report = c.run_once().await.unwrap();
     assert_eq!(
@@ -94,7 +87,7 @@ async fn a_hanging_sink_makes_the_command_ambiguous_and_it_is_never_retried() {
         refund_effects(&sink.url, Duration::from_millis(500)),
         10 * SECOND,
     );
-    let id = submit(&app, &token, "r1", &refund(1)).await;
+    let id = app.create(&token, "r1", &refund(1)).await;
 
     let report = c.run_once().await.unwrap();
     assert_eq!(report.ambiguous, 1);
@@ -123,7 +116,7 @@ async fn a_connection_reset_after_the_sink_applied_is_ambiguous() {
         refund_effects(&sink.url, 5 * SECOND),
         10 * SECOND,
     );
-    let id = submit(&app, &token, "r1", &refund(1)).await;
+    let id = app.create(&token, "r1", &refund(1)).await;
     c.run_once().await.unwrap();
     let cmd = command(&app, &token, &id).await;
     assert_eq!(cmd["state"], "ambiguous", "{cmd}");
@@ -145,7 +138,7 @@ async fn an_unreachable_sink_is_failed_not_dispatched_and_a_refusal_is_failed() 
         refund_effects(&closed, 5 * SECOND),
         10 * SECOND,
     );
-    let id = submit(&app, &token, "r1", &refund(1)).await;
+    let id = app.create(&token, "r1", &refund(1)).await;
     assert_eq!(c.run_once().await.unwrap().failed, 1);
     let cmd = command(&app, &token, &id).await;
     assert_eq!(
@@ -162,7 +155,7 @@ async fn an_unreachable_sink_is_failed_not_dispatched_and_a_refusal_is_failed() 
     );
     let mut body = refund(2);
     body["authority"] = json!("refusals");
-    let id = submit(&app, &token, "r2", &body).await;
+    let id = app.create(&token, "r2", &body).await;
     assert_eq!(c.run_once().await.unwrap().failed, 1);
     let cmd = command(&app, &token, &id).await;
     assert_eq!(
@@ -183,7 +176,7 @@ async fn a_kind_without_an_executor_fails_without_dispatch() {
         command_ledger::custodian::Effects::default(),
         10 * SECOND,
     );
-    let id = submit(&app, &token, "r1", &refund(1)).await;
+    let id = app.create(&token, "r1", &refund(1)).await;
     c.run_once().await.unwrap();
     let cmd = command(&app, &token, &id).await;
     assert_eq!(
@@ -206,8 +199,8 @@ async fn expired_and_cancelled_commands_are_never_executed() {
 
     let mut overdue = refund(1);
     overdue["deadline"] = json!((chrono::Utc::now() - chrono::Duration::seconds(1)).to_rfc3339());
-    let expired = submit(&app, &token, "late", &overdue).await;
-    let cancelled = submit(&app, &token, "cancel-me", &refund(2)).await;
+    let expired = app.create(&token, "late", &overdue).await;
+    let cancelled = app.create(&token, "cancel-me", &refund(2)).await;
     assert_eq!(
         app.post(&token, &format!("/v1/commands/{cancelled}/cancel"))
             .await
@@ -244,7 +237,7 @@ async fn a_cancel_between_prepare_and_start_wins_and_the_effect_never_runs() {
         refund_effects(&sink.url, 5 * SECOND),
         10 * SECOND,
     );
-    let id = submit(&app, &token, "r1", &refund(1)).await;
+    let id = app.create(&token, "r1", &refund(1)).await;
 
     c.heartbeat().await.unwrap();
     let mut report = StepReport::default();
@@ -265,7 +258,7 @@ async fn a_cancel_between_prepare_and_start_wins_and_the_effect_never_runs() {
     assert_eq!(sink.requests(), 0);
 
     // Once started, cancel is too late.
-    let id = submit(&app, &token, "r2", &refund(2)).await;
+    let id = app.create(&token, "r2", &refund(2)).await;
     let prepared = c.claim(10, &mut report).await.unwrap();
     let started = c.start_prepared(&prepared, &mut report).await.unwrap();
     assert_eq!(started.len(), 1);
@@ -303,12 +296,12 @@ async fn a_paused_custodian_is_fenced_out_after_another_takes_over() {
         ttl,
     );
 
-    let started_by_a = submit(&app, &token, "r1", &refund(1)).await;
+    let started_by_a = app.create(&token, "r1", &refund(1)).await;
     a.heartbeat().await.unwrap();
     let mut ra = StepReport::default();
     let a_started = a.claim_and_start(1, &mut ra).await.unwrap();
     assert_eq!(a_started.len(), 1);
-    let prepared_by_a = submit(&app, &token, "r2", &refund(2)).await;
+    let prepared_by_a = app.create(&token, "r2", &refund(2)).await;
     let a_prepared = a.claim(1, &mut ra).await.unwrap();
     assert_eq!(a_prepared.len(), 1);
 
@@ -333,7 +326,7 @@ async fn a_paused_custodian_is_fenced_out_after_another_takes_over() {
     );
 
     // B runs its own work under generation 2; the sink learns generation 2.
-    let fresh = submit(&app, &token, "r3", &refund(3)).await;
+    let fresh = app.create(&token, "r3", &refund(3)).await;
     let rb = b.run_once().await.unwrap();
     assert_eq!(rb.applied, 2, "the adopted command and the fresh one");
     assert_eq!(command(&app, &token, &fresh).await["state"], "applied");
@@ -364,7 +357,7 @@ async fn a_paused_custodian_is_fenced_out_after_another_takes_over() {
     assert_eq!(sink.count("fenced"), 1);
     // And A's heartbeat finds the lease gone: it claims nothing more.
     a.heartbeat().await.unwrap();
-    let _ = submit(&app, &token, "r4", &refund(4)).await;
+    let _ = app.create(&token, "r4", &refund(4)).await;
     let mut ra = StepReport::default();
     assert!(a.claim(10, &mut ra).await.unwrap().is_empty());
     assert_eq!(sink.count("applied"), 2);
@@ -394,7 +387,7 @@ async fn a_command_pinned_to_a_superseded_generation_expires_unexecuted() {
 
     let mut pinned = refund(5);
     pinned["authority"] = json!({"id": "agent-7", "generation": 1});
-    let id = submit(&app, &token, "pinned", &pinned).await;
+    let id = app.create(&token, "pinned", &pinned).await;
     assert_eq!(
         command(&app, &token, &id).await["authority"],
         json!({"id": "agent-7", "generation": 1, "pinned": true})
@@ -445,7 +438,7 @@ async fn twenty_concurrent_waiters_receive_the_same_terminal_body() {
         refund_effects(&sink.url, 5 * SECOND),
         10 * SECOND,
     );
-    let id = submit(&app, &token, "r1", &refund(1)).await;
+    let id = app.create(&token, "r1", &refund(1)).await;
 
     let mut waiters = Vec::new();
     for _ in 0..20 {
@@ -484,7 +477,7 @@ async fn twenty_concurrent_waiters_receive_the_same_terminal_body() {
 async fn a_wait_that_ends_first_returns_the_current_state() {
     let app = TestApp::spawn().await;
     let token = app.token("dev", Role::Device).await;
-    let id = submit(&app, &token, "r1", &refund(1)).await;
+    let id = app.create(&token, "r1", &refund(1)).await;
     let started = std::time::Instant::now();
     let resp = app.get(&token, &format!("/v1/commands/{id}?wait=1")).await;
     assert!(started.elapsed() >= Duration::from_millis(900));
@@ -572,7 +565,7 @@ async fn serialization_conflicts_are_retried_and_counted() {
         refund_effects(&sink.url, 5 * SECOND),
         10 * SECOND,
     ));
-    let id = submit(&app, &token, "r1", &refund(1)).await;
+    let id = app.create(&token, "r1", &refund(1)).await;
     c.heartbeat().await.unwrap();
     let mut report = StepReport::default();
     let prepared = c.claim(10, &mut report).await.unwrap();

@@ -234,6 +234,14 @@ impl TestApp {
         req.send().await.unwrap()
     }
 
+    /// Submits a new command (asserting `202`) and returns its id.
+    pub(crate) async fn create(&self, token: &str, key: &str, body: &Value) -> String {
+        let resp = self.submit(token, Some(key), body).await;
+        assert_eq!(resp.status(), 202, "submitting {key}");
+        let body: Value = resp.json().await.unwrap();
+        body["id"].as_str().unwrap().to_owned()
+    }
+
     pub(crate) async fn get(&self, token: &str, path: &str) -> reqwest::Response {
         self.client
             .get(self.url(path))

@@ -4,23 +4,13 @@ use crate::harness::{TestApp, problem, refund};
 use command_ledger::db::Role;
 use serde_json::Value;
 
-async fn submit_id(app: &TestApp, token: &str, key: &str) -> String {
-    let body: Value = app
-        .submit(token, Some(key), &refund(1))
-        .await
-        .json()
-        .await
-        .unwrap();
-    body["id"].as_str().unwrap().to_owned()
-}
-
 #[tokio::test]
 async fn a_device_reads_its_own_command_and_gets_404_for_anothers() {
     let app = TestApp::spawn().await;
     let a = app.token("dev-a", Role::Device).await;
     let b = app.token("dev-b", Role::Device).await;
     let op = app.token("ops", Role::Operator).await;
-    let id = submit_id(&app, &a, "k").await;
+    let id = app.create(&a, "k", &refund(1)).await;
 
     let own: Value = app
         .get(&a, &format!("/v1/commands/{id}"))
@@ -79,9 +69,9 @@ async fn listing_is_newest_first_scoped_and_paginated() {
     let op = app.token("ops", Role::Operator).await;
     let mut mine = Vec::new();
     for i in 0..5 {
-        mine.push(submit_id(&app, &a, &format!("a{i}")).await);
+        mine.push(app.create(&a, &format!("a{i}"), &refund(1)).await);
     }
-    let theirs = submit_id(&app, &b, "b0").await;
+    let theirs = app.create(&b, "b0", &refund(1)).await;
     mine.reverse();
 
     let page1: Value = app
@@ -170,7 +160,7 @@ async fn bad_list_parameters_are_400() {
 async fn history_lists_each_state_change_with_its_actor() {
     let app = TestApp::spawn().await;
     let a = app.token("dev-a", Role::Device).await;
-    let id = submit_id(&app, &a, "k").await;
+    let id = app.create(&a, "k", &refund(1)).await;
     assert_eq!(
         app.post(&a, &format!("/v1/commands/{id}/cancel"))
             .await

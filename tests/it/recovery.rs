@@ -34,16 +34,6 @@ fn recovery(app: &TestApp, effects: Effects) -> Recovery {
     Recovery::new(app.pool.clone(), Arc::new(effects), "recovery:test".into())
 }
 
-async fn submit(app: &TestApp, token: &str, key: &str, body: &Value) -> String {
-    let body: Value = app
-        .submit(token, Some(key), body)
-        .await
-        .json()
-        .await
-        .unwrap();
-    body["id"].as_str().unwrap().to_owned()
-}
-
 async fn row(app: &TestApp, id: &str) -> (String, Value, Value) {
     sqlx::query_as::<_, (String, Option<Value>, Option<Value>)>(
         "select state, result, error from commands where id = $1::uuid",
@@ -87,7 +77,7 @@ async fn overdue_pending_and_prepared_commands_expire_across_pages() {
     let deadline = chrono::Utc::now() + chrono::Duration::seconds(4);
     body["deadline"] = json!(deadline.to_rfc3339());
     for i in 0..230 {
-        submit(&app, &token, &format!("k{i}"), &body).await;
+        app.create(&token, &format!("k{i}"), &body).await;
     }
     // One of them is prepared by a custodian that then stops.
     let sink = TestSink::start(Mode::Ok).await;
@@ -122,7 +112,7 @@ async fn a_prepared_command_of_a_dead_generation_is_adopted_and_run_once() {
     let sink = TestSink::start(Mode::Ok).await;
     let ttl = Duration::from_millis(500);
     let a = custodian(&app.pool, &["payments"], effects(&sink, true), ttl);
-    let id = submit(&app, &token, "k", &refund(1)).await;
+    let id = app.create(&token, "k", &refund(1)).await;
     a.heartbeat().await.unwrap();
     assert_eq!(
         a.claim(1, &mut StepReport::default()).await.unwrap().len(),
@@ -162,7 +152,7 @@ async fn a_started_command_whose_executor_died_after_dispatch_is_resolved_applie
     let token = app.token("dev", Role::Device).await;
     let sink = TestSink::start(Mode::Ok).await;
     let c = custodian(&app.pool, &["payments"], effects(&sink, true), 10 * SECOND);
-    let id = submit(&app, &token, "k", &refund(1)).await;
+    let id = app.create(&token, "k", &refund(1)).await;
     crash_after_start(&app, &c, true).await;
 
     let report = recovery(&app, effects(&sink, true))
@@ -190,7 +180,7 @@ async fn a_started_command_that_was_never_dispatched_is_failed_not_applied() {
     let token = app.token("dev", Role::Device).await;
     let sink = TestSink::start(Mode::Ok).await;
     let c = custodian(&app.pool, &["payments"], effects(&sink, true), 10 * SECOND);
-    let id = submit(&app, &token, "k", &refund(1)).await;
+    let id = app.create(&token, "k", &refund(1)).await;
     crash_after_start(&app, &c, false).await;
 
     let report = recovery(&app, effects(&sink, true))
@@ -212,7 +202,7 @@ async fn without_a_probe_a_started_command_whose_executor_died_is_ambiguous() {
     let token = app.token("dev", Role::Device).await;
     let sink = TestSink::start(Mode::Ok).await;
     let c = custodian(&app.pool, &["payments"], effects(&sink, false), 10 * SECOND);
-    let id = submit(&app, &token, "k", &refund(1)).await;
+    let id = app.create(&token, "k", &refund(1)).await;
     crash_after_start(&app, &c, true).await;
 
     let report = recovery(&app, effects(&sink, false))
@@ -237,7 +227,7 @@ async fn recovery_paused_between_read_and_write_never_overwrites_a_finished_row(
     let token = app.token("dev", Role::Device).await;
     let sink = TestSink::start(Mode::Ok).await;
     let c = custodian(&app.pool, &["payments"], effects(&sink, false), 10 * SECOND);
-    let id = submit(&app, &token, "k", &refund(1)).await;
+    let id = app.create(&token, "k", &refund(1)).await;
     c.heartbeat().await.unwrap();
     let mut report = StepReport::default();
     let started = c.claim_and_start(10, &mut report).await.unwrap();
@@ -272,7 +262,7 @@ async fn a_late_outcome_after_recovery_resolved_the_row_is_refused() {
     let token = app.token("dev", Role::Device).await;
     let sink = TestSink::start(Mode::Ok).await;
     let c = custodian(&app.pool, &["payments"], effects(&sink, false), 10 * SECOND);
-    let id = submit(&app, &token, "k", &refund(1)).await;
+    let id = app.create(&token, "k", &refund(1)).await;
     c.heartbeat().await.unwrap();
     let mut report = StepReport::default();
     let started = c.claim_and_start(10, &mut report).await.unwrap();
