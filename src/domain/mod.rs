@@ -3,8 +3,10 @@
 //! no database, no runtime, no HTTP; time and randomness come in as arguments.
 
 pub mod admission;
+pub mod canonical;
 pub mod digest;
 pub mod idempotency_key;
+pub mod money;
 pub mod names;
 pub mod outcome;
 pub mod recovery;

@@ -1,0 +1,281 @@
+use super::*;
+use crate::domain::digest::canonical_json;
+use proptest::prelude::*;
+use serde_json::json;
+
+#[allow(clippy::needless_pass_by_value)]
+fn canon(v: Value) -> Value {
+    canonicalize(&v, &Policy::default()).unwrap().value
+}
+
+#[allow(clippy::needless_pass_by_value)]
+fn err(v: Value) -> CanonError {
+    canonicalize(&v, &Policy::default()).unwrap_err()
+}
+
+#[test]
+fn every_spelling_of_one_refund_is_one_intent() {
+    let expected =
+        json!({"customer": "ada@example.com", "amount": {"amount_minor": 1200, "currency": "USD"}});
+    for args in [
+        json!({"customer": "Ada@Example.com", "amount": "$12.00", "currency": "usd"}),
+        json!({"customer": "ada@example.com", "amount": "12.00 USD"}),
+        json!({"amount": "USD 12", "customer": "ADA@EXAMPLE.COM"}),
+        json!({"customer": "ada@example.com", "amount": "1200 cents", "currency": "usd"}),
+        json!({"customer": "ada@example.com", "amount": 12, "currency": "USD"}),
+        json!({"customer": "ada@example.com", "amount": 12.0, "currency": "USD"}),
+        json!({"customer": "ada@example.com", "amount": "12", "currency": "usd"}),
+        json!({"customer": "ada@example.com", "amount": "US$12", "trace_id": "t-1", "request_id": "r-9"}),
+        json!({"customer": " ada@example.com", "amount": "$12", "traceId": "x", "timestamp": "2026-01-01"}),
+        json!({"customer": "ada@example.com", "amount": {"amount_minor": 1200, "currency": "USD"}}),
+    ] {
+        assert_eq!(canon(args.clone()), expected, "{args}");
+    }
+}
+
+#[test]
+fn minor_units_follow_iso_4217() {
+    assert_eq!(
+        canon(json!({"amount": "¥1200"}))["amount"],
+        json!({"amount_minor": 1200, "currency": "JPY"})
+    );
+    assert_eq!(
+        canon(json!({"amount": "1.234 BHD"}))["amount"],
+        json!({"amount_minor": 1234, "currency": "BHD"})
+    );
+    assert_eq!(
+        canon(json!({"amount": 12.5, "currency": "eur"}))["amount"],
+        json!({"amount_minor": 1250, "currency": "EUR"})
+    );
+    assert_eq!(
+        canon(json!({"price": "1,234.50 GBP"}))["price"],
+        json!({"amount_minor": 123_450, "currency": "GBP"})
+    );
+    assert_eq!(
+        canon(json!({"fee": "-0.05 USD"}))["fee"],
+        json!({"amount_minor": -5, "currency": "USD"})
+    );
+    assert_eq!(
+        canon(json!({"amount": "12€"}))["amount"],
+        json!({"amount_minor": 1200, "currency": "EUR"})
+    );
+    assert_eq!(
+        canon(json!({"amount": "$5", "currency": "CAD"}))["amount"],
+        json!({"amount_minor": 500, "currency": "CAD"})
+    );
+    assert!(matches!(
+        err(json!({"amount": "12.5 JPY"})),
+        CanonError::TooPrecise { .. }
+    ));
+    assert!(matches!(
+        err(json!({"amount": "12.001 USD"})),
+        CanonError::TooPrecise { .. }
+    ));
+    assert_eq!(
+        canon(json!({"amount": "12.0100 USD"}))["amount"]["amount_minor"],
+        1201
+    );
+}
+
+#[test]
+fn money_without_a_currency_is_an_error_not_a_guess() {
+    for args in [
+        json!({"amount": 12}),
+        json!({"amount": "12.00"}),
+        json!({"total": "1200 cents"}),
+    ] {
+        assert!(
+            matches!(err(args.clone()), CanonError::AmbiguousMoney { .. }),
+            "{args}"
+        );
+    }
+    assert!(matches!(
+        err(json!({"amount": "12 XYZ"})),
+        CanonError::BadMoney { .. } | CanonError::UnknownCurrency { .. }
+    ));
+    assert!(matches!(
+        err(json!({"amount": "12", "currency": "XYZ"})),
+        CanonError::UnknownCurrency { .. }
+    ));
+    assert!(matches!(
+        err(json!({"amount": "12 USD", "currency": "EUR"})),
+        CanonError::CurrencyMismatch { .. }
+    ));
+    assert!(matches!(
+        err(json!({"amount": "12 apples"})),
+        CanonError::BadMoney { .. }
+    ));
+    assert!(matches!(
+        err(json!({"amount": "99999999999999999999 USD"})),
+        CanonError::OutOfRange { .. }
+    ));
+}
+
+#[test]
+fn fields_that_are_not_money_are_left_alone() {
+    let args = json!({"direction": "left", "degrees": 12.5, "amount_minor": 1200, "currency": "usd", "note": "pay $12"});
+    let out = canonicalize(&args, &Policy::default()).unwrap();
+    assert_eq!(
+        out.value, args,
+        "no money-named field: the currency field stays too"
+    );
+    assert_eq!(
+        canon(json!({"amount": "twelve"})),
+        json!({"amount": "twelve"})
+    );
+    let off = Policy {
+        auto_detect: false,
+        ..Policy::default()
+    };
+    assert_eq!(
+        canonicalize(&json!({"amount": 12, "to": "A@B.co"}), &off)
+            .unwrap()
+            .value,
+        json!({"amount": 12, "to": "A@B.co"})
+    );
+}
+
+#[test]
+fn the_policy_names_fields_explicitly() {
+    let policy = Policy {
+        auto_detect: false,
+        money_fields: vec!["refund.sum".into()],
+        email_fields: vec!["who".into()],
+        volatile_fields: vec!["attempt".into()],
+    };
+    let out = canonicalize(
+        &json!({"refund": {"sum": "3 EUR"}, "who": "X@Y.org", "attempt": 4}),
+        &policy,
+    )
+    .unwrap();
+    assert_eq!(
+        out.value,
+        json!({"refund": {"sum": {"amount_minor": 300, "currency": "EUR"}}, "who": "x@y.org"})
+    );
+}
+
+#[test]
+fn the_rules_that_fired_are_recorded_with_their_paths() {
+    let out = canonicalize(&json!({"customer": "Ada@Example.com", "amount": "$12.00", "currency": "usd", "trace_id": "t", "n": 1.0}), &Policy::default()).unwrap();
+    assert_eq!(
+        out.rules,
+        [
+            "currency_merged@/currency",
+            "drop_volatile@/trace_id",
+            "email_lowercase@/customer",
+            "money@/amount",
+            "number@/n"
+        ]
+    );
+}
+
+#[test]
+fn numbers_take_one_form() {
+    assert_eq!(canon(json!({"n": 1.0})), json!({"n": 1}));
+    assert_eq!(canon(json!({"n": 1e2})), json!({"n": 100}));
+    assert_eq!(canon(json!({"n": 0.5})), json!({"n": 0.5}));
+    assert_eq!(canon(json!({"n": [2.0, -3.0]})), json!({"n": [2, -3]}));
+}
+
+fn arb_json() -> impl Strategy<Value = Value> {
+    let key = prop_oneof![
+        Just("amount".to_owned()),
+        Just("currency".to_owned()),
+        Just("trace_id".to_owned()),
+        Just("to".to_owned()),
+        "[a-z_]{1,8}",
+    ];
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i32>().prop_map(|n| json!(n)),
+        (-1.0e9f64..1.0e9).prop_map(|f| json!(f)),
+        ".{0,12}".prop_map(Value::String),
+        Just(json!("$12.00")),
+        Just(json!("12.00 USD")),
+        Just(json!("usd")),
+        Just(json!("Ada@Example.com")),
+    ];
+    leaf.prop_recursive(4, 48, 6, move |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..5).prop_map(Value::Array),
+            prop::collection::btree_map(key.clone(), inner, 0..6)
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+fn reorder(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => {
+            let mut entries: Vec<_> = m.iter().collect();
+            entries.reverse();
+            Value::Object(
+                entries
+                    .into_iter()
+                    .map(|(k, v)| (k.clone(), reorder(v)))
+                    .collect(),
+            )
+        }
+        Value::Array(a) => Value::Array(a.iter().map(reorder).collect()),
+        other => other.clone(),
+    }
+}
+
+proptest! {
+    #[test]
+    fn canonicalization_is_a_fixpoint(v in arb_json()) {
+        if let Ok(once) = canonicalize(&v, &Policy::default()) {
+            let twice = canonicalize(&once.value, &Policy::default()).unwrap();
+            prop_assert_eq!(&twice.value, &once.value);
+        }
+    }
+
+    #[test]
+    fn key_order_and_whitespace_do_not_matter(v in arb_json()) {
+        let respelled: Value = serde_json::from_str(&serde_json::to_string_pretty(&reorder(&v)).unwrap()).unwrap();
+        let a = canonicalize(&v, &Policy::default()).map(|c| canonical_json(&c.value));
+        let b = canonicalize(&respelled, &Policy::default()).map(|c| canonical_json(&c.value));
+        prop_assert_eq!(a, b);
+    }
+
+    #[test]
+    fn every_spelling_of_an_amount_agrees_and_different_amounts_differ(
+        cents in 0i64..10_000_000, other in 0i64..10_000_000,
+    ) {
+        let (units, rest) = (cents / 100, cents % 100);
+        let spellings = [
+            json!({"amount": format!("${units}.{rest:02}")}),
+            json!({"amount": format!("{units}.{rest:02} USD")}),
+            json!({"amount": format!("USD {units}.{rest:02}")}),
+            json!({"amount": format!("{cents} cents"), "currency": "usd"}),
+            json!({"amount": cents as f64 / 100.0, "currency": "USD"}),
+        ];
+        let first = canon(spellings[0].clone());
+        prop_assert_eq!(&first["amount"]["amount_minor"], &json!(cents));
+        for s in &spellings[1..] {
+            prop_assert_eq!(&canon(s.clone()), &first);
+        }
+        let different = canon(json!({"amount": format!("{other} cents"), "currency": "usd"}));
+        prop_assert_eq!(different == first, other == cents);
+        let euros = canon(json!({"amount": format!("{cents} cents"), "currency": "eur"}));
+        prop_assert_ne!(euros, first);
+    }
+
+    #[test]
+    fn different_recipients_stay_different(a in "[a-z]{1,8}", b in "[a-z]{1,8}") {
+        let x = canon(json!({"to": format!("{a}@example.com"), "amount": "1 USD"}));
+        let y = canon(json!({"to": format!("{}@EXAMPLE.com", b.to_uppercase()), "amount": "1 USD"}));
+        prop_assert_eq!(x == y, a == b);
+    }
+
+    #[test]
+    fn arbitrary_json_never_panics(v in arb_json()) {
+        let _ = canonicalize(&v, &Policy::default());
+    }
+
+    #[test]
+    fn arbitrary_money_text_never_panics(s in "\\PC{0,40}", currency in "[A-Za-z]{0,4}") {
+        let _ = canonicalize(&json!({"amount": s, "currency": currency}), &Policy::default());
+    }
+}
