@@ -12,6 +12,7 @@
 //! - [`cli`]: the command line (`serve`, `migrate`, `token ...`).
 //! - [`telemetry`]: logging setup.
 
+pub mod catalog;
 pub mod cli;
 pub mod crash;
 pub mod custodian;

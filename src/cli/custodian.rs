@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::Database;
-use crate::custodian::catalog::{Catalog, parse_duration};
+use crate::catalog::{Catalog, parse_duration};
 use crate::custodian::recovery::Recovery;
 use crate::custodian::{Custodian, CustodianConfig, Effects};
 use crate::demo_sink;
@@ -71,8 +71,8 @@ pub struct DemoSinkCommand {
 }
 
 impl CustodianArgs {
-    /// The effects of the catalog (and the built-in `noop`).
-    pub fn effects(&self) -> anyhow::Result<Effects> {
+    /// The catalog: `--catalog`, else `ledger.toml` when it exists, else empty.
+    pub fn catalog(&self) -> anyhow::Result<Catalog> {
         let path = match &self.catalog {
             Some(p) => Some(p.clone()),
             None => Some(PathBuf::from("ledger.toml")).filter(|p| p.exists()),
@@ -81,10 +81,15 @@ impl CustodianArgs {
             Some(p) => {
                 let catalog = Catalog::load(&p)?;
                 tracing::info!(catalog = %p.display(), kinds = catalog.kinds.len(), "catalog loaded");
-                Ok(catalog.effects()?)
+                Ok(catalog)
             }
-            None => Ok(Effects::default()),
+            None => Ok(Catalog::default()),
         }
+    }
+
+    /// The effects of the catalog (and the built-in `noop`).
+    pub fn effects(&self) -> anyhow::Result<Effects> {
+        Ok(self.catalog()?.effects()?)
     }
 
     pub fn config(&self, authorities: Vec<String>) -> anyhow::Result<CustodianConfig> {

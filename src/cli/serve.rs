@@ -16,6 +16,7 @@ use crate::custodian::effects::Effects;
 use crate::custodian::http_executor::HttpExecutor;
 use crate::db::Role;
 use crate::demo_sink;
+use crate::domain::admission::{KeyMode, KindPolicy};
 use crate::http::{self, AppState};
 
 #[derive(Debug, Args)]
@@ -70,7 +71,21 @@ pub(super) async fn run(
     };
 
     let embedded = db.cluster.is_some();
-    let mut effects = args.custodian_options.effects()?;
+    let catalog = args.custodian_options.catalog()?;
+    let mut effects = catalog.effects()?;
+    let mut policies = catalog.policies()?;
+    if embedded && !catalog.kinds.contains_key("refund") {
+        // The quickstart's refund: keyless allowed (the intent stands in for
+        // a key), run by the in-process custodian of `payments`.
+        policies.set(
+            "refund",
+            KindPolicy {
+                key: KeyMode::Fingerprint,
+                authority: Some("payments".to_owned()),
+                ..KindPolicy::default()
+            },
+        );
+    }
     if embedded && !args.no_demo_sink && effects.get("refund").is_none() {
         let url = start_demo_sink(state_dir, stopped()).await?;
         let timeout = std::time::Duration::from_secs(5);
@@ -101,7 +116,7 @@ pub(super) async fn run(
         None => None,
     };
 
-    let state = AppState::new(db.pool.clone());
+    let state = AppState::new(db.pool.clone(), policies);
     let api_task = tokio::spawn(http::serve(listener, state, stopped()));
     if embedded {
         let token = first_operator_token(&db, state_dir).await?;

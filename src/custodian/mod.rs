@@ -7,7 +7,6 @@
 //! whole step (leases, claim, start, effects, outcomes) for tests; `run` is
 //! the long-lived loop with wake-ups, bounded concurrency and a drain.
 
-pub mod catalog;
 pub mod effects;
 pub mod http_executor;
 mod leases;

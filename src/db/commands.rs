@@ -33,6 +33,8 @@ pub struct CommandRow {
     pub deadline_at: Option<DateTime<Utc>>,
     pub finished_at: Option<DateTime<Utc>>,
     pub pinned_generation: Option<i64>,
+    pub intent_digest: Option<Vec<u8>>,
+    pub canonical_rules: Vec<String>,
 }
 
 impl CommandRow {
@@ -68,6 +70,8 @@ pub struct NewCommand<'a> {
     pub kind: &'a str,
     pub authority_id: &'a str,
     pub pinned_generation: Option<i64>,
+    pub intent_digest: &'a [u8],
+    pub canonical_rules: &'a [String],
     pub run_id: Option<&'a str>,
     pub args: &'a Value,
     pub canonical: &'a Value,
@@ -86,8 +90,9 @@ pub async fn insert_pending(
         CommandRow,
         r#"
         insert into commands (id, scope, idempotency_key, request_digest, digest_version, kind,
-                              authority_id, run_id, args, canonical, deadline_at, pinned_generation)
-        select $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $13
+                              authority_id, run_id, args, canonical, deadline_at, pinned_generation,
+                              intent_digest, canonical_rules)
+        select $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $13, $14, $15
         from (select set_config('command_ledger.actor', $12, true)) as ctx
         on conflict (scope, idempotency_key) do nothing
         returning *
@@ -105,6 +110,8 @@ pub async fn insert_pending(
         new.deadline_at,
         new.actor,
         new.pinned_generation,
+        new.intent_digest,
+        new.canonical_rules,
     )
     .fetch_optional(ex)
     .await
@@ -126,6 +133,56 @@ pub async fn find_by_key(
         key,
     )
     .fetch_optional(ex)
+    .await
+}
+
+/// The newest command of an intent in a scope, and its age by the database clock.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LatestIntent {
+    pub id: Uuid,
+    pub idempotency_key: String,
+    pub request_digest: Vec<u8>,
+    pub age_seconds: f64,
+}
+
+pub async fn latest_by_intent(
+    ex: impl PgExecutor<'_>,
+    scope: Uuid,
+    intent_digest: &[u8],
+) -> Result<Option<LatestIntent>, sqlx::Error> {
+    sqlx::query_as!(
+        LatestIntent,
+        r#"
+        select id, idempotency_key, request_digest,
+               extract(epoch from now() - created_at)::float8 as "age_seconds!"
+        from commands
+        where scope = $1 and intent_digest = $2
+        order by created_at desc
+        limit 1
+        "#,
+        scope,
+        intent_digest,
+    )
+    .fetch_optional(ex)
+    .await
+}
+
+/// Commands by state, every state listed.
+pub async fn counts_by_state(ex: impl PgExecutor<'_>) -> Result<Vec<(String, i64)>, sqlx::Error> {
+    let rows = sqlx::query!(
+        r#"select state as "state!", commands as "commands!" from command_counts_by_state"#
+    )
+    .fetch_all(ex)
+    .await?;
+    Ok(rows.into_iter().map(|r| (r.state, r.commands)).collect())
+}
+
+/// How many effects were ever started (the executions the ledger allowed).
+pub async fn effects_started(ex: impl PgExecutor<'_>) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"select count(*) as "n!" from command_history where to_state = 'effect_started'"#
+    )
+    .fetch_one(ex)
     .await
 }
 

@@ -5,6 +5,7 @@
 pub mod authorities;
 pub mod commands;
 pub mod custodian;
+pub mod holds;
 pub mod principals;
 pub mod recovery;
 

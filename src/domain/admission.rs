@@ -1,7 +1,11 @@
-//! What a request under an idempotency key means, given what the ledger
-//! already holds under that key (DESIGN section 3). Uniqueness itself is the
-//! database's job (a unique index); this only names the outcome.
+//! What a request means, given what the ledger already holds (DESIGN
+//! section 3): under an idempotency key, and, for keyless submissions,
+//! under the same intent. Uniqueness itself is the database's job (a unique
+//! index); this only names the outcome.
 
+use std::time::Duration;
+
+use super::canonical::Policy;
 use super::digest::RequestDigest;
 
 /// The outcome of recording a submission.
@@ -13,6 +17,10 @@ pub enum Disposition {
     Replay,
     /// A different request was stored under the key: refuse.
     Conflict,
+    /// The same intent as a command still in flight: its outcome is this one's.
+    Coalesced,
+    /// A near-duplicate of an earlier intent: held for a human.
+    Held,
 }
 
 impl Disposition {
@@ -21,6 +29,8 @@ impl Disposition {
             Disposition::New => "new",
             Disposition::Replay => "replay",
             Disposition::Conflict => "conflict",
+            Disposition::Coalesced => "coalesced",
+            Disposition::Held => "held",
         }
     }
 }
@@ -34,9 +44,178 @@ pub fn disposition(stored: Option<&RequestDigest>, incoming: &RequestDigest) -> 
     }
 }
 
+/// Whether a kind needs a client key, or lets the intent's fingerprint stand in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyMode {
+    Required,
+    Fingerprint,
+}
+
+/// What to do with a near-duplicate: the same intent from another run,
+/// after the coalescing window and within the horizon.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NearDuplicate {
+    Hold,
+    Allow,
+    Reject,
+}
+
+/// A kind's admission policy (from the catalog).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KindPolicy {
+    pub canonical: Policy,
+    pub key: KeyMode,
+    /// Copies of one intent arriving within this time of the first are the same command.
+    pub window: Duration,
+    pub near_duplicate: NearDuplicate,
+    /// After this, the same intent is simply new again.
+    pub horizon: Duration,
+    /// The authority `POST /v1/invoke` uses for this kind.
+    pub authority: Option<String>,
+}
+
+impl Default for KindPolicy {
+    fn default() -> Self {
+        KindPolicy {
+            canonical: Policy::default(),
+            key: KeyMode::Required,
+            window: Duration::from_secs(5),
+            near_duplicate: NearDuplicate::Hold,
+            horizon: Duration::from_secs(24 * 3600),
+            authority: None,
+        }
+    }
+}
+
+/// The latest command of the same intent in the principal's scope.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Latest {
+    /// Its request digest equals this request's (same run, same request).
+    pub same_request: bool,
+    /// How long ago it arrived.
+    pub age: Duration,
+    /// Its epoch: the how-many-th command of this intent it is.
+    pub epoch: u32,
+}
+
+/// What a keyless submission (or a keyed one under the intent guard) is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IntentVerdict {
+    /// Record a new command, the `epoch`-th of this intent.
+    New { epoch: u32 },
+    /// It is the latest command (a retry, or a racing worker in the window).
+    Same,
+    /// A near-duplicate to hold for a human.
+    Held,
+    /// A near-duplicate the kind refuses.
+    Refused,
+}
+
+pub fn intent_verdict(latest: Option<Latest>, policy: &KindPolicy) -> IntentVerdict {
+    match latest {
+        None => IntentVerdict::New { epoch: 1 },
+        Some(l) if l.age > policy.horizon => IntentVerdict::New { epoch: l.epoch + 1 },
+        Some(l) if l.same_request || l.age <= policy.window => IntentVerdict::Same,
+        Some(l) => match policy.near_duplicate {
+            NearDuplicate::Hold => IntentVerdict::Held,
+            NearDuplicate::Allow => IntentVerdict::New { epoch: l.epoch + 1 },
+            NearDuplicate::Reject => IntentVerdict::Refused,
+        },
+    }
+}
+
+/// The key a keyless command is recorded under: its intent and epoch, so
+/// that racing copies collide on the unique index.
+pub fn derived_key(intent: &RequestDigest, epoch: u32) -> String {
+    format!("intent:{intent}:{epoch}")
+}
+
+/// The epoch of a derived key (0 for a client key).
+pub fn epoch_of(key: &str) -> u32 {
+    key.strip_prefix("intent:")
+        .and_then(|rest| rest.rsplit_once(':'))
+        .and_then(|(_, n)| n.parse().ok())
+        .unwrap_or(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn latest(same_request: bool, age_secs: u64, epoch: u32) -> Option<Latest> {
+        Some(Latest {
+            same_request,
+            age: Duration::from_secs(age_secs),
+            epoch,
+        })
+    }
+
+    #[test]
+    fn the_first_of_an_intent_is_new() {
+        assert_eq!(
+            intent_verdict(None, &KindPolicy::default()),
+            IntentVerdict::New { epoch: 1 }
+        );
+    }
+
+    #[test]
+    fn a_retry_of_the_same_run_is_the_same_command_until_the_horizon() {
+        let p = KindPolicy::default();
+        assert_eq!(
+            intent_verdict(latest(true, 3600, 1), &p),
+            IntentVerdict::Same
+        );
+        assert_eq!(
+            intent_verdict(latest(true, 25 * 3600, 1), &p),
+            IntentVerdict::New { epoch: 2 }
+        );
+    }
+
+    #[test]
+    fn another_run_within_the_window_is_the_same_command() {
+        assert_eq!(
+            intent_verdict(latest(false, 4, 1), &KindPolicy::default()),
+            IntentVerdict::Same
+        );
+        assert_eq!(
+            intent_verdict(latest(false, 5, 1), &KindPolicy::default()),
+            IntentVerdict::Same
+        );
+    }
+
+    #[test]
+    fn another_run_after_the_window_is_a_near_duplicate() {
+        let hold = KindPolicy::default();
+        assert_eq!(
+            intent_verdict(latest(false, 6, 1), &hold),
+            IntentVerdict::Held
+        );
+        let allow = KindPolicy {
+            near_duplicate: NearDuplicate::Allow,
+            ..KindPolicy::default()
+        };
+        assert_eq!(
+            intent_verdict(latest(false, 6, 3), &allow),
+            IntentVerdict::New { epoch: 4 }
+        );
+        let reject = KindPolicy {
+            near_duplicate: NearDuplicate::Reject,
+            ..KindPolicy::default()
+        };
+        assert_eq!(
+            intent_verdict(latest(false, 6, 1), &reject),
+            IntentVerdict::Refused
+        );
+    }
+
+    #[test]
+    fn derived_keys_carry_their_epoch_and_fit_the_key_rules() {
+        let d = RequestDigest([0xab; 32]);
+        let key = derived_key(&d, 7);
+        assert_eq!(epoch_of(&key), 7);
+        assert_eq!(epoch_of("client-key"), 0);
+        assert!(super::super::IdempotencyKey::new(&key).is_ok());
+    }
 
     #[test]
     fn an_unused_key_is_new() {

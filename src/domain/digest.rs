@@ -1,18 +1,23 @@
-//! The request digest: SHA-256 over a canonical JSON encoding of what the
-//! request asks for (kind, authority, args). Two requests with the same
-//! digest are the same request; the stored version keeps old rows comparable
-//! when a richer canonicalizer replaces this one.
+//! The digests: SHA-256 over a canonical JSON encoding of what a request
+//! asks for. The request digest covers kind, authority, canonical args and
+//! run id, and decides replay vs conflict under one key; the intent digest
+//! leaves the run id out, and recognises one intent sent by several runs.
+//! The stored version keeps old rows comparable.
 
 use serde_json::{Map, Value};
+
+use super::canonical::{CanonError, Policy, canonicalize};
 use sha2::{Digest as _, Sha256};
 use std::fmt;
 
-/// Version of the canonical form below; stored with every command.
-pub const DIGEST_VERSION: i16 = 1;
+/// Version of the digests below (the canonicalizer's); stored with every command.
+pub const DIGEST_VERSION: i16 = super::canonical::CANONICALIZER_VERSION;
 
-/// Domain separation: a digest of this form can never equal a digest of some
-/// other use of SHA-256 over the same bytes.
-const DIGEST_CONTEXT: &[u8] = b"command-ledger/request/v1\n";
+// Domain separation: a digest of one form can never equal a digest of
+// another form, or of some other use of SHA-256 over the same bytes.
+const V1_CONTEXT: &[u8] = b"command-ledger/request/v1\n";
+const REQUEST_CONTEXT: &[u8] = b"command-ledger/request/v2\n";
+const INTENT_CONTEXT: &[u8] = b"command-ledger/intent/v2\n";
 
 /// A SHA-256 request digest.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -41,33 +46,97 @@ impl fmt::Display for RequestDigest {
     }
 }
 
-/// The canonical form of a request and its digest.
+/// The canonical form of a request, its digests, and how it was reached.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CanonicalRequest {
-    /// `{"args": ..., "authority": ..., "kind": ...}`, stored beside the command.
+    /// `{"args": <canonical args>, "authority": ..., "kind": ..., "run_id"?: ...}`,
+    /// stored beside the command.
     pub form: Value,
+    /// Decides replay vs conflict under one key: covers the run id.
     pub digest: RequestDigest,
+    /// The same intent however it is spelled and whichever run sent it.
+    pub intent_digest: RequestDigest,
     pub version: i16,
+    /// The canonicalizer rules that fired, as `rule@path`.
+    pub rules: Vec<String>,
 }
 
-/// The single entry point for canonicalization: everything that decides
-/// whether two requests are the same goes through here.
-/// `authority` is the canonical authority (see `AuthorityRef::canonical`).
-pub fn canonical_request(kind: &str, authority: &Value, args: &Value) -> CanonicalRequest {
+/// The single entry point: everything that decides whether two requests
+/// are the same goes through here. `authority` is the canonical authority
+/// (see `AuthorityRef::canonical`).
+pub fn canonical_request(
+    kind: &str,
+    authority: &Value,
+    args: &Value,
+    run_id: Option<&str>,
+    policy: &Policy,
+) -> Result<CanonicalRequest, CanonError> {
+    let canonical = canonicalize(args, policy)?;
+    let mut form = Map::new();
+    form.insert("args".to_owned(), canonical.value);
+    form.insert("authority".to_owned(), authority.clone());
+    form.insert("kind".to_owned(), Value::String(kind.to_owned()));
+    let intent_digest = sha256(INTENT_CONTEXT, &Value::Object(form.clone()));
+    if let Some(run_id) = run_id {
+        form.insert("run_id".to_owned(), Value::String(run_id.to_owned()));
+    }
+    let form = Value::Object(form);
+    let digest = sha256(REQUEST_CONTEXT, &form);
+    Ok(CanonicalRequest {
+        form,
+        digest,
+        intent_digest,
+        version: DIGEST_VERSION,
+        rules: canonical.rules,
+    })
+}
+
+/// The version-1 digest (keys sorted, nothing else), kept so that rows
+/// recorded under it stay comparable: a request is compared with a stored
+/// row at the row's version.
+pub fn request_digest_v1(kind: &str, authority: &Value, args: &Value) -> RequestDigest {
     let mut form = Map::new();
     form.insert("args".to_owned(), args.clone());
     form.insert("authority".to_owned(), authority.clone());
     form.insert("kind".to_owned(), Value::String(kind.to_owned()));
-    let form = Value::Object(form);
+    sha256(V1_CONTEXT, &Value::Object(form))
+}
 
-    let mut bytes = Vec::with_capacity(DIGEST_CONTEXT.len() + 128);
-    bytes.extend_from_slice(DIGEST_CONTEXT);
-    write_canonical(&form, &mut bytes);
-    let digest = RequestDigest(Sha256::digest(&bytes).into());
-    CanonicalRequest {
-        form,
-        digest,
-        version: DIGEST_VERSION,
+fn sha256(context: &[u8], form: &Value) -> RequestDigest {
+    let mut bytes = Vec::with_capacity(context.len() + 128);
+    bytes.extend_from_slice(context);
+    write_canonical(form, &mut bytes);
+    RequestDigest(Sha256::digest(&bytes).into())
+}
+
+/// The JSON pointers at which two canonical forms differ (for a conflict
+/// response): objects are compared key by key, anything else as a whole.
+pub fn differences(stored: &Value, incoming: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    diff(stored, incoming, String::new(), &mut out);
+    out
+}
+
+fn diff(a: &Value, b: &Value, path: String, out: &mut Vec<String>) {
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let mut keys: Vec<&String> = x.keys().chain(y.keys()).collect();
+            keys.sort_unstable();
+            keys.dedup();
+            for k in keys {
+                let child = format!("{path}/{}", k.replace('~', "~0").replace('/', "~1"));
+                match (x.get(k), y.get(k)) {
+                    (Some(v), Some(w)) => diff(v, w, child, out),
+                    _ => out.push(child),
+                }
+            }
+        }
+        _ if a != b => out.push(if path.is_empty() {
+            "/".to_owned()
+        } else {
+            path
+        }),
+        _ => {}
     }
 }
 
@@ -124,64 +193,151 @@ mod tests {
     use proptest::prelude::*;
     use serde_json::json;
 
+    #[allow(clippy::needless_pass_by_value)]
+    fn request(args: Value, run_id: Option<&str>) -> CanonicalRequest {
+        canonical_request(
+            "refund",
+            &json!("payments"),
+            &args,
+            run_id,
+            &Policy::default(),
+        )
+        .unwrap()
+    }
+
     #[test]
-    fn key_order_and_whitespace_do_not_change_the_digest() {
-        let a: Value = serde_json::from_str(r#"{"to":"ada","amount":{"v":1,"c":"USD"}}"#).unwrap();
-        let b: Value =
-            serde_json::from_str("{ \"amount\" : { \"c\":\"USD\", \"v\":1 },\n \"to\":\"ada\" }")
-                .unwrap();
-        assert_eq!(
-            canonical_request("refund", &json!("a1"), &a),
-            canonical_request("refund", &json!("a1"), &b)
+    fn spellings_of_one_intent_share_both_digests() {
+        let a = request(
+            json!({"to": "Ada@Example.com", "amount": "$12.00", "currency": "usd", "trace_id": "1"}),
+            None,
+        );
+        let b = request(
+            json!({"amount": "1200 cents", "currency": "USD", "to": "ada@example.com"}),
+            None,
+        );
+        assert_eq!((a.digest, a.intent_digest), (b.digest, b.intent_digest));
+        assert_eq!(a.version, 2);
+        assert!(a.rules.contains(&"money@/amount".to_owned()));
+    }
+
+    #[test]
+    fn the_run_id_changes_the_request_digest_but_not_the_intent() {
+        let a = request(json!({"amount": "1 USD"}), Some("worker-a"));
+        let b = request(json!({"amount": "1 USD"}), Some("worker-b"));
+        let none = request(json!({"amount": "1 USD"}), None);
+        assert_ne!(a.digest, b.digest);
+        assert_ne!(a.digest, none.digest);
+        assert_eq!(a.intent_digest, b.intent_digest);
+        assert_eq!(a.intent_digest, none.intent_digest);
+        assert_eq!(a.form["run_id"], "worker-a");
+    }
+
+    #[test]
+    fn kind_authority_and_args_each_change_both_digests() {
+        let base = canonical_request(
+            "refund",
+            &json!("a1"),
+            &json!({"n": 1}),
+            None,
+            &Policy::default(),
+        )
+        .unwrap();
+        for other in [
+            canonical_request(
+                "refund2",
+                &json!("a1"),
+                &json!({"n": 1}),
+                None,
+                &Policy::default(),
+            ),
+            canonical_request(
+                "refund",
+                &json!("a2"),
+                &json!({"n": 1}),
+                None,
+                &Policy::default(),
+            ),
+            canonical_request(
+                "refund",
+                &json!({"id": "a1", "generation": 3}),
+                &json!({"n": 1}),
+                None,
+                &Policy::default(),
+            ),
+            canonical_request(
+                "refund",
+                &json!("a1"),
+                &json!({"n": 2}),
+                None,
+                &Policy::default(),
+            ),
+            canonical_request(
+                "refund",
+                &json!("a1"),
+                &json!({"n": "1"}),
+                None,
+                &Policy::default(),
+            ),
+        ] {
+            let other = other.unwrap();
+            assert_ne!(base.digest, other.digest);
+            assert_ne!(base.intent_digest, other.intent_digest);
+        }
+    }
+
+    #[test]
+    fn ambiguous_money_is_refused_before_any_digest() {
+        assert!(
+            canonical_request(
+                "refund",
+                &json!("a"),
+                &json!({"amount": 12}),
+                None,
+                &Policy::default()
+            )
+            .is_err()
         );
     }
 
     #[test]
-    fn kind_authority_and_args_each_change_the_digest() {
-        let args = json!({"amount": 12});
-        let base = canonical_request("refund", &json!("agent-1"), &args).digest;
-        assert_ne!(
-            base,
-            canonical_request("refund2", &json!("agent-1"), &args).digest
+    fn the_version_1_digest_is_fixed() {
+        // Stored digests must stay comparable: this value may never change.
+        let mut bytes = V1_CONTEXT.to_vec();
+        bytes.extend_from_slice(br#"{"args":{"amount":12},"authority":"agent-1","kind":"refund"}"#);
+        assert_eq!(
+            request_digest_v1("refund", &json!("agent-1"), &json!({"amount": 12})).0,
+            <[u8; 32]>::from(Sha256::digest(&bytes))
         );
-        assert_ne!(
-            base,
-            canonical_request("refund", &json!("agent-2"), &args).digest
+    }
+
+    #[test]
+    fn differences_name_the_fields_that_differ() {
+        let a = request(
+            json!({"to": "ada@example.com", "amount": "12 USD", "memo": "x"}),
+            None,
+        )
+        .form;
+        let b = request(
+            json!({"to": "bob@example.com", "amount": "13 USD"}),
+            Some("r"),
+        )
+        .form;
+        assert_eq!(
+            differences(&a, &b),
+            [
+                "/args/amount/amount_minor",
+                "/args/memo",
+                "/args/to",
+                "/run_id"
+            ]
         );
-        assert_ne!(
-            base,
-            canonical_request("refund", &json!("agent-1"), &json!({"amount": 13})).digest
-        );
-        assert_ne!(
-            base,
-            canonical_request("refund", &json!("agent-1"), &json!({"amount": "12"})).digest
-        );
+        assert!(differences(&a, &a).is_empty());
     }
 
     #[test]
     fn canonical_json_sorts_nested_keys_and_drops_whitespace() {
         let v = json!({"b": [ {"z": 1, "a": null} ], "a": true});
         assert_eq!(canonical_json(&v), r#"{"a":true,"b":[{"a":null,"z":1}]}"#);
-    }
-
-    #[test]
-    fn the_canonical_form_names_kind_authority_and_args() {
-        let c = canonical_request("refund", &json!("agent-1"), &json!({"x": 1}));
-        assert_eq!(
-            c.form,
-            json!({"kind": "refund", "authority": "agent-1", "args": {"x": 1}})
-        );
-        assert_eq!(c.version, DIGEST_VERSION);
-    }
-
-    #[test]
-    fn a_known_request_has_a_fixed_digest() {
-        // Stored digests must stay comparable: this value may only change
-        // together with DIGEST_VERSION.
-        let c = canonical_request("refund", &json!("agent-1"), &json!({"amount": 12}));
-        let mut bytes = DIGEST_CONTEXT.to_vec();
-        bytes.extend_from_slice(br#"{"args":{"amount":12},"authority":"agent-1","kind":"refund"}"#);
-        assert_eq!(c.digest.0, <[u8; 32]>::from(Sha256::digest(&bytes)));
     }
 
     fn arb_json() -> impl Strategy<Value = Value> {
@@ -210,16 +366,6 @@ mod tests {
             let back: Value = serde_json::from_str(&text).unwrap();
             prop_assert_eq!(&back, &v);
             prop_assert_eq!(canonical_json(&back), text);
-        }
-
-        #[test]
-        fn the_digest_ignores_how_the_args_were_spelled(v in arb_json()) {
-            let pretty = serde_json::to_string_pretty(&v).unwrap();
-            let reparsed: Value = serde_json::from_str(&pretty).unwrap();
-            prop_assert_eq!(
-                canonical_request("k", &json!("a"), &v).digest,
-                canonical_request("k", &json!("a"), &reparsed).digest
-            );
         }
     }
 }

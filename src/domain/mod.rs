@@ -14,7 +14,11 @@ pub mod state;
 pub mod token;
 
 pub use admission::{Disposition, disposition};
-pub use digest::{CanonicalRequest, DIGEST_VERSION, RequestDigest, canonical_request};
+pub use canonical::{CanonError, Policy};
+pub use digest::{
+    CanonicalRequest, DIGEST_VERSION, RequestDigest, canonical_request, differences,
+    request_digest_v1,
+};
 pub use idempotency_key::{IdempotencyKey, KeyError};
 pub use names::{AuthorityId, AuthorityRef, Kind, NameError};
 pub use outcome::{EffectOutcome, HttpAttempt, classify_http};

@@ -3,66 +3,27 @@
 
 use axum::Json;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::Value;
 use std::time::Duration;
 use uuid::Uuid;
 
 use super::AppState;
 use super::error::ApiError;
-use super::extract::{AppJson, AppQuery, Auth};
-use crate::db::{self, CancelOutcome, CommandRow, HistoryRow, ListFilter, NewCommand};
-use crate::domain::{
-    AuthorityId, AuthorityRef, Disposition, IdempotencyKey, KeyError, Kind, RequestDigest,
-    State as CommandState, canonical_request, disposition,
-};
+use super::extract::{AppQuery, Auth};
+use crate::db::{self, CancelOutcome, CommandRow, HistoryRow, ListFilter};
+use crate::domain::{AuthorityId, Disposition, State as CommandState};
 
-const IDEMPOTENCY_KEY: &str = "idempotency-key";
-const REPLAYED: &str = "idempotent-replayed";
-
-/// Longest accepted `run_id`.
-const RUN_ID_MAX_LEN: usize = 128;
 /// Default and largest page for listings.
 const DEFAULT_LIMIT: i64 = 50;
 const MAX_LIMIT: i64 = 500;
 
-/// The body of `POST /v1/commands`. Nothing else is accepted: the state,
-/// scope, generation and timestamps belong to the ledger.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct SubmitBody {
-    kind: String,
-    authority: AuthorityField,
-    #[serde(default)]
-    args: Option<Value>,
-    #[serde(default)]
-    run_id: Option<String>,
-    /// RFC 3339; after it the command must not start.
-    #[serde(default)]
-    deadline: Option<DateTime<Utc>>,
-}
-
-/// `"agent-1"`, or `{"id": "agent-1", "generation": 7}` to pin a generation.
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-pub(super) enum AuthorityField {
-    Name(String),
-    Pinned(PinnedAuthority),
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct PinnedAuthority {
-    id: String,
-    generation: i64,
-}
-
 /// A command as the API shows it.
 #[derive(Debug, Serialize)]
-struct CommandView<'a> {
+pub(super) struct CommandView<'a> {
     id: Uuid,
     kind: &'a str,
     state: &'a str,
@@ -91,7 +52,7 @@ struct AuthorityView<'a> {
     pinned: bool,
 }
 
-fn view(row: &CommandRow, disposition: Option<Disposition>) -> CommandView<'_> {
+pub(super) fn view(row: &CommandRow, disposition: Option<Disposition>) -> CommandView<'_> {
     CommandView {
         id: row.id,
         kind: &row.kind,
@@ -115,154 +76,8 @@ fn view(row: &CommandRow, disposition: Option<Disposition>) -> CommandView<'_> {
     }
 }
 
-fn location(id: Uuid) -> HeaderValue {
+pub(super) fn location(id: Uuid) -> HeaderValue {
     HeaderValue::from_str(&format!("/v1/commands/{id}")).expect("a uuid path is a valid header")
-}
-
-fn idempotency_key(headers: &HeaderMap) -> Result<IdempotencyKey, ApiError> {
-    let mut values = headers.get_all(IDEMPOTENCY_KEY).iter();
-    match (values.next(), values.next()) {
-        (None, _) => Err(KeyError::Missing.into()),
-        (Some(_), Some(_)) => Err(KeyError::Repeated.into()),
-        (Some(v), None) => Ok(IdempotencyKey::parse_header(v.as_bytes())?),
-    }
-}
-
-/// A validated submission.
-struct Submission {
-    kind: Kind,
-    authority: AuthorityRef,
-    args: Value,
-    run_id: Option<String>,
-    deadline: Option<DateTime<Utc>>,
-}
-
-fn validate(body: SubmitBody) -> Result<Submission, ApiError> {
-    let invalid = |e: &dyn std::fmt::Display| ApiError::InvalidBody(e.to_string());
-    let kind = Kind::parse(&body.kind).map_err(|e| invalid(&e))?;
-    let authority = match body.authority {
-        AuthorityField::Name(id) => AuthorityRef {
-            id: AuthorityId::parse(&id).map_err(|e| invalid(&e))?,
-            pinned_generation: None,
-        },
-        AuthorityField::Pinned(PinnedAuthority { id, generation }) => {
-            if generation < 1 {
-                return Err(invalid(&"a pinned authority generation is 1 or more"));
-            }
-            AuthorityRef {
-                id: AuthorityId::parse(&id).map_err(|e| invalid(&e))?,
-                pinned_generation: Some(generation),
-            }
-        }
-    };
-    let args = match body.args {
-        None => Value::Object(Map::new()),
-        Some(v @ Value::Object(_)) => v,
-        Some(_) => return Err(invalid(&"args must be a JSON object")),
-    };
-    if let Some(run_id) = &body.run_id {
-        let printable = run_id.bytes().all(|b| (0x20..=0x7e).contains(&b));
-        if run_id.is_empty() || run_id.len() > RUN_ID_MAX_LEN || !printable {
-            return Err(invalid(&format_args!(
-                "run_id must be 1-{RUN_ID_MAX_LEN} characters of printable ASCII"
-            )));
-        }
-    }
-    Ok(Submission {
-        kind,
-        authority,
-        args,
-        run_id: body.run_id,
-        deadline: body.deadline,
-    })
-}
-
-/// `POST /v1/commands`: the pending row is committed before any 2xx is sent.
-pub(super) async fn submit(
-    State(state): State<AppState>,
-    Auth(principal): Auth,
-    headers: HeaderMap,
-    AppJson(body): AppJson<SubmitBody>,
-) -> Result<Response, ApiError> {
-    let key = idempotency_key(&headers)?;
-    let wait = prefer_wait(&headers).map(|w| w.min(state.max_wait));
-    let sub = validate(body)?;
-    let canonical = canonical_request(sub.kind.as_str(), &sub.authority.canonical(), &sub.args);
-    let actor = principal.actor();
-    let new = NewCommand {
-        id: Uuid::now_v7(),
-        scope: principal.id,
-        idempotency_key: key.as_str(),
-        request_digest: canonical.digest.as_bytes(),
-        digest_version: canonical.version,
-        kind: sub.kind.as_str(),
-        authority_id: sub.authority.id.as_str(),
-        pinned_generation: sub.authority.pinned_generation,
-        run_id: sub.run_id.as_deref(),
-        args: &sub.args,
-        canonical: &canonical.form,
-        deadline_at: sub.deadline,
-        actor: &actor,
-    };
-
-    // The unique index decides. If the key is taken, the stored row says
-    // whether this is the same request; if that row vanished in between
-    // (retention), the insert is simply tried again.
-    for _ in 0..3 {
-        if let Some(row) = db::commands::insert_pending(&state.pool, &new).await? {
-            tracing::info!(command.id = %row.id, kind = %row.kind, authority = %row.authority_id, "command recorded");
-            crate::crash::point(crate::crash::CrashPoint::Cp0);
-            state.wake.pending(&row.authority_id);
-            let (row, waited) = settle(&state, row, wait, principal.visible_scope()).await?;
-            let mut response = (
-                StatusCode::ACCEPTED,
-                Json(view(&row, Some(Disposition::New))),
-            )
-                .into_response();
-            response
-                .headers_mut()
-                .insert(header::LOCATION, location(row.id));
-            applied_wait(&mut response, waited);
-            return Ok(response);
-        }
-        let Some(stored) =
-            db::commands::find_by_key(&state.pool, principal.id, key.as_str()).await?
-        else {
-            continue;
-        };
-        let stored_digest = RequestDigest::from_slice(&stored.request_digest);
-        // A digest of another canonicalization version cannot be compared
-        // byte for byte; until a newer version exists, it is a conflict.
-        let comparable = stored.digest_version == canonical.version;
-        let verdict = disposition(
-            stored_digest.as_ref().filter(|_| comparable),
-            &canonical.digest,
-        );
-        return match verdict {
-            Disposition::Replay => {
-                let (stored, waited) =
-                    settle(&state, stored, wait, principal.visible_scope()).await?;
-                let mut response = (
-                    StatusCode::OK,
-                    Json(view(&stored, Some(Disposition::Replay))),
-                )
-                    .into_response();
-                let h = response.headers_mut();
-                h.insert(header::LOCATION, location(stored.id));
-                h.insert(REPLAYED, HeaderValue::from_static("true"));
-                applied_wait(&mut response, waited);
-                Ok(response)
-            }
-            Disposition::Conflict | Disposition::New => Err(ApiError::KeyConflict {
-                command_id: stored.id,
-                stored_digest: hex::encode(&stored.request_digest),
-                incoming_digest: canonical.digest.to_string(),
-            }),
-        };
-    }
-    Err(ApiError::Internal(anyhow::anyhow!(
-        "idempotency key {key} kept disappearing between insert and lookup"
-    )))
 }
 
 fn parse_id(raw: &str) -> Result<Uuid, ApiError> {
@@ -301,7 +116,7 @@ pub(super) async fn get_one(
 /// before re-reading, so an outcome between the read and the wait is not
 /// missed; wakes only on notifications (no polling). Returns the row as it
 /// is when the wait ends, and the wait applied.
-async fn settle(
+pub(super) async fn settle(
     state: &AppState,
     row: CommandRow,
     wait: Option<Duration>,
@@ -332,7 +147,7 @@ async fn settle(
     }
 }
 
-fn applied_wait(response: &mut Response, waited: Option<Duration>) {
+pub(super) fn applied_wait(response: &mut Response, waited: Option<Duration>) {
     if let Some(w) = waited {
         let value = HeaderValue::from_str(&format!("wait={}", w.as_secs()))
             .expect("digits are a valid header");
@@ -342,7 +157,7 @@ fn applied_wait(response: &mut Response, waited: Option<Duration>) {
 
 /// `Prefer: wait=N` (RFC 7240), among other preferences; `None` when absent
 /// or malformed (a preference that cannot be honoured is ignored).
-fn prefer_wait(headers: &HeaderMap) -> Option<Duration> {
+pub(super) fn prefer_wait(headers: &HeaderMap) -> Option<Duration> {
     headers
         .get_all(header::HeaderName::from_static("prefer"))
         .iter()

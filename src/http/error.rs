@@ -6,18 +6,22 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 
-use crate::domain::{KeyError, State};
+use crate::domain::{CanonError, KeyError, State};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     #[error("authentication required")]
     Unauthorized(&'static str),
+    #[error("{0}")]
+    Forbidden(&'static str),
     #[error("not found")]
     NotFound,
     #[error("{0}")]
     IdempotencyKey(#[from] KeyError),
     #[error("{0}")]
     InvalidBody(String),
+    #[error("{0}")]
+    InvalidArgs(#[from] CanonError),
     #[error("{0}")]
     InvalidQuery(String),
     #[error("{0}")]
@@ -31,12 +35,20 @@ pub enum ApiError {
         command_id: uuid::Uuid,
         stored_digest: String,
         incoming_digest: String,
+        /// JSON pointers into the canonical forms where the two requests differ.
+        differences: Vec<String>,
     },
+    #[error(
+        "the same intent was submitted recently by another run, and this kind refuses near-duplicates"
+    )]
+    NearDuplicate { command_id: uuid::Uuid },
     #[error("the command is {state} and can no longer be cancelled")]
     CancelTooLate {
         command_id: uuid::Uuid,
         state: State,
     },
+    #[error("the hold is {state} already")]
+    HoldDecided { hold_id: uuid::Uuid, state: String },
     #[error("the ledger database is unavailable")]
     Unavailable(#[source] sqlx::Error),
     #[error("internal error")]
@@ -45,12 +57,28 @@ pub enum ApiError {
 
 impl From<sqlx::Error> for ApiError {
     fn from(e: sqlx::Error) -> Self {
-        match e {
-            sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) => {
-                ApiError::Unavailable(e)
-            }
-            other => ApiError::Internal(other.into()),
+        if is_unavailable(&e) {
+            ApiError::Unavailable(e)
+        } else {
+            ApiError::Internal(e.into())
         }
+    }
+}
+
+/// Errors that mean "the database cannot be reached or cannot serve now":
+/// nothing was recorded, and the client should retry. Fail closed.
+fn is_unavailable(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_) => true,
+        sqlx::Error::Database(d) => d.code().is_some_and(|c| {
+            // 08: connection exception; 57P01-57P03: shutdown, crash, cannot connect
+            // now; 53: insufficient resources; 55000: database not accepting connections.
+            c.starts_with("08") || c.starts_with("57P") || c.starts_with("53") || c == "55000"
+        }),
+        _ => false,
     }
 }
 
@@ -58,15 +86,19 @@ impl ApiError {
     fn status(&self) -> StatusCode {
         match self {
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound => StatusCode::NOT_FOUND,
             ApiError::IdempotencyKey(_)
             | ApiError::InvalidBody(_)
+            | ApiError::InvalidArgs(_)
             | ApiError::InvalidQuery(_)
             | ApiError::InvalidId(_) => StatusCode::BAD_REQUEST,
             ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::KeyConflict { .. } => StatusCode::UNPROCESSABLE_ENTITY,
-            ApiError::CancelTooLate { .. } => StatusCode::CONFLICT,
+            ApiError::NearDuplicate { .. }
+            | ApiError::CancelTooLate { .. }
+            | ApiError::HoldDecided { .. } => StatusCode::CONFLICT,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -76,16 +108,20 @@ impl ApiError {
     fn problem_type(&self) -> &'static str {
         match self {
             ApiError::Unauthorized(_) => "/problems/unauthorized",
+            ApiError::Forbidden(_) => "/problems/forbidden",
             ApiError::NotFound => "/problems/not-found",
             ApiError::IdempotencyKey(KeyError::Missing) => "/problems/missing-idempotency-key",
             ApiError::IdempotencyKey(_) => "/problems/invalid-idempotency-key",
             ApiError::InvalidBody(_) => "/problems/invalid-body",
+            ApiError::InvalidArgs(_) => "/problems/invalid-args",
             ApiError::InvalidQuery(_) => "/problems/invalid-query",
             ApiError::InvalidId(_) => "/problems/invalid-id",
             ApiError::UnsupportedMediaType => "/problems/unsupported-media-type",
             ApiError::BodyTooLarge { .. } => "/problems/body-too-large",
             ApiError::KeyConflict { .. } => "/problems/idempotency-key-conflict",
+            ApiError::NearDuplicate { .. } => "/problems/near-duplicate",
             ApiError::CancelTooLate { .. } => "/problems/cancel-too-late",
+            ApiError::HoldDecided { .. } => "/problems/hold-decided",
             ApiError::Unavailable(_) => "/problems/unavailable",
             ApiError::Internal(_) => "/problems/internal",
         }
@@ -94,16 +130,20 @@ impl ApiError {
     fn title(&self) -> &'static str {
         match self {
             ApiError::Unauthorized(_) => "Authentication required",
+            ApiError::Forbidden(_) => "Forbidden",
             ApiError::NotFound => "Not found",
             ApiError::IdempotencyKey(KeyError::Missing) => "Missing idempotency key",
             ApiError::IdempotencyKey(_) => "Invalid idempotency key",
             ApiError::InvalidBody(_) => "Invalid request body",
+            ApiError::InvalidArgs(_) => "Arguments cannot be read unambiguously",
             ApiError::InvalidQuery(_) => "Invalid query parameters",
-            ApiError::InvalidId(_) => "Invalid command id",
+            ApiError::InvalidId(_) => "Invalid id",
             ApiError::UnsupportedMediaType => "Unsupported media type",
             ApiError::BodyTooLarge { .. } => "Request body too large",
             ApiError::KeyConflict { .. } => "Idempotency key reused for a different request",
+            ApiError::NearDuplicate { .. } => "Near-duplicate refused",
             ApiError::CancelTooLate { .. } => "Too late to cancel",
+            ApiError::HoldDecided { .. } => "Hold already decided",
             ApiError::Unavailable(_) => "Service unavailable",
             ApiError::Internal(_) => "Internal error",
         }
@@ -116,14 +156,23 @@ impl ApiError {
                 command_id,
                 stored_digest,
                 incoming_digest,
+                differences,
             } => {
                 ext.insert("command_id".into(), json!(command_id));
                 ext.insert("stored_digest".into(), json!(stored_digest));
                 ext.insert("incoming_digest".into(), json!(incoming_digest));
+                ext.insert("differences".into(), json!(differences));
+            }
+            ApiError::NearDuplicate { command_id } => {
+                ext.insert("command_id".into(), json!(command_id));
             }
             ApiError::CancelTooLate { command_id, state } => {
                 ext.insert("command_id".into(), json!(command_id));
                 ext.insert("state".into(), json!(state.as_str()));
+            }
+            ApiError::HoldDecided { hold_id, state } => {
+                ext.insert("hold_id".into(), json!(hold_id));
+                ext.insert("state".into(), json!(state));
             }
             _ => {}
         }

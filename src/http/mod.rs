@@ -6,6 +6,9 @@ mod commands;
 pub mod error;
 mod extract;
 mod health;
+mod holds;
+pub mod state;
+mod submit;
 pub mod wait;
 pub mod wake;
 
@@ -14,7 +17,10 @@ use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use sqlx::PgPool;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
+
+use crate::catalog::Policies;
 use tokio::net::TcpListener;
 use tower_http::trace::TraceLayer;
 
@@ -28,6 +34,9 @@ pub const MAX_WAIT: Duration = Duration::from_secs(60);
 #[derive(Debug, Clone)]
 pub struct AppState {
     pub pool: PgPool,
+    /// Admission policies by kind (from the catalog).
+    pub policies: Arc<Policies>,
+    pub counters: Arc<state::Counters>,
     pub waiters: wait::Waiters,
     pub wake: wake::PendingWake,
     pub max_wait: Duration,
@@ -35,12 +44,14 @@ pub struct AppState {
 
 impl AppState {
     /// Starts the process's outcome listener and custodian wake-up task.
-    pub fn new(pool: PgPool) -> Self {
+    pub fn new(pool: PgPool, policies: Policies) -> Self {
         let waiters = wait::Waiters::default();
         waiters.spawn_listener(pool.clone());
         let wake = wake::PendingWake::spawn(pool.clone());
         AppState {
             pool,
+            policies: Arc::new(policies),
+            counters: Arc::default(),
             waiters,
             wake,
             max_wait: MAX_WAIT,
@@ -50,7 +61,12 @@ impl AppState {
 
 pub fn router(state: AppState) -> Router {
     Router::new()
-        .route("/v1/commands", post(commands::submit).get(commands::list))
+        .route("/v1/commands", post(submit::submit).get(commands::list))
+        .route("/v1/invoke", post(submit::invoke))
+        .route("/v1/holds", get(holds::list))
+        .route("/v1/holds/{id}/release", post(holds::release))
+        .route("/v1/holds/{id}/reject", post(holds::reject))
+        .route("/v1/state", get(state::get))
         .route("/v1/commands/{id}", get(commands::get_one))
         .route("/v1/commands/{id}/history", get(commands::history))
         .route("/v1/commands/{id}/cancel", post(commands::cancel))

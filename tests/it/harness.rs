@@ -188,10 +188,15 @@ pub(crate) struct TestApp {
 
 impl TestApp {
     pub(crate) async fn spawn() -> TestApp {
+        Self::spawn_with(command_ledger::catalog::Policies::default()).await
+    }
+
+    /// The API with these admission policies.
+    pub(crate) async fn spawn_with(policies: command_ledger::catalog::Policies) -> TestApp {
         let (db_url, pool) = fresh_database().await;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
-        let state = AppState::new(pool.clone());
+        let state = AppState::new(pool.clone(), policies);
         tokio::spawn(async move {
             http::serve(listener, state, std::future::pending())
                 .await

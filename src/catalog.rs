@@ -1,0 +1,321 @@
+//! The catalog (`ledger.toml`): which kinds exist, how each is executed,
+//! and how its requests are admitted.
+//!
+//! ```toml
+//! [kinds.refund]
+//! url = "http://127.0.0.1:9000/refund"   # HTTP executor
+//! timeout = "10s"                        # the effect's deadline (default 30s)
+//! headers = { "x-api-key" = "secret" }   # sent with every call
+//! reconcile_url = "http://127.0.0.1:9000/applied/{key}"   # optional probe
+//!
+//! authority = "payments"                # the authority POST /v1/invoke uses
+//! key = "fingerprint"                    # or "required" (default): may the intent stand in for a key?
+//! coalesce_window = "5s"                 # copies within this are one command (default 5s)
+//! near_duplicate = "hold"                # hold | allow | reject, after the window (default hold)
+//! near_duplicate_horizon = "24h"         # after this, the same intent is new (default 24h)
+//! money_fields = ["amount"]              # on top of auto-detection (auto_detect = true)
+//! email_fields = ["customer"]
+//! volatile_fields = ["attempt"]          # dropped, on top of request_id, trace_id, ...
+//!
+//! [kinds.ping]
+//! executor = "noop"                      # built in
+//! ```
+
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use crate::custodian::effects::{DEFAULT_TIMEOUT, Effects, Noop};
+use crate::custodian::http_executor::HttpExecutor;
+use crate::domain::admission::{KeyMode, KindPolicy, NearDuplicate};
+use crate::domain::canonical::Policy;
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Catalog {
+    #[serde(default)]
+    pub kinds: BTreeMap<String, KindConfig>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KindConfig {
+    /// `http` (the default when `url` is set) or `noop`.
+    pub executor: Option<String>,
+    pub url: Option<String>,
+    pub timeout: Option<String>,
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// The reconcile probe for the HTTP executor (`{key}` is replaced by the
+    /// downstream key): 200 applied, 404 not applied, else unknown.
+    pub reconcile_url: Option<String>,
+    pub authority: Option<String>,
+    /// `required` or `fingerprint`.
+    pub key: Option<String>,
+    pub coalesce_window: Option<String>,
+    /// `hold`, `allow` or `reject`.
+    pub near_duplicate: Option<String>,
+    pub near_duplicate_horizon: Option<String>,
+    pub auto_detect: Option<bool>,
+    #[serde(default)]
+    pub money_fields: Vec<String>,
+    #[serde(default)]
+    pub email_fields: Vec<String>,
+    #[serde(default)]
+    pub volatile_fields: Vec<String>,
+}
+
+/// Admission policies by kind; kinds the catalog does not name get the default.
+#[derive(Debug, Clone, Default)]
+pub struct Policies {
+    by_kind: std::collections::HashMap<String, KindPolicy>,
+    default: KindPolicy,
+}
+
+impl Policies {
+    pub fn get(&self, kind: &str) -> &KindPolicy {
+        self.by_kind.get(kind).unwrap_or(&self.default)
+    }
+
+    pub fn set(&mut self, kind: &str, policy: KindPolicy) {
+        self.by_kind.insert(kind.to_owned(), policy);
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CatalogError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path} is not a valid catalog: {source}")]
+    Parse {
+        path: String,
+        source: Box<toml::de::Error>,
+    },
+    #[error("kind {kind}: {problem}")]
+    Invalid { kind: String, problem: String },
+}
+
+impl Catalog {
+    pub fn load(path: &Path) -> Result<Catalog, CatalogError> {
+        let text = std::fs::read_to_string(path).map_err(|source| CatalogError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        toml::from_str(&text).map_err(|source| CatalogError::Parse {
+            path: path.display().to_string(),
+            source: Box::new(source),
+        })
+    }
+
+    /// The executors this catalog describes, on top of the built-in `noop`.
+    pub fn effects(&self) -> Result<Effects, CatalogError> {
+        let mut effects = Effects::default();
+        for (kind, cfg) in &self.kinds {
+            let invalid = |problem: String| CatalogError::Invalid {
+                kind: kind.clone(),
+                problem,
+            };
+            crate::domain::Kind::parse(kind).map_err(|e| invalid(e.to_string()))?;
+            let timeout = match &cfg.timeout {
+                Some(t) => parse_duration(t).ok_or_else(|| {
+                    invalid(format!("timeout {t:?} is not like 10s, 500ms or 2m"))
+                })?,
+                None => DEFAULT_TIMEOUT,
+            };
+            match (cfg.executor.as_deref(), &cfg.url) {
+                // A kind may declare only its admission policy.
+                (None, None) => {}
+                (Some("noop"), None) => effects.register(kind, Noop, timeout),
+                (None | Some("http"), Some(url)) => {
+                    let executor = HttpExecutor::new(url.clone(), cfg.headers.clone(), timeout)
+                        .map_err(|e| invalid(e.to_string()))?
+                        .with_reconcile_url(cfg.reconcile_url.clone());
+                    effects.register(kind, executor, timeout);
+                }
+                (Some("http"), None) => {
+                    return Err(invalid("an http executor needs a url".into()));
+                }
+                (Some(other), _) => {
+                    return Err(invalid(format!(
+                        "unknown executor {other:?} (http or noop)"
+                    )));
+                }
+            }
+        }
+        Ok(effects)
+    }
+}
+
+impl Catalog {
+    /// The admission policy of every kind the catalog names.
+    pub fn policies(&self) -> Result<Policies, CatalogError> {
+        let mut policies = Policies::default();
+        for (kind, cfg) in &self.kinds {
+            let invalid = |problem: String| CatalogError::Invalid {
+                kind: kind.clone(),
+                problem,
+            };
+            let duration = |field: &str, value: &Option<String>, default: Duration| match value {
+                Some(v) => parse_duration(v)
+                    .ok_or_else(|| invalid(format!("{field} {v:?} is not like 5s, 10m or 24h"))),
+                None => Ok(default),
+            };
+            let defaults = KindPolicy::default();
+            let key = match cfg.key.as_deref() {
+                None | Some("required") => KeyMode::Required,
+                Some("fingerprint") => KeyMode::Fingerprint,
+                Some(other) => {
+                    return Err(invalid(format!("key {other:?} is required or fingerprint")));
+                }
+            };
+            let near_duplicate = match cfg.near_duplicate.as_deref() {
+                None | Some("hold") => NearDuplicate::Hold,
+                Some("allow") => NearDuplicate::Allow,
+                Some("reject") => NearDuplicate::Reject,
+                Some(other) => {
+                    return Err(invalid(format!(
+                        "near_duplicate {other:?} is hold, allow or reject"
+                    )));
+                }
+            };
+            if let Some(a) = &cfg.authority {
+                crate::domain::AuthorityId::parse(a).map_err(|e| invalid(e.to_string()))?;
+            }
+            let policy = KindPolicy {
+                canonical: Policy {
+                    auto_detect: cfg.auto_detect.unwrap_or(true),
+                    money_fields: cfg.money_fields.clone(),
+                    email_fields: cfg.email_fields.clone(),
+                    volatile_fields: cfg.volatile_fields.clone(),
+                },
+                key,
+                window: duration("coalesce_window", &cfg.coalesce_window, defaults.window)?,
+                near_duplicate,
+                horizon: duration(
+                    "near_duplicate_horizon",
+                    &cfg.near_duplicate_horizon,
+                    defaults.horizon,
+                )?,
+                authority: cfg.authority.clone(),
+            };
+            policies.set(kind, policy);
+        }
+        Ok(policies)
+    }
+}
+
+/// `500ms`, `10s`, `2m`, `24h`, `7d`.
+pub fn parse_duration(s: &str) -> Option<Duration> {
+    let s = s.trim();
+    let (number, unit) = s
+        .find(|c: char| !c.is_ascii_digit())
+        .map(|i| s.split_at(i))?;
+    let n: u64 = number.parse().ok()?;
+    match unit {
+        "ms" => Some(Duration::from_millis(n)),
+        "s" => Some(Duration::from_secs(n)),
+        "m" => n.checked_mul(60).map(Duration::from_secs),
+        "h" => n.checked_mul(3600).map(Duration::from_secs),
+        "d" => n.checked_mul(86_400).map(Duration::from_secs),
+        _ => None,
+    }
+    .filter(|d| !d.is_zero())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_catalog_declares_http_and_noop_kinds() {
+        let catalog: Catalog = toml::from_str(
+            r#"
+            [kinds.refund]
+            url = "http://127.0.0.1:9/refund"
+            timeout = "250ms"
+            headers = { "x-api-key" = "k" }
+
+            [kinds.ping]
+            executor = "noop"
+            "#,
+        )
+        .unwrap();
+        let effects = catalog.effects().unwrap();
+        assert_eq!(
+            effects.get("refund").unwrap().timeout,
+            Duration::from_millis(250)
+        );
+        assert!(effects.get("ping").is_some());
+        assert!(effects.get("noop").is_some(), "noop is always there");
+        assert!(effects.get("charge").is_none());
+    }
+
+    #[test]
+    fn mistakes_in_the_catalog_are_reported() {
+        for bad in [
+            "[kinds.refund]\nexecutor = \"http\"\ntimeout = \"1s\"",
+            "[kinds.refund]\nurl = \"http://x\"\ntimeout = \"soon\"",
+            "[kinds.refund]\nexecutor = \"carrier-pigeon\"",
+            "[kinds.Refund]\nexecutor = \"noop\"",
+        ] {
+            let catalog: Catalog = toml::from_str(bad).unwrap();
+            assert!(catalog.effects().is_err(), "{bad}");
+        }
+        assert!(toml::from_str::<Catalog>("[kinds.refund]\nurll = \"x\"").is_err());
+    }
+
+    #[test]
+    fn a_kind_declares_its_admission_policy() {
+        let catalog: Catalog = toml::from_str(
+            r#"
+            [kinds.refund]
+            authority = "payments"
+            key = "fingerprint"
+            coalesce_window = "2s"
+            near_duplicate = "reject"
+            near_duplicate_horizon = "1h"
+            money_fields = ["sum"]
+            "#,
+        )
+        .unwrap();
+        let policies = catalog.policies().unwrap();
+        let p = policies.get("refund");
+        assert_eq!(p.key, KeyMode::Fingerprint);
+        assert_eq!(
+            (p.window, p.horizon),
+            (Duration::from_secs(2), Duration::from_secs(3600))
+        );
+        assert_eq!(p.near_duplicate, NearDuplicate::Reject);
+        assert_eq!(p.authority.as_deref(), Some("payments"));
+        assert_eq!(p.canonical.money_fields, ["sum"]);
+        assert_eq!(policies.get("other"), &KindPolicy::default());
+        assert!(
+            catalog.effects().unwrap().get("refund").is_none(),
+            "a policy-only kind has no executor"
+        );
+        for bad in [
+            "key = \"maybe\"",
+            "near_duplicate = \"shrug\"",
+            "coalesce_window = \"soon\"",
+            "authority = \"a b\"",
+        ] {
+            let c: Catalog = toml::from_str(&format!("[kinds.refund]\n{bad}")).unwrap();
+            assert!(c.policies().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn durations_parse_in_milliseconds_seconds_and_minutes() {
+        assert_eq!(parse_duration("500ms"), Some(Duration::from_millis(500)));
+        assert_eq!(parse_duration("10s"), Some(Duration::from_secs(10)));
+        assert_eq!(parse_duration("2m"), Some(Duration::from_secs(120)));
+        assert_eq!(parse_duration("24h"), Some(Duration::from_secs(86_400)));
+        for bad in ["", "10", "s", "0s", "1w", "-1s", "1.5s"] {
+            assert_eq!(parse_duration(bad), None, "{bad:?}");
+        }
+    }
+}

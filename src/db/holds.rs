@@ -1,0 +1,158 @@
+//! Holds: near-duplicate requests waiting for an operator's decision.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::PgExecutor;
+use uuid::Uuid;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct HoldRow {
+    pub id: Uuid,
+    pub scope: Uuid,
+    pub kind: String,
+    pub authority_id: String,
+    pub pinned_generation: Option<i64>,
+    pub run_id: Option<String>,
+    pub args: Value,
+    pub canonical: Value,
+    pub canonical_rules: Vec<String>,
+    pub request_digest: Vec<u8>,
+    pub intent_digest: Vec<u8>,
+    pub digest_version: i16,
+    pub deadline_at: Option<DateTime<Utc>>,
+    pub resembles: Uuid,
+    pub state: String,
+    pub created_at: DateTime<Utc>,
+    pub decided_at: Option<DateTime<Utc>>,
+    pub decided_by: Option<String>,
+    pub decision_reason: Option<String>,
+    pub command_id: Option<Uuid>,
+}
+
+/// What a hold records.
+#[derive(Debug, Clone)]
+pub struct NewHold<'a> {
+    pub id: Uuid,
+    pub scope: Uuid,
+    pub kind: &'a str,
+    pub authority_id: &'a str,
+    pub pinned_generation: Option<i64>,
+    pub run_id: Option<&'a str>,
+    pub args: &'a Value,
+    pub canonical: &'a Value,
+    pub canonical_rules: &'a [String],
+    pub request_digest: &'a [u8],
+    pub intent_digest: &'a [u8],
+    pub digest_version: i16,
+    pub deadline_at: Option<DateTime<Utc>>,
+    pub resembles: Uuid,
+}
+
+/// Records an open hold, or returns the open hold of the same request (a retry).
+pub async fn hold(conn: &mut sqlx::PgConnection, h: &NewHold<'_>) -> Result<HoldRow, sqlx::Error> {
+    let inserted = sqlx::query_as!(
+        HoldRow,
+        r#"
+        insert into holds (id, scope, kind, authority_id, pinned_generation, run_id, args, canonical,
+                           canonical_rules, request_digest, intent_digest, digest_version, deadline_at, resembles)
+        values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+        on conflict (scope, request_digest) where state = 'open' do nothing
+        returning *
+        "#,
+        h.id,
+        h.scope,
+        h.kind,
+        h.authority_id,
+        h.pinned_generation,
+        h.run_id,
+        h.args,
+        h.canonical,
+        h.canonical_rules,
+        h.request_digest,
+        h.intent_digest,
+        h.digest_version,
+        h.deadline_at,
+        h.resembles,
+    )
+    .fetch_optional(&mut *conn)
+    .await?;
+    if let Some(row) = inserted {
+        return Ok(row);
+    }
+    sqlx::query_as!(
+        HoldRow,
+        "select * from holds where scope = $1 and request_digest = $2 and state = 'open'",
+        h.scope,
+        h.request_digest,
+    )
+    .fetch_one(&mut *conn)
+    .await
+}
+
+pub async fn get(ex: impl PgExecutor<'_>, id: Uuid) -> Result<Option<HoldRow>, sqlx::Error> {
+    sqlx::query_as!(HoldRow, "select * from holds where id = $1", id)
+        .fetch_optional(ex)
+        .await
+}
+
+/// Locks an open hold for a decision.
+pub async fn lock_open(
+    conn: &mut sqlx::PgConnection,
+    id: Uuid,
+) -> Result<Option<HoldRow>, sqlx::Error> {
+    sqlx::query_as!(
+        HoldRow,
+        "select * from holds where id = $1 and state = 'open' for update",
+        id
+    )
+    .fetch_optional(conn)
+    .await
+}
+
+/// Holds newest first, optionally only those in `state`.
+pub async fn list(
+    ex: impl PgExecutor<'_>,
+    state: Option<&str>,
+    limit: i64,
+) -> Result<Vec<HoldRow>, sqlx::Error> {
+    sqlx::query_as!(
+        HoldRow,
+        "select * from holds where ($1::text is null or state = $1) order by created_at desc limit $2",
+        state,
+        limit,
+    )
+    .fetch_all(ex)
+    .await
+}
+
+/// Closes an open hold: `released` (with the command it created) or `rejected`.
+pub async fn decide(
+    ex: impl PgExecutor<'_>,
+    id: Uuid,
+    state: &str,
+    command_id: Option<Uuid>,
+    actor: &str,
+    reason: Option<&str>,
+) -> Result<Option<HoldRow>, sqlx::Error> {
+    sqlx::query_as!(
+        HoldRow,
+        r#"
+        update holds set state = $2, command_id = $3, decided_at = now(), decided_by = $4, decision_reason = $5
+        where id = $1 and state = 'open'
+        returning *
+        "#,
+        id,
+        state,
+        command_id,
+        actor,
+        reason,
+    )
+    .fetch_optional(ex)
+    .await
+}
+
+pub async fn count_open(ex: impl PgExecutor<'_>) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar!(r#"select count(*) as "n!" from holds where state = 'open'"#)
+        .fetch_one(ex)
+        .await
+}

@@ -1,0 +1,217 @@
+//! `/v1/holds`: near-duplicates waiting for an operator. Releasing one
+//! records its command (durably, before any dispatch, like every command);
+//! rejecting one records nothing else. Each decision keeps who, when and why.
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use super::AppState;
+use super::commands::view;
+use super::error::ApiError;
+use super::extract::{AppQuery, Auth};
+use crate::db::holds::HoldRow;
+use crate::db::{self, NewCommand, Principal, Role};
+
+#[derive(Debug, Serialize)]
+pub(super) struct HoldView<'a> {
+    id: Uuid,
+    state: &'a str,
+    kind: &'a str,
+    authority: &'a str,
+    run_id: Option<&'a str>,
+    args: &'a Value,
+    canonical: &'a Value,
+    /// The earlier command with the same intent.
+    resembles: Uuid,
+    created_at: DateTime<Utc>,
+    decided_at: Option<DateTime<Utc>>,
+    decided_by: Option<&'a str>,
+    decision_reason: Option<&'a str>,
+    /// The command recorded when the hold was released.
+    command_id: Option<Uuid>,
+}
+
+pub(super) fn hold_view(h: &HoldRow) -> HoldView<'_> {
+    HoldView {
+        id: h.id,
+        state: &h.state,
+        kind: &h.kind,
+        authority: &h.authority_id,
+        run_id: h.run_id.as_deref(),
+        args: &h.args,
+        canonical: &h.canonical,
+        resembles: h.resembles,
+        created_at: h.created_at,
+        decided_at: h.decided_at,
+        decided_by: h.decided_by.as_deref(),
+        decision_reason: h.decision_reason.as_deref(),
+        command_id: h.command_id,
+    }
+}
+
+fn operator(principal: &Principal) -> Result<(), ApiError> {
+    match principal.role {
+        Role::Operator => Ok(()),
+        Role::Device => Err(ApiError::Forbidden("deciding holds is for operators")),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ListQuery {
+    state: Option<String>,
+    limit: Option<i64>,
+}
+
+/// `GET /v1/holds[?state=open|released|rejected&limit=N]`, newest first.
+pub(super) async fn list(
+    State(state): State<AppState>,
+    Auth(principal): Auth,
+    AppQuery(q): AppQuery<ListQuery>,
+) -> Result<Response, ApiError> {
+    operator(&principal)?;
+    if let Some(s) = q.state.as_deref()
+        && !matches!(s, "open" | "released" | "rejected")
+    {
+        return Err(ApiError::InvalidQuery(
+            "state must be open, released or rejected".into(),
+        ));
+    }
+    let limit = q.limit.unwrap_or(100);
+    if !(1..=500).contains(&limit) {
+        return Err(ApiError::InvalidQuery(
+            "limit must be between 1 and 500".into(),
+        ));
+    }
+    let holds = db::holds::list(&state.pool, q.state.as_deref(), limit).await?;
+    let items: Vec<HoldView<'_>> = holds.iter().map(hold_view).collect();
+    Ok(Json(json!({ "items": items })).into_response())
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Decision {
+    reason: Option<String>,
+}
+
+/// An optional `{"reason": "..."}` body.
+fn decision(body: &Bytes) -> Result<Decision, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Decision::default());
+    }
+    let d: Decision = serde_json::from_slice(body)
+        .map_err(|e| ApiError::InvalidBody(format!("the decision is not valid: {e}")))?;
+    if d.reason.as_ref().is_some_and(|r| r.len() > 1000) {
+        return Err(ApiError::InvalidBody(
+            "the reason is longer than 1000 characters".into(),
+        ));
+    }
+    Ok(d)
+}
+
+fn parse_id(raw: &str) -> Result<Uuid, ApiError> {
+    Uuid::parse_str(raw)
+        .map_err(|_| ApiError::InvalidId(format!("{raw:?} is not a hold id (UUID)")))
+}
+
+async fn decided_or_missing(state: &AppState, id: Uuid) -> ApiError {
+    match db::holds::get(&state.pool, id).await {
+        Ok(Some(h)) => ApiError::HoldDecided {
+            hold_id: h.id,
+            state: h.state,
+        },
+        Ok(None) => ApiError::NotFound,
+        Err(e) => e.into(),
+    }
+}
+
+/// `POST /v1/holds/{id}/release`: records the held request as a command.
+pub(super) async fn release(
+    State(state): State<AppState>,
+    Auth(principal): Auth,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    operator(&principal)?;
+    let id = parse_id(&id)?;
+    let d = decision(&body)?;
+    let actor = principal.actor();
+    let mut tx = state.pool.begin().await?;
+    let Some(hold) = db::holds::lock_open(&mut tx, id).await? else {
+        drop(tx);
+        return Err(decided_or_missing(&state, id).await);
+    };
+    let key = format!("hold:{}", hold.id);
+    let new = NewCommand {
+        id: Uuid::now_v7(),
+        scope: hold.scope,
+        idempotency_key: &key,
+        request_digest: &hold.request_digest,
+        digest_version: hold.digest_version,
+        kind: &hold.kind,
+        authority_id: &hold.authority_id,
+        pinned_generation: hold.pinned_generation,
+        intent_digest: &hold.intent_digest,
+        canonical_rules: &hold.canonical_rules,
+        run_id: hold.run_id.as_deref(),
+        args: &hold.args,
+        canonical: &hold.canonical,
+        deadline_at: hold.deadline_at,
+        actor: &actor,
+    };
+    let command = match db::commands::insert_pending(&mut *tx, &new).await? {
+        Some(row) => row,
+        None => db::commands::find_by_key(&mut *tx, hold.scope, &key)
+            .await?
+            .ok_or(ApiError::NotFound)?,
+    };
+    let hold = db::holds::decide(
+        &mut *tx,
+        id,
+        "released",
+        Some(command.id),
+        &actor,
+        d.reason.as_deref(),
+    )
+    .await?
+    .ok_or(ApiError::NotFound)?;
+    tx.commit().await?;
+    tracing::info!(hold.id = %hold.id, command.id = %command.id, actor, "hold released");
+    state.wake.pending(&command.authority_id);
+    Ok(Json(json!({"hold": hold_view(&hold), "command": view(&command, None)})).into_response())
+}
+
+/// `POST /v1/holds/{id}/reject`: nothing is recorded but the decision.
+pub(super) async fn reject(
+    State(state): State<AppState>,
+    Auth(principal): Auth,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    operator(&principal)?;
+    let id = parse_id(&id)?;
+    let d = decision(&body)?;
+    let actor = principal.actor();
+    match db::holds::decide(
+        &state.pool,
+        id,
+        "rejected",
+        None,
+        &actor,
+        d.reason.as_deref(),
+    )
+    .await?
+    {
+        Some(hold) => {
+            tracing::info!(hold.id = %hold.id, actor, "hold rejected");
+            Ok(Json(json!({"hold": hold_view(&hold)})).into_response())
+        }
+        None => Err(decided_or_missing(&state, id).await),
+    }
+}

@@ -1,0 +1,510 @@
+//! Where a request becomes a row: `POST /v1/commands` and `POST /v1/invoke`.
+//! The request is validated and canonicalized (the pure domain), then
+//! admitted: under its key (new / replay / conflict), or, keyless, under its
+//! intent (new / the same command: coalesced or replay / held / refused).
+//! The unique index on (scope, key) decides every race; keyless commands are
+//! recorded under a key derived from the intent, so racing copies collide.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use uuid::Uuid;
+
+use super::AppState;
+use super::commands::{applied_wait, location, prefer_wait, settle, view};
+use super::error::ApiError;
+use super::extract::{AppJson, Auth};
+use super::holds::hold_view;
+use crate::db::holds::{HoldRow, NewHold};
+use crate::db::{self, CommandRow, NewCommand, Principal};
+use crate::domain::admission::{
+    IntentVerdict, KeyMode, KindPolicy, Latest, derived_key, epoch_of, intent_verdict,
+};
+use crate::domain::{
+    AuthorityId, AuthorityRef, CanonicalRequest, Disposition, IdempotencyKey, KeyError, Kind,
+    RequestDigest, canonical_request, differences, disposition, request_digest_v1,
+};
+
+const IDEMPOTENCY_KEY: &str = "idempotency-key";
+const REPLAYED: &str = "idempotent-replayed";
+
+/// Longest accepted `run_id`.
+const RUN_ID_MAX_LEN: usize = 128;
+/// How long `POST /v1/invoke` waits for the outcome unless `Prefer: wait` says otherwise.
+const INVOKE_WAIT: Duration = Duration::from_secs(30);
+
+/// The body of `POST /v1/commands`. Nothing else is accepted: the state,
+/// scope, generation and timestamps belong to the ledger.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct SubmitBody {
+    kind: String,
+    authority: AuthorityField,
+    #[serde(default)]
+    args: Option<Value>,
+    #[serde(default)]
+    run_id: Option<String>,
+    /// RFC 3339; after it the command must not start.
+    #[serde(default)]
+    deadline: Option<DateTime<Utc>>,
+}
+
+/// `"agent-1"`, or `{"id": "agent-1", "generation": 7}` to pin a generation.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(super) enum AuthorityField {
+    Name(String),
+    Pinned(PinnedAuthority),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct PinnedAuthority {
+    id: String,
+    generation: i64,
+}
+
+/// A validated submission.
+#[derive(Debug)]
+struct Submission {
+    kind: Kind,
+    authority: AuthorityRef,
+    args: Value,
+    run_id: Option<String>,
+    deadline: Option<DateTime<Utc>>,
+}
+
+fn invalid(e: &dyn std::fmt::Display) -> ApiError {
+    ApiError::InvalidBody(e.to_string())
+}
+
+fn authority(field: AuthorityField) -> Result<AuthorityRef, ApiError> {
+    Ok(match field {
+        AuthorityField::Name(id) => AuthorityRef {
+            id: AuthorityId::parse(&id).map_err(|e| invalid(&e))?,
+            pinned_generation: None,
+        },
+        AuthorityField::Pinned(PinnedAuthority { id, generation }) => {
+            if generation < 1 {
+                return Err(invalid(&"a pinned authority generation is 1 or more"));
+            }
+            AuthorityRef {
+                id: AuthorityId::parse(&id).map_err(|e| invalid(&e))?,
+                pinned_generation: Some(generation),
+            }
+        }
+    })
+}
+
+fn args(value: Option<Value>) -> Result<Value, ApiError> {
+    match value {
+        None => Ok(Value::Object(Map::new())),
+        Some(v @ Value::Object(_)) => Ok(v),
+        Some(_) => Err(invalid(&"args must be a JSON object")),
+    }
+}
+
+fn run_id(run_id: Option<String>) -> Result<Option<String>, ApiError> {
+    if let Some(r) = &run_id {
+        let printable = r.bytes().all(|b| (0x20..=0x7e).contains(&b));
+        if r.is_empty() || r.len() > RUN_ID_MAX_LEN || !printable {
+            return Err(invalid(&format_args!(
+                "run_id must be 1-{RUN_ID_MAX_LEN} characters of printable ASCII"
+            )));
+        }
+    }
+    Ok(run_id)
+}
+
+fn validate(body: SubmitBody) -> Result<Submission, ApiError> {
+    Ok(Submission {
+        kind: Kind::parse(&body.kind).map_err(|e| invalid(&e))?,
+        authority: authority(body.authority)?,
+        args: args(body.args)?,
+        run_id: run_id(body.run_id)?,
+        deadline: body.deadline,
+    })
+}
+
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<IdempotencyKey>, ApiError> {
+    let mut values = headers.get_all(IDEMPOTENCY_KEY).iter();
+    match (values.next(), values.next()) {
+        (None, _) => Ok(None),
+        (Some(_), Some(_)) => Err(KeyError::Repeated.into()),
+        (Some(v), None) => Ok(Some(IdempotencyKey::parse_header(v.as_bytes())?)),
+    }
+}
+
+/// What admission did with a request.
+#[derive(Debug)]
+enum Admitted {
+    Command {
+        row: CommandRow,
+        disposition: Disposition,
+    },
+    Held(HoldRow),
+}
+
+/// Admits a validated submission: records it, or finds what it repeats.
+async fn admit(
+    state: &AppState,
+    principal: &Principal,
+    key: Option<IdempotencyKey>,
+    sub: &Submission,
+    policy: &KindPolicy,
+) -> Result<(Admitted, CanonicalRequest), ApiError> {
+    let canonical = canonical_request(
+        sub.kind.as_str(),
+        &sub.authority.canonical(),
+        &sub.args,
+        sub.run_id.as_deref(),
+        &policy.canonical,
+    )
+    .map_err(ApiError::InvalidArgs)?;
+    let admitted = match key {
+        Some(key) => keyed(state, principal, &key, sub, &canonical).await?,
+        None if policy.key == KeyMode::Fingerprint => {
+            keyless(state, principal, sub, &canonical, policy).await?
+        }
+        None => return Err(KeyError::Missing.into()),
+    };
+    Ok((admitted, canonical))
+}
+
+fn new_command<'a>(
+    principal: &'a Principal,
+    key: &'a str,
+    sub: &'a Submission,
+    canonical: &'a CanonicalRequest,
+    actor: &'a str,
+) -> NewCommand<'a> {
+    NewCommand {
+        id: Uuid::now_v7(),
+        scope: principal.id,
+        idempotency_key: key,
+        request_digest: canonical.digest.as_bytes(),
+        digest_version: canonical.version,
+        kind: sub.kind.as_str(),
+        authority_id: sub.authority.id.as_str(),
+        pinned_generation: sub.authority.pinned_generation,
+        intent_digest: canonical.intent_digest.as_bytes(),
+        canonical_rules: &canonical.rules,
+        run_id: sub.run_id.as_deref(),
+        args: &sub.args,
+        canonical: &canonical.form,
+        deadline_at: sub.deadline,
+        actor,
+    }
+}
+
+/// Under a client key: the unique index decides; the stored row says whether
+/// this is the same request (compared at the stored row's digest version).
+async fn keyed(
+    state: &AppState,
+    principal: &Principal,
+    key: &IdempotencyKey,
+    sub: &Submission,
+    canonical: &CanonicalRequest,
+) -> Result<Admitted, ApiError> {
+    let actor = principal.actor();
+    let new = new_command(principal, key.as_str(), sub, canonical, &actor);
+    // If the stored row vanished in between (retention), insert again.
+    for _ in 0..3 {
+        if let Some(row) = db::commands::insert_pending(&state.pool, &new).await? {
+            return Ok(recorded(state, row));
+        }
+        let Some(stored) =
+            db::commands::find_by_key(&state.pool, principal.id, key.as_str()).await?
+        else {
+            continue;
+        };
+        let incoming = match stored.digest_version {
+            1 => request_digest_v1(sub.kind.as_str(), &sub.authority.canonical(), &sub.args),
+            _ => canonical.digest,
+        };
+        return match disposition(
+            RequestDigest::from_slice(&stored.request_digest).as_ref(),
+            &incoming,
+        ) {
+            Disposition::Replay => Ok(Admitted::Command {
+                row: stored,
+                disposition: Disposition::Replay,
+            }),
+            _ => Err(ApiError::KeyConflict {
+                command_id: stored.id,
+                stored_digest: hex::encode(&stored.request_digest),
+                incoming_digest: incoming.to_string(),
+                differences: if stored.digest_version == canonical.version {
+                    differences(&stored.canonical, &canonical.form)
+                } else {
+                    Vec::new()
+                },
+            }),
+        };
+    }
+    Err(ApiError::Internal(anyhow::anyhow!(
+        "idempotency key {key} kept disappearing between insert and lookup"
+    )))
+}
+
+fn recorded(state: &AppState, row: CommandRow) -> Admitted {
+    tracing::info!(command.id = %row.id, kind = %row.kind, authority = %row.authority_id, "command recorded");
+    crate::crash::point(crate::crash::CrashPoint::Cp0);
+    state.wake.pending(&row.authority_id);
+    Admitted::Command {
+        row,
+        disposition: Disposition::New,
+    }
+}
+
+/// Without a key: the intent decides. Copies within the window are one
+/// command (recorded under a key derived from the intent, so racing copies
+/// collide on the unique index); a near-duplicate after it is held,
+/// allowed or refused as the kind says.
+async fn keyless(
+    state: &AppState,
+    principal: &Principal,
+    sub: &Submission,
+    canonical: &CanonicalRequest,
+    policy: &KindPolicy,
+) -> Result<Admitted, ApiError> {
+    let actor = principal.actor();
+    for _ in 0..3 {
+        let latest = db::commands::latest_by_intent(
+            &state.pool,
+            principal.id,
+            canonical.intent_digest.as_bytes(),
+        )
+        .await?;
+        let facts = latest.as_ref().map(|l| Latest {
+            same_request: l.request_digest == canonical.digest.as_bytes(),
+            age: Duration::from_secs_f64(l.age_seconds.max(0.0)),
+            epoch: epoch_of(&l.idempotency_key),
+        });
+        match (intent_verdict(facts, policy), latest) {
+            (IntentVerdict::New { epoch }, _) => {
+                let key = derived_key(&canonical.intent_digest, epoch);
+                let new = new_command(principal, &key, sub, canonical, &actor);
+                if let Some(row) = db::commands::insert_pending(&state.pool, &new).await? {
+                    return Ok(recorded(state, row));
+                }
+                // Another copy won the race for this epoch: look again.
+            }
+            (IntentVerdict::Same, Some(l)) => {
+                let row = db::commands::get(&state.pool, l.id, Some(principal.id))
+                    .await?
+                    .ok_or(ApiError::NotFound)?;
+                let disposition = if row.state().is_terminal() {
+                    Disposition::Replay
+                } else {
+                    Disposition::Coalesced
+                };
+                return Ok(Admitted::Command { row, disposition });
+            }
+            (IntentVerdict::Held, Some(l)) => {
+                let mut conn = state.pool.acquire().await?;
+                let hold = db::holds::hold(
+                    &mut conn,
+                    &NewHold {
+                        id: Uuid::now_v7(),
+                        scope: principal.id,
+                        kind: sub.kind.as_str(),
+                        authority_id: sub.authority.id.as_str(),
+                        pinned_generation: sub.authority.pinned_generation,
+                        run_id: sub.run_id.as_deref(),
+                        args: &sub.args,
+                        canonical: &canonical.form,
+                        canonical_rules: &canonical.rules,
+                        request_digest: canonical.digest.as_bytes(),
+                        intent_digest: canonical.intent_digest.as_bytes(),
+                        digest_version: canonical.version,
+                        deadline_at: sub.deadline,
+                        resembles: l.id,
+                    },
+                )
+                .await?;
+                tracing::info!(hold.id = %hold.id, resembles = %l.id, "near-duplicate held");
+                return Ok(Admitted::Held(hold));
+            }
+            (IntentVerdict::Refused, Some(l)) => {
+                return Err(ApiError::NearDuplicate { command_id: l.id });
+            }
+            (_, None) => {}
+        }
+    }
+    Err(ApiError::Internal(anyhow::anyhow!(
+        "keyless admission did not settle after three attempts"
+    )))
+}
+
+/// `POST /v1/commands`: the pending row is committed before any 2xx is sent.
+pub(super) async fn submit(
+    State(state): State<AppState>,
+    Auth(principal): Auth,
+    headers: HeaderMap,
+    AppJson(body): AppJson<SubmitBody>,
+) -> Result<Response, ApiError> {
+    state.counters.requests.fetch_add(1, Ordering::Relaxed);
+    let key = idempotency_key(&headers)?;
+    let wait = prefer_wait(&headers).map(|w| w.min(state.max_wait));
+    let sub = validate(body)?;
+    let policy = state.policies.get(sub.kind.as_str()).clone();
+    let (admitted, _) = admit(&state, &principal, key, &sub, &policy)
+        .await
+        .inspect_err(|e| state.counters.refused(e))?;
+    match admitted {
+        Admitted::Held(hold) => {
+            state.counters.count(Disposition::Held);
+            let mut response = (
+                StatusCode::ACCEPTED,
+                Json(json!({"disposition": "held", "hold": hold_view(&hold)})),
+            )
+                .into_response();
+            let path = HeaderValue::from_str(&format!("/v1/holds/{}", hold.id))
+                .expect("a uuid path is a valid header");
+            response.headers_mut().insert(header::LOCATION, path);
+            Ok(response)
+        }
+        Admitted::Command { row, disposition } => {
+            state.counters.count(disposition);
+            let (row, waited) = settle(&state, row, wait, principal.visible_scope()).await?;
+            let status = if disposition == Disposition::New {
+                StatusCode::ACCEPTED
+            } else {
+                StatusCode::OK
+            };
+            let mut response = (status, Json(view(&row, Some(disposition)))).into_response();
+            let h = response.headers_mut();
+            h.insert(header::LOCATION, location(row.id));
+            if disposition == Disposition::Replay {
+                h.insert(REPLAYED, HeaderValue::from_static("true"));
+            }
+            applied_wait(&mut response, waited);
+            Ok(response)
+        }
+    }
+}
+
+/// The body of `POST /v1/invoke`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(super) struct InvokeBody {
+    tool: String,
+    #[serde(default, alias = "run_id")]
+    run_id: Option<String>,
+    #[serde(default)]
+    args: Option<Value>,
+    /// Defaults to the authority the catalog names for the tool.
+    #[serde(default)]
+    authority: Option<AuthorityField>,
+    #[serde(default)]
+    deadline: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Serialize)]
+struct InvokeView<'a> {
+    /// `executed`, `coalesced`, `replay`, `held` or `pending`.
+    outcome: &'static str,
+    /// The intent digest: equal for every spelling of one intent.
+    fingerprint: String,
+    command_id: Option<Uuid>,
+    state: Option<&'a str>,
+    result: Option<&'a Value>,
+    error: Option<&'a Value>,
+    hold_id: Option<Uuid>,
+}
+
+/// `POST /v1/invoke`: for agents. Records the intent (keyless unless an
+/// `Idempotency-Key` is sent), waits (bounded) for the outcome, and says
+/// what happened: `executed` (this call's command ran), `coalesced` (it was
+/// another call's command, in flight when this one arrived), `replay` (it
+/// had already finished), `held`, or `pending` (no outcome before the wait ended).
+pub(super) async fn invoke(
+    State(state): State<AppState>,
+    Auth(principal): Auth,
+    headers: HeaderMap,
+    AppJson(body): AppJson<InvokeBody>,
+) -> Result<Response, ApiError> {
+    state.counters.requests.fetch_add(1, Ordering::Relaxed);
+    let key = idempotency_key(&headers)?;
+    let wait = prefer_wait(&headers)
+        .unwrap_or(INVOKE_WAIT)
+        .min(state.max_wait);
+    let kind = Kind::parse(&body.tool).map_err(|e| invalid(&e))?;
+    let mut policy = state.policies.get(kind.as_str()).clone();
+    let authority = match (body.authority, &policy.authority) {
+        (Some(field), _) => authority(field)?,
+        (None, Some(a)) => AuthorityRef {
+            id: AuthorityId::parse(a).map_err(|e| invalid(&e))?,
+            pinned_generation: None,
+        },
+        (None, None) => {
+            return Err(invalid(&format_args!(
+                "no authority given, and the catalog names none for tool {kind}"
+            )));
+        }
+    };
+    // Agents do not send keys: the intent stands in for one here.
+    policy.key = KeyMode::Fingerprint;
+    let sub = Submission {
+        kind,
+        authority,
+        args: args(body.args)?,
+        run_id: run_id(body.run_id)?,
+        deadline: body.deadline,
+    };
+    let (admitted, canonical) = admit(&state, &principal, key, &sub, &policy)
+        .await
+        .inspect_err(|e| state.counters.refused(e))?;
+    let fingerprint = canonical.intent_digest.to_string();
+    match admitted {
+        Admitted::Held(hold) => {
+            state.counters.count(Disposition::Held);
+            let v = InvokeView {
+                outcome: "held",
+                fingerprint,
+                command_id: None,
+                state: None,
+                result: None,
+                error: None,
+                hold_id: Some(hold.id),
+            };
+            Ok((StatusCode::ACCEPTED, Json(v)).into_response())
+        }
+        Admitted::Command { row, disposition } => {
+            state.counters.count(disposition);
+            let (row, _) = settle(&state, row, Some(wait), principal.visible_scope()).await?;
+            let outcome = match (disposition, row.state().is_terminal()) {
+                (_, false) => "pending",
+                (Disposition::New, true) => "executed",
+                (Disposition::Coalesced, true) => "coalesced",
+                (_, true) => "replay",
+            };
+            let status = if outcome == "pending" {
+                StatusCode::ACCEPTED
+            } else {
+                StatusCode::OK
+            };
+            let v = InvokeView {
+                outcome,
+                fingerprint,
+                command_id: Some(row.id),
+                state: Some(&row.state),
+                result: row.result.as_ref(),
+                error: row.error.as_ref(),
+                hold_id: None,
+            };
+            let mut response = (status, Json(v)).into_response();
+            response
+                .headers_mut()
+                .insert(header::LOCATION, location(row.id));
+            Ok(response)
+        }
+    }
+}
