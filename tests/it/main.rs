@@ -5,6 +5,7 @@
 // Tests fail loudly: an unwrap is the assertion.
 #![allow(clippy::unwrap_used)]
 
+mod admission;
 mod auth;
 mod cancel;
 mod crash;

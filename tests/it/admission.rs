@@ -1,0 +1,379 @@
+//! Intent admission: one intent however it is spelled, coalescing, replay,
+//! held near-duplicates, the invoke API, the counters, failing closed.
+
+use crate::harness::{TestApp, TestSink, problem, refund_effects};
+use command_ledger::catalog::Policies;
+use command_ledger::custodian::{Custodian, CustodianConfig};
+use command_ledger::db::Role;
+use command_ledger::demo_sink::Mode;
+use command_ledger::domain::admission::{KeyMode, KindPolicy, NearDuplicate};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+
+fn refund_policy(window: Duration, near_duplicate: NearDuplicate) -> Policies {
+    let mut policies = Policies::default();
+    policies.set(
+        "refund",
+        KindPolicy {
+            key: KeyMode::Fingerprint,
+            authority: Some("payments".into()),
+            window,
+            near_duplicate,
+            ..KindPolicy::default()
+        },
+    );
+    policies
+}
+
+async fn invoke(app: &TestApp, token: &str, body: Value) -> (u16, Value) {
+    let resp = app
+        .client
+        .post(app.url("/v1/invoke"))
+        .bearer_auth(token)
+        .header("Prefer", "wait=20")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    (resp.status().as_u16(), resp.json().await.unwrap())
+}
+
+/// The three spellings of the refund.
+fn spellings() -> [Value; 3] {
+    [
+        json!({"tool": "refund", "runId": "worker-a",
+               "args": {"customer": "Ada@Example.com", "amount": "$12.00", "currency": "usd", "trace_id": "t-a"}}),
+        json!({"runId": "worker-b", "tool": "refund",
+               "args": {"trace_id": "t-b", "amount": "12.00 USD", "customer": "ada@example.com"}}),
+        json!({"tool": "refund", "runId": "worker-c",
+               "args": {"currency": "USD", "amount": "1200 cents", "customer": "ADA@example.com", "trace_id": "t-c"}}),
+    ]
+}
+
+async fn start_custodian(
+    app: &TestApp,
+    sink: &TestSink,
+) -> (Arc<Custodian>, tokio::sync::oneshot::Sender<()>) {
+    let mut config = CustodianConfig::new(vec!["payments".into()]);
+    config.poll_interval = Duration::from_millis(100);
+    let c = Arc::new(Custodian::new(
+        app.pool.clone(),
+        config,
+        refund_effects(&sink.url, Duration::from_secs(5)),
+    ));
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(Arc::clone(&c).run(async move {
+        let _ = rx.await;
+    }));
+    (c, tx)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_spellings_from_three_workers_make_one_execution() {
+    let app = TestApp::spawn_with(refund_policy(Duration::from_secs(1), NearDuplicate::Hold)).await;
+    let token = app.token("agent", Role::Device).await;
+    let operator = app.token("ops", Role::Operator).await;
+    let sink = TestSink::start(Mode::Ok).await;
+
+    // The three workers race; nothing executes until all three are admitted.
+    let workers: Vec<_> = spellings()
+        .into_iter()
+        .enumerate()
+        .map(|(i, body)| {
+            let (client, url, token) = (app.client.clone(), app.url("/v1/invoke"), token.clone());
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(50 * i as u64)).await;
+                let resp = client
+                    .post(url)
+                    .bearer_auth(token)
+                    .header("Prefer", "wait=20")
+                    .json(&body)
+                    .send()
+                    .await
+                    .unwrap();
+                resp.json::<Value>().await.unwrap()
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let (_c, stop) = start_custodian(&app, &sink).await;
+    let mut outcomes = Vec::new();
+    for w in workers {
+        outcomes.push(w.await.unwrap());
+    }
+    let names: Vec<&str> = outcomes
+        .iter()
+        .map(|o| o["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["executed", "coalesced", "coalesced"],
+        "{outcomes:?}"
+    );
+    let ids: Vec<&Value> = outcomes.iter().map(|o| &o["command_id"]).collect();
+    assert!(ids.iter().all(|id| *id == ids[0]), "one command");
+    assert!(
+        outcomes
+            .iter()
+            .all(|o| o["fingerprint"] == outcomes[0]["fingerprint"])
+    );
+    assert!(
+        outcomes
+            .iter()
+            .all(|o| o["state"] == "applied" && o["result"] == outcomes[0]["result"])
+    );
+    assert_eq!(sink.count("applied"), 1);
+    assert_eq!(app.command_count().await, 1);
+
+    // Later (after the window): the first worker retrying is a replay ...
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let (status, replay) = invoke(&app, &token, spellings()[0].clone()).await;
+    assert_eq!((status, replay["outcome"].as_str()), (200, Some("replay")));
+    assert_eq!(replay["command_id"], outcomes[0]["command_id"]);
+
+    // ... and a new run with the same intent is held, not executed.
+    let mut fresh = spellings()[1].clone();
+    fresh["runId"] = json!("worker-d");
+    let (status, held) = invoke(&app, &token, fresh.clone()).await;
+    assert_eq!(
+        (status, held["outcome"].as_str()),
+        (202, Some("held")),
+        "{held}"
+    );
+    let hold_id = held["hold_id"].as_str().unwrap().to_owned();
+    // Retrying the held request finds the same hold.
+    let (_, again) = invoke(&app, &token, fresh).await;
+    assert_eq!(again["hold_id"], hold_id.as_str());
+    assert_eq!(sink.count("applied"), 1);
+
+    // An operator sees it and releases it: executed once more, audited.
+    let holds: Value = app
+        .get(&operator, "/v1/holds?state=open")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(holds["items"].as_array().unwrap().len(), 1);
+    assert_eq!(holds["items"][0]["resembles"], outcomes[0]["command_id"]);
+    problem(
+        app.post(&token, &format!("/v1/holds/{hold_id}/release"))
+            .await,
+        403,
+        "/problems/forbidden",
+    )
+    .await;
+    let released: Value = app
+        .client
+        .post(app.url(&format!("/v1/holds/{hold_id}/release")))
+        .bearer_auth(&operator)
+        .json(&json!({"reason": "the customer asked twice"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(released["hold"]["state"], "released");
+    assert_eq!(released["hold"]["decided_by"], "operator:ops");
+    assert_eq!(
+        released["hold"]["decision_reason"],
+        "the customer asked twice"
+    );
+    let command_id = released["command"]["id"].as_str().unwrap().to_owned();
+    let done: Value = app
+        .get(&operator, &format!("/v1/commands/{command_id}?wait=20"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(done["state"], "applied");
+    assert_eq!(sink.count("applied"), 2);
+    let history: Value = app
+        .get(&operator, &format!("/v1/commands/{command_id}/history"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        history["entries"][0]["actor"], "operator:ops",
+        "the release is who recorded it"
+    );
+    problem(
+        app.post(&operator, &format!("/v1/holds/{hold_id}/reject"))
+            .await,
+        409,
+        "/problems/hold-decided",
+    )
+    .await;
+
+    // Requests went up; executions did not.
+    let state: Value = app.get(&operator, "/v1/state").await.json().await.unwrap();
+    assert_eq!(state["since_start"]["requests"], 6);
+    assert_eq!(state["since_start"]["coalesced"], 2);
+    assert_eq!(state["since_start"]["held"], 2);
+    assert_eq!(state["ledger"]["executions_started"], 2);
+    assert_eq!(state["ledger"]["holds_open"], 0);
+    problem(
+        app.get(&token, "/v1/state").await,
+        403,
+        "/problems/forbidden",
+    )
+    .await;
+    stop.send(()).unwrap();
+}
+
+#[tokio::test]
+async fn a_near_duplicate_can_be_rejected_by_an_operator_or_by_policy() {
+    let app = TestApp::spawn_with(refund_policy(Duration::ZERO, NearDuplicate::Hold)).await;
+    let token = app.token("agent", Role::Device).await;
+    let operator = app.token("ops", Role::Operator).await;
+    let mut body = spellings()[0].clone();
+    let (_, first) = invoke_nowait(&app, &token, &body).await;
+    assert_eq!(first["outcome"], "pending");
+    body["runId"] = json!("another");
+    let (_, held) = invoke_nowait(&app, &token, &body).await;
+    let hold_id = held["hold_id"].as_str().unwrap();
+    let rejected: Value = app
+        .post(&operator, &format!("/v1/holds/{hold_id}/reject"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(rejected["hold"]["state"], "rejected");
+    assert!(rejected["hold"]["command_id"].is_null());
+    assert_eq!(app.command_count().await, 1);
+
+    let app = TestApp::spawn_with(refund_policy(Duration::ZERO, NearDuplicate::Reject)).await;
+    let token = app.token("agent", Role::Device).await;
+    let mut body = spellings()[0].clone();
+    invoke_nowait(&app, &token, &body).await;
+    body["runId"] = json!("another");
+    let resp = app
+        .client
+        .post(app.url("/v1/invoke"))
+        .bearer_auth(&token)
+        .header("Prefer", "wait=0")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    problem(resp, 409, "/problems/near-duplicate").await;
+}
+
+async fn invoke_nowait(app: &TestApp, token: &str, body: &Value) -> (u16, Value) {
+    let resp = app
+        .client
+        .post(app.url("/v1/invoke"))
+        .bearer_auth(token)
+        .header("Prefer", "wait=0")
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    (resp.status().as_u16(), resp.json().await.unwrap())
+}
+
+#[tokio::test]
+async fn keyless_submissions_need_a_kind_that_allows_them() {
+    let app = TestApp::spawn_with(refund_policy(Duration::from_secs(5), NearDuplicate::Hold)).await;
+    let token = app.token("agent", Role::Device).await;
+    let body = json!({"kind": "refund", "authority": "payments", "args": {"amount": "5 EUR", "to": "x@y.org"}});
+    let first = app.submit(&token, None, &body).await;
+    assert_eq!(first.status(), 202);
+    let first: Value = first.json().await.unwrap();
+    assert!(
+        first["idempotency_key"]
+            .as_str()
+            .unwrap()
+            .starts_with("intent:")
+    );
+    let again: Value = app.submit(&token, None, &body).await.json().await.unwrap();
+    assert_eq!(
+        (again["id"].clone(), again["disposition"].as_str()),
+        (first["id"].clone(), Some("coalesced"))
+    );
+    // steer needs a key.
+    let steer = json!({"kind": "steer", "authority": "agent-7", "args": {"direction": "left"}});
+    problem(
+        app.submit(&token, None, &steer).await,
+        400,
+        "/problems/missing-idempotency-key",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn money_without_a_currency_is_refused_and_nothing_is_written() {
+    let app = TestApp::spawn().await;
+    let token = app.token("agent", Role::Device).await;
+    let body = json!({"kind": "refund", "authority": "payments", "args": {"amount": "12.00", "to": "x@y.org"}});
+    let p = problem(
+        app.submit(&token, Some("k"), &body).await,
+        400,
+        "/problems/invalid-args",
+    )
+    .await;
+    assert!(
+        p["detail"].as_str().unwrap().contains("without a currency"),
+        "{p}"
+    );
+    assert_eq!(app.command_count().await, 0);
+}
+
+#[tokio::test]
+async fn a_conflict_names_the_canonical_fields_that_differ() {
+    let app = TestApp::spawn().await;
+    let token = app.token("agent", Role::Device).await;
+    let body = json!({"kind": "refund", "authority": "payments", "args": {"amount": "$12.00", "to": "ada@example.com"}});
+    app.create(&token, "k", &body).await;
+    // Respelled, it is the same request.
+    let same = json!({"kind": "refund", "authority": "payments", "args": {"to": "Ada@Example.com", "amount": "1200 cents", "currency": "USD", "trace_id": "x"}});
+    assert_eq!(app.submit(&token, Some("k"), &same).await.status(), 200);
+    let other = json!({"kind": "refund", "authority": "payments", "args": {"amount": "13 USD", "to": "bob@example.com"}});
+    let p = problem(
+        app.submit(&token, Some("k"), &other).await,
+        422,
+        "/problems/idempotency-key-conflict",
+    )
+    .await;
+    assert_eq!(
+        p["differences"],
+        json!(["/args/amount/amount_minor", "/args/to"])
+    );
+}
+
+#[tokio::test]
+async fn with_the_database_unreachable_submissions_fail_closed_with_503() {
+    // A pool whose server is gone: every request that needs the ledger fails
+    // with 503 and Retry-After, and nothing can have been executed.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .acquire_timeout(Duration::from_millis(500))
+        .connect_lazy(&format!("postgres://postgres@127.0.0.1:{closed}/nothing"))
+        .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let state = command_ledger::http::AppState::new(pool, Policies::default());
+    tokio::spawn(command_ledger::http::serve(
+        listener,
+        state,
+        std::future::pending(),
+    ));
+    let resp = reqwest::Client::new()
+        .post(format!("{base}/v1/commands"))
+        .bearer_auth("clt_whatever")
+        .header("Idempotency-Key", "k")
+        .json(&json!({"kind": "refund", "authority": "payments", "args": {}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.headers()["retry-after"], "1");
+    problem(resp, 503, "/problems/unavailable").await;
+    let ready = reqwest::get(format!("{base}/readyz")).await.unwrap();
+    assert_eq!(ready.status(), 503);
+}
