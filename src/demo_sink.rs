@@ -4,7 +4,9 @@
 //! and fences: it refuses a generation older than one it has seen for that
 //! authority. Its log is the external count of effects.
 //!
-//! Modes (the default from the command line, or `"mode"` in the args):
+//! An optional latency makes it take its time before applying (so that
+//! copies of one request visibly overlap). Modes (the default from the
+//! command line, or `"mode"` in the args):
 //! `ok` applies and answers; `reject` refuses (422, nothing applied); `hang`
 //! applies and never answers; `reset-after-apply` applies and breaks the
 //! connection before the response body.
@@ -60,6 +62,8 @@ struct Ledger {
 #[derive(Debug, Clone)]
 struct Sink {
     mode: Mode,
+    /// How long the "provider" takes before it applies a request.
+    latency: std::time::Duration,
     ledger: Arc<Mutex<Ledger>>,
 }
 
@@ -82,7 +86,12 @@ pub fn read_log(path: &FsPath) -> std::io::Result<Vec<LogLine>> {
 
 /// The sink's router over the log at `log_path` (created, or replayed to
 /// rebuild its state).
-pub fn router(log_path: &FsPath, mode: Mode) -> std::io::Result<Router> {
+/// `latency` is how long each request takes before it is applied.
+pub fn router(
+    log_path: &FsPath,
+    mode: Mode,
+    latency: std::time::Duration,
+) -> std::io::Result<Router> {
     let mut ledger = Ledger {
         log: OpenOptions::new()
             .create(true)
@@ -97,6 +106,7 @@ pub fn router(log_path: &FsPath, mode: Mode) -> std::io::Result<Router> {
     }
     let sink = Sink {
         mode,
+        latency,
         ledger: Arc::new(Mutex::new(ledger)),
     };
     Ok(Router::new()
@@ -163,6 +173,9 @@ async fn apply(State(sink): State<Sink>, headers: HeaderMap, body: Bytes) -> Res
         at: chrono::Utc::now(),
         response,
     };
+    if !sink.latency.is_zero() {
+        tokio::time::sleep(sink.latency).await;
+    }
     let (status, response) = {
         let mut ledger = sink.ledger.lock().expect("sink lock");
         let highest = ledger

@@ -68,6 +68,16 @@ pub struct DemoSinkCommand {
     pub log: PathBuf,
     #[arg(long, value_enum, default_value = "ok")]
     pub mode: demo_sink::Mode,
+    /// How long each request takes before it is applied, like 300ms.
+    #[arg(long, default_value = "0ms", value_parser = duration_or_zero)]
+    pub latency: Duration,
+}
+
+fn duration_or_zero(s: &str) -> Result<Duration, String> {
+    if s.trim_end_matches("ms").trim_end_matches('s') == "0" {
+        return Ok(Duration::ZERO);
+    }
+    duration(s)
 }
 
 impl CustodianArgs {
@@ -151,7 +161,8 @@ pub(super) async fn run_demo_sink(cmd: DemoSinkCommand) -> anyhow::Result<()> {
         cmd.mode,
         cmd.log.display()
     );
-    let router = demo_sink::router(&cmd.log, cmd.mode).context("opening the sink log")?;
+    let router =
+        demo_sink::router(&cmd.log, cmd.mode, cmd.latency).context("opening the sink log")?;
     axum::serve(listener, router)
         .with_graceful_shutdown(super::serve::shutdown_signal())
         .await?;

@@ -145,6 +145,10 @@ fn kinds(effects: &Effects) -> String {
     kinds.join(", ")
 }
 
+/// The demo provider takes its time, as real ones do, so that copies of one
+/// refund sent together visibly coalesce.
+const DEMO_LATENCY: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// The demo sink on a free loopback port, logging under the state dir.
 async fn start_demo_sink(
     state_dir: &Path,
@@ -154,8 +158,12 @@ async fn start_demo_sink(
         .await
         .context("binding the demo sink")?;
     let url = format!("http://{}", listener.local_addr()?);
-    let router = demo_sink::router(&state_dir.join("demo-sink.log"), demo_sink::Mode::Ok)
-        .context("opening the demo sink log")?;
+    let router = demo_sink::router(
+        &state_dir.join("demo-sink.log"),
+        demo_sink::Mode::Ok,
+        DEMO_LATENCY,
+    )
+    .context("opening the demo sink log")?;
     tokio::spawn(async move {
         axum::serve(listener, router)
             .with_graceful_shutdown(stopped)

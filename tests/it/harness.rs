@@ -318,7 +318,8 @@ impl TestSink {
         ));
         std::fs::create_dir_all(&dir).unwrap();
         let log = dir.join("sink.log");
-        let router = command_ledger::demo_sink::router(&log, mode).unwrap();
+        let router =
+            command_ledger::demo_sink::router(&log, mode, std::time::Duration::ZERO).unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         tokio::spawn(async move { axum::serve(listener, router).await });
