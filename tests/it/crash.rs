@@ -390,7 +390,9 @@ impl Clients {
 
 /// Submits commands with fresh keys until `stop`, retrying each key until
 /// it is acknowledged (a crash of the API after the commit is answered,
-/// on retry, by a replay of the same command).
+/// on retry, by a replay of the same command). A closed loop: each request
+/// waits (`Prefer: wait=5`) for its outcome, so the load follows what the
+/// custodian can do instead of piling up a backlog.
 async fn client_load(
     api: String,
     token: String,
@@ -400,7 +402,7 @@ async fn client_load(
     counter: Arc<AtomicU64>,
 ) {
     let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(15))
         .build()
         .unwrap();
     while !stop.load(Ordering::SeqCst) {
@@ -413,6 +415,7 @@ async fn client_load(
                 .post(format!("{api}/v1/commands"))
                 .bearer_auth(&token)
                 .header("Idempotency-Key", &key)
+                .header("Prefer", "wait=5")
                 .json(&body)
                 .send()
                 .await;
@@ -439,7 +442,6 @@ async fn client_load(
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
@@ -587,7 +589,7 @@ async fn kill_campaign(
         let before = count_commands(&world.pool).await;
         let kills_before = target.kills();
         target.arm(Some(crash_vars(point, 0.25, "kill")), true);
-        let clients = Clients::start(&world, 3, point, &acked, &counter);
+        let clients = Clients::start(&world, 6, point, &acked, &counter);
         let started = Instant::now();
         while target.kills() - kills_before < kills_per_point && started.elapsed() < budget {
             tokio::time::sleep(Duration::from_millis(50)).await;
