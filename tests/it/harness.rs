@@ -57,18 +57,24 @@ fn private_cluster() -> Result<Cluster, command_ledger::embedded_pg::EmbeddedErr
 #[cfg(feature = "testcontainers")]
 fn containers_or_fail(e: &command_ledger::embedded_pg::EmbeddedError) -> Backend {
     use testcontainers_modules::postgres::Postgres;
+    use testcontainers_modules::testcontainers::ImageExt as _;
     use testcontainers_modules::testcontainers::runners::SyncRunner as _;
     eprintln!("no private cluster ({e}); trying a PostgreSQL container");
-    let container = Postgres::default()
-        .with_tag("15-alpine")
-        .start()
-        .expect("starting a PostgreSQL container");
-    let port = container.get_host_port_ipv4(5432).expect("container port");
-    let admin_url = format!("postgres://postgres:postgres@127.0.0.1:{port}/postgres");
-    // The container lives as long as the test process.
-    std::mem::forget(container);
+    // The blocking runner makes a runtime of its own: run it off the test's.
+    let port = std::thread::spawn(|| {
+        let container = Postgres::default()
+            .with_tag("15-alpine")
+            .start()
+            .expect("starting a PostgreSQL container (is a Docker engine running?)");
+        let port = container.get_host_port_ipv4(5432).expect("container port");
+        // The container lives as long as the test process.
+        std::mem::forget(container);
+        port
+    })
+    .join()
+    .expect("the container thread");
     Backend {
-        admin_url,
+        admin_url: format!("postgres://postgres:postgres@127.0.0.1:{port}/postgres"),
         _cluster: None,
     }
 }
