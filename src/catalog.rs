@@ -13,6 +13,7 @@
 //! coalesce_window = "5s"                 # copies within this are one command (default 5s)
 //! near_duplicate = "hold"                # hold | allow | reject, after the window (default hold)
 //! near_duplicate_horizon = "24h"         # after this, the same intent is new (default 24h)
+//! guard_keyed = false                    # the same guard for keyed submissions (opt-in)
 //! money_fields = ["amount"]              # on top of auto-detection (auto_detect = true)
 //! email_fields = ["customer"]
 //! volatile_fields = ["attempt"]          # dropped, on top of request_id, trace_id, ...
@@ -58,6 +59,8 @@ pub struct KindConfig {
     pub near_duplicate: Option<String>,
     pub near_duplicate_horizon: Option<String>,
     pub auto_detect: Option<bool>,
+    /// Apply the intent guard to keyed submissions as well.
+    pub guard_keyed: Option<bool>,
     #[serde(default)]
     pub money_fields: Vec<String>,
     #[serde(default)]
@@ -201,6 +204,7 @@ impl Catalog {
                     defaults.horizon,
                 )?,
                 authority: cfg.authority.clone(),
+                guard_keyed: cfg.guard_keyed.unwrap_or(false),
             };
             policies.set(kind, policy);
         }

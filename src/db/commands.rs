@@ -35,6 +35,7 @@ pub struct CommandRow {
     pub pinned_generation: Option<i64>,
     pub intent_digest: Option<Vec<u8>>,
     pub canonical_rules: Vec<String>,
+    pub intent_epoch: Option<i32>,
 }
 
 impl CommandRow {
@@ -71,6 +72,8 @@ pub struct NewCommand<'a> {
     pub authority_id: &'a str,
     pub pinned_generation: Option<i64>,
     pub intent_digest: &'a [u8],
+    /// Set for commands admitted under the intent guard.
+    pub intent_epoch: Option<i32>,
     pub canonical_rules: &'a [String],
     pub run_id: Option<&'a str>,
     pub args: &'a Value,
@@ -91,8 +94,8 @@ pub async fn insert_pending(
         r#"
         insert into commands (id, scope, idempotency_key, request_digest, digest_version, kind,
                               authority_id, run_id, args, canonical, deadline_at, pinned_generation,
-                              intent_digest, canonical_rules)
-        select $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $13, $14, $15
+                              intent_digest, canonical_rules, intent_epoch)
+        select $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $13, $14, $15, $16
         from (select set_config('command_ledger.actor', $12, true)) as ctx
         on conflict (scope, idempotency_key) do nothing
         returning *
@@ -112,12 +115,18 @@ pub async fn insert_pending(
         new.pinned_generation,
         new.intent_digest,
         new.canonical_rules,
+        new.intent_epoch,
     )
     .fetch_optional(ex)
     .await
 }
 
 /// The command stored under `(scope, key)`.
+/// Whether an insert failed because another command took the same intent epoch.
+pub fn is_epoch_conflict(e: &sqlx::Error) -> bool {
+    e.as_database_error().and_then(|d| d.constraint()) == Some("commands_scope_intent_epoch_unique")
+}
+
 pub async fn find_by_key(
     ex: impl PgExecutor<'_>,
     scope: Uuid,
@@ -136,13 +145,14 @@ pub async fn find_by_key(
     .await
 }
 
-/// The newest command of an intent in a scope, and its age by the database clock.
+/// The newest command of an intent in a scope, its age by the database
+/// clock, and the highest epoch the intent has reached.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LatestIntent {
     pub id: Uuid,
-    pub idempotency_key: String,
     pub request_digest: Vec<u8>,
     pub age_seconds: f64,
+    pub max_epoch: i32,
 }
 
 pub async fn latest_by_intent(
@@ -153,11 +163,13 @@ pub async fn latest_by_intent(
     sqlx::query_as!(
         LatestIntent,
         r#"
-        select id, idempotency_key, request_digest,
-               extract(epoch from now() - created_at)::float8 as "age_seconds!"
-        from commands
-        where scope = $1 and intent_digest = $2
-        order by created_at desc
+        select c.id, c.request_digest,
+               extract(epoch from now() - c.created_at)::float8 as "age_seconds!",
+               (select coalesce(max(e.intent_epoch), 0) from commands e
+                where e.scope = $1 and e.intent_digest = $2) as "max_epoch!"
+        from commands c
+        where c.scope = $1 and c.intent_digest = $2
+        order by c.created_at desc
         limit 1
         "#,
         scope,

@@ -158,6 +158,7 @@ pub(super) async fn release(
         authority_id: &hold.authority_id,
         pinned_generation: hold.pinned_generation,
         intent_digest: &hold.intent_digest,
+        intent_epoch: None,
         canonical_rules: &hold.canonical_rules,
         run_id: hold.run_id.as_deref(),
         args: &hold.args,

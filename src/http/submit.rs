@@ -24,7 +24,7 @@ use super::holds::hold_view;
 use crate::db::holds::{HoldRow, NewHold};
 use crate::db::{self, CommandRow, NewCommand, Principal};
 use crate::domain::admission::{
-    IntentVerdict, KeyMode, KindPolicy, Latest, derived_key, epoch_of, intent_verdict,
+    IntentVerdict, KeyMode, KindPolicy, Latest, derived_key, intent_verdict,
 };
 use crate::domain::{
     AuthorityId, AuthorityRef, CanonicalRequest, Disposition, IdempotencyKey, KeyError, Kind,
@@ -168,9 +168,15 @@ async fn admit(
     )
     .map_err(ApiError::InvalidArgs)?;
     let admitted = match key {
+        Some(key) if policy.guard_keyed => {
+            match under_key(state, principal, &key, sub, &canonical).await? {
+                Some(admitted) => admitted,
+                None => guarded(state, principal, Some(&key), sub, &canonical, policy).await?,
+            }
+        }
         Some(key) => keyed(state, principal, &key, sub, &canonical).await?,
         None if policy.key == KeyMode::Fingerprint => {
-            keyless(state, principal, sub, &canonical, policy).await?
+            guarded(state, principal, None, sub, &canonical, policy).await?
         }
         None => return Err(KeyError::Missing.into()),
     };
@@ -182,6 +188,7 @@ fn new_command<'a>(
     key: &'a str,
     sub: &'a Submission,
     canonical: &'a CanonicalRequest,
+    intent_epoch: Option<i32>,
     actor: &'a str,
 ) -> NewCommand<'a> {
     NewCommand {
@@ -194,6 +201,7 @@ fn new_command<'a>(
         authority_id: sub.authority.id.as_str(),
         pinned_generation: sub.authority.pinned_generation,
         intent_digest: canonical.intent_digest.as_bytes(),
+        intent_epoch,
         canonical_rules: &canonical.rules,
         run_id: sub.run_id.as_deref(),
         args: &sub.args,
@@ -203,8 +211,7 @@ fn new_command<'a>(
     }
 }
 
-/// Under a client key: the unique index decides; the stored row says whether
-/// this is the same request (compared at the stored row's digest version).
+/// Under a client key: the unique index decides.
 async fn keyed(
     state: &AppState,
     principal: &Principal,
@@ -213,44 +220,58 @@ async fn keyed(
     canonical: &CanonicalRequest,
 ) -> Result<Admitted, ApiError> {
     let actor = principal.actor();
-    let new = new_command(principal, key.as_str(), sub, canonical, &actor);
+    let new = new_command(principal, key.as_str(), sub, canonical, None, &actor);
     // If the stored row vanished in between (retention), insert again.
     for _ in 0..3 {
         if let Some(row) = db::commands::insert_pending(&state.pool, &new).await? {
             return Ok(recorded(state, row));
         }
-        let Some(stored) =
-            db::commands::find_by_key(&state.pool, principal.id, key.as_str()).await?
-        else {
-            continue;
-        };
-        let incoming = match stored.digest_version {
-            1 => request_digest_v1(sub.kind.as_str(), &sub.authority.canonical(), &sub.args),
-            _ => canonical.digest,
-        };
-        return match disposition(
-            RequestDigest::from_slice(&stored.request_digest).as_ref(),
-            &incoming,
-        ) {
-            Disposition::Replay => Ok(Admitted::Command {
-                row: stored,
-                disposition: Disposition::Replay,
-            }),
-            _ => Err(ApiError::KeyConflict {
-                command_id: stored.id,
-                stored_digest: hex::encode(&stored.request_digest),
-                incoming_digest: incoming.to_string(),
-                differences: if stored.digest_version == canonical.version {
-                    differences(&stored.canonical, &canonical.form)
-                } else {
-                    Vec::new()
-                },
-            }),
-        };
+        if let Some(admitted) = under_key(state, principal, key, sub, canonical).await? {
+            return Ok(admitted);
+        }
     }
     Err(ApiError::Internal(anyhow::anyhow!(
         "idempotency key {key} kept disappearing between insert and lookup"
     )))
+}
+
+/// What the ledger already holds under `key`: the same request (replay,
+/// compared at the stored row's digest version) or a conflict; `None` when
+/// the key is unused.
+async fn under_key(
+    state: &AppState,
+    principal: &Principal,
+    key: &IdempotencyKey,
+    sub: &Submission,
+    canonical: &CanonicalRequest,
+) -> Result<Option<Admitted>, ApiError> {
+    let Some(stored) = db::commands::find_by_key(&state.pool, principal.id, key.as_str()).await?
+    else {
+        return Ok(None);
+    };
+    let incoming = match stored.digest_version {
+        1 => request_digest_v1(sub.kind.as_str(), &sub.authority.canonical(), &sub.args),
+        _ => canonical.digest,
+    };
+    match disposition(
+        RequestDigest::from_slice(&stored.request_digest).as_ref(),
+        &incoming,
+    ) {
+        Disposition::Replay => Ok(Some(Admitted::Command {
+            row: stored,
+            disposition: Disposition::Replay,
+        })),
+        _ => Err(ApiError::KeyConflict {
+            command_id: stored.id,
+            stored_digest: hex::encode(&stored.request_digest),
+            incoming_digest: incoming.to_string(),
+            differences: if stored.digest_version == canonical.version {
+                differences(&stored.canonical, &canonical.form)
+            } else {
+                Vec::new()
+            },
+        }),
+    }
 }
 
 fn recorded(state: &AppState, row: CommandRow) -> Admitted {
@@ -263,19 +284,22 @@ fn recorded(state: &AppState, row: CommandRow) -> Admitted {
     }
 }
 
-/// Without a key: the intent decides. Copies within the window are one
-/// command (recorded under a key derived from the intent, so racing copies
-/// collide on the unique index); a near-duplicate after it is held,
-/// allowed or refused as the kind says.
-async fn keyless(
+/// Under the intent guard: keyless submissions (recorded under a key
+/// derived from the intent), and keyed ones of kinds that opt in. Copies
+/// within the window are one command; each new command of an intent takes
+/// the next epoch, and the unique index on (scope, intent, epoch) makes
+/// racing copies collide whatever their keys; a near-duplicate after the
+/// window is held, allowed or refused as the kind says.
+async fn guarded(
     state: &AppState,
     principal: &Principal,
+    key: Option<&IdempotencyKey>,
     sub: &Submission,
     canonical: &CanonicalRequest,
     policy: &KindPolicy,
 ) -> Result<Admitted, ApiError> {
     let actor = principal.actor();
-    for _ in 0..3 {
+    for _ in 0..4 {
         let latest = db::commands::latest_by_intent(
             &state.pool,
             principal.id,
@@ -285,16 +309,30 @@ async fn keyless(
         let facts = latest.as_ref().map(|l| Latest {
             same_request: l.request_digest == canonical.digest.as_bytes(),
             age: Duration::from_secs_f64(l.age_seconds.max(0.0)),
-            epoch: epoch_of(&l.idempotency_key),
+            epoch: u32::try_from(l.max_epoch).unwrap_or(0),
         });
         match (intent_verdict(facts, policy), latest) {
             (IntentVerdict::New { epoch }, _) => {
-                let key = derived_key(&canonical.intent_digest, epoch);
-                let new = new_command(principal, &key, sub, canonical, &actor);
-                if let Some(row) = db::commands::insert_pending(&state.pool, &new).await? {
-                    return Ok(recorded(state, row));
+                let derived = derived_key(&canonical.intent_digest, epoch);
+                let key_str = key.map_or(derived.as_str(), IdempotencyKey::as_str);
+                let epoch = i32::try_from(epoch)
+                    .map_err(|_| ApiError::Internal(anyhow::anyhow!("intent epoch overflow")))?;
+                let new = new_command(principal, key_str, sub, canonical, Some(epoch), &actor);
+                match db::commands::insert_pending(&state.pool, &new).await {
+                    Ok(Some(row)) => return Ok(recorded(state, row)),
+                    // The client's key was taken meanwhile: the key decides. (A
+                    // derived key taken means another copy won this epoch.)
+                    Ok(None) => {
+                        if let Some(key) = key
+                            && let Some(admitted) =
+                                under_key(state, principal, key, sub, canonical).await?
+                        {
+                            return Ok(admitted);
+                        }
+                    }
+                    Err(e) if db::commands::is_epoch_conflict(&e) => {}
+                    Err(e) => return Err(e.into()),
                 }
-                // Another copy won the race for this epoch: look again.
             }
             (IntentVerdict::Same, Some(l)) => {
                 let row = db::commands::get(&state.pool, l.id, Some(principal.id))
@@ -339,7 +377,7 @@ async fn keyless(
         }
     }
     Err(ApiError::Internal(anyhow::anyhow!(
-        "keyless admission did not settle after three attempts"
+        "admission under the intent guard did not settle after four attempts"
     )))
 }
 

@@ -377,3 +377,81 @@ async fn with_the_database_unreachable_submissions_fail_closed_with_503() {
     let ready = reqwest::get(format!("{base}/readyz")).await.unwrap();
     assert_eq!(ready.status(), 503);
 }
+
+/// The opt-in guard for keyed kinds: an agent that makes a new key on every
+/// re-plan still gets one command per intent, however many copies race.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_intent_guard_makes_fresh_keys_for_one_intent_one_command() {
+    let mut policies = Policies::default();
+    policies.set(
+        "refund",
+        KindPolicy {
+            guard_keyed: true,
+            near_duplicate: NearDuplicate::Hold,
+            ..KindPolicy::default()
+        },
+    );
+    let app = TestApp::spawn_with(policies).await;
+    let token = app.token("agent", Role::Device).await;
+    let body = |run: &str| {
+        json!({"kind": "refund", "authority": "payments", "run_id": run,
+               "args": {"amount": "7.50 EUR", "to": "cy@example.com"}})
+    };
+    let mut racers = Vec::new();
+    for i in 0..10 {
+        let (client, url, token, body) = (
+            app.client.clone(),
+            app.url("/v1/commands"),
+            token.clone(),
+            body(&format!("plan-{i}")),
+        );
+        racers.push(tokio::spawn(async move {
+            let resp = client
+                .post(url)
+                .bearer_auth(token)
+                .header("Idempotency-Key", format!("fresh-{i}"))
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            let status = resp.status().as_u16();
+            let v: Value = resp.json().await.unwrap();
+            (
+                status,
+                v["id"].as_str().unwrap().to_owned(),
+                v["disposition"].as_str().unwrap().to_owned(),
+            )
+        }));
+    }
+    let mut results = Vec::new();
+    for r in racers {
+        results.push(r.await.unwrap());
+    }
+    assert_eq!(app.command_count().await, 1, "{results:?}");
+    assert!(results.iter().all(|(_, id, _)| *id == results[0].1));
+    assert_eq!(
+        results
+            .iter()
+            .filter(|(s, _, d)| *s == 202 && d == "new")
+            .count(),
+        1,
+        "{results:?}"
+    );
+    assert_eq!(
+        results.iter().filter(|(_, _, d)| d == "coalesced").count(),
+        9,
+        "{results:?}"
+    );
+    // The first key still replays by key.
+    let first = results.iter().find(|(_, _, d)| d == "new").unwrap();
+    let index = results.iter().position(|r| r == first).unwrap();
+    let again = app
+        .submit(
+            &token,
+            Some(&format!("fresh-{index}")),
+            &body(&format!("plan-{index}")),
+        )
+        .await;
+    assert_eq!(again.status(), 200);
+    assert_eq!(again.headers()["idempotent-replayed"], "true");
+}
