@@ -34,17 +34,31 @@ async fn history(app: &TestApp, token: &str, id: &str) -> Vec<String> {
 
 const SECOND: Duration = Duration::from_secs(1);
 
-#[tokio::test]
-async fn a_refund_goes_pending_to_applied_through_the_sink_once() {
+/// The usual set-up: the API, a device token, a sink in `mode`, and a
+/// custodian of `payments` whose refunds go to the sink (5 s deadline).
+async fn rig(
+    mode: Mode,
+) -> (
+    TestApp,
+    String,
+    TestSink,
+    command_ledger::custodian::Custodian,
+) {
     let app = TestApp::spawn().await;
     let token = app.token("dev", Role::Device).await;
-    let sink = TestSink::start(Mode::Ok).await;
+    let sink = TestSink::start(mode).await;
     let c = custodian(
         &app.pool,
         &["payments"],
         refund_effects(&sink.url, 5 * SECOND),
         10 * SECOND,
     );
+    (app, token, sink, c)
+}
+
+#[tokio::test]
+async fn a_refund_goes_pending_to_applied_through_the_sink_once() {
+    let (app, token, sink, c) = rig(Mode::Ok).await;
     let id = app.create(&token, "r1", &refund(1200)).await;
 
     let report = c.run_once().await.unwrap();
@@ -107,15 +121,7 @@ async fn a_hanging_sink_makes_the_command_ambiguous_and_it_is_never_retried() {
 
 #[tokio::test]
 async fn a_connection_reset_after_the_sink_applied_is_ambiguous() {
-    let app = TestApp::spawn().await;
-    let token = app.token("dev", Role::Device).await;
-    let sink = TestSink::start(Mode::ResetAfterApply).await;
-    let c = custodian(
-        &app.pool,
-        &["payments"],
-        refund_effects(&sink.url, 5 * SECOND),
-        10 * SECOND,
-    );
+    let (app, token, sink, c) = rig(Mode::ResetAfterApply).await;
     let id = app.create(&token, "r1", &refund(1)).await;
     c.run_once().await.unwrap();
     let cmd = command(&app, &token, &id).await;
@@ -187,15 +193,7 @@ async fn a_kind_without_an_executor_fails_without_dispatch() {
 
 #[tokio::test]
 async fn expired_and_cancelled_commands_are_never_executed() {
-    let app = TestApp::spawn().await;
-    let token = app.token("dev", Role::Device).await;
-    let sink = TestSink::start(Mode::Ok).await;
-    let c = custodian(
-        &app.pool,
-        &["payments"],
-        refund_effects(&sink.url, 5 * SECOND),
-        10 * SECOND,
-    );
+    let (app, token, sink, c) = rig(Mode::Ok).await;
 
     let mut overdue = refund(1);
     overdue["deadline"] = json!((chrono::Utc::now() - chrono::Duration::seconds(1)).to_rfc3339());
@@ -228,15 +226,7 @@ async fn expired_and_cancelled_commands_are_never_executed() {
 
 #[tokio::test]
 async fn a_cancel_between_prepare_and_start_wins_and_the_effect_never_runs() {
-    let app = TestApp::spawn().await;
-    let token = app.token("dev", Role::Device).await;
-    let sink = TestSink::start(Mode::Ok).await;
-    let c = custodian(
-        &app.pool,
-        &["payments"],
-        refund_effects(&sink.url, 5 * SECOND),
-        10 * SECOND,
-    );
+    let (app, token, sink, c) = rig(Mode::Ok).await;
     let id = app.create(&token, "r1", &refund(1)).await;
 
     c.heartbeat().await.unwrap();
@@ -429,15 +419,7 @@ async fn a_command_pinned_to_a_superseded_generation_expires_unexecuted() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn twenty_concurrent_waiters_receive_the_same_terminal_body() {
-    let app = TestApp::spawn().await;
-    let token = app.token("dev", Role::Device).await;
-    let sink = TestSink::start(Mode::Ok).await;
-    let c = custodian(
-        &app.pool,
-        &["payments"],
-        refund_effects(&sink.url, 5 * SECOND),
-        10 * SECOND,
-    );
+    let (app, token, sink, c) = rig(Mode::Ok).await;
     let id = app.create(&token, "r1", &refund(1)).await;
 
     let mut waiters = Vec::new();
@@ -471,6 +453,7 @@ async fn twenty_concurrent_waiters_receive_the_same_terminal_body() {
         bodies.iter().all(|b| *b == bodies[0]),
         "every waiter got the same body"
     );
+    assert_eq!(sink.count("applied"), 1, "twenty waiters, one execution");
 }
 
 #[tokio::test]
