@@ -131,6 +131,26 @@ async fn decided_or_missing(state: &AppState, id: Uuid) -> ApiError {
     }
 }
 
+/// `GET /v1/holds/{id}`: a device sees its own holds (another's is 404),
+/// an operator every hold; the device learns here whether it was released.
+pub(super) async fn get_one(
+    State(state): State<AppState>,
+    Auth(principal): Auth,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id = parse_id(&id)?;
+    let hold = db::holds::get(&state.pool, id)
+        .await?
+        .ok_or(ApiError::NotFound)?;
+    if principal
+        .visible_scope()
+        .is_some_and(|scope| scope != hold.scope)
+    {
+        return Err(ApiError::NotFound);
+    }
+    Ok(Json(json!({ "hold": hold_view(&hold) })).into_response())
+}
+
 /// `POST /v1/holds/{id}/release`: records the held request as a command.
 pub(super) async fn release(
     State(state): State<AppState>,

@@ -64,6 +64,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/commands", post(submit::submit).get(commands::list))
         .route("/v1/invoke", post(submit::invoke))
         .route("/v1/holds", get(holds::list))
+        .route("/v1/holds/{id}", get(holds::get_one))
         .route("/v1/holds/{id}/release", post(holds::release))
         .route("/v1/holds/{id}/reject", post(holds::reject))
         .route("/v1/state", get(state::get))

@@ -142,6 +142,21 @@ async fn three_spellings_from_three_workers_make_one_execution() {
         "{held}"
     );
     let hold_id = held["hold_id"].as_str().unwrap().to_owned();
+    // The agent can read its hold; another device cannot.
+    let own: Value = app
+        .get(&token, &format!("/v1/holds/{hold_id}"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(own["hold"]["state"], "open");
+    let stranger = app.token("stranger", Role::Device).await;
+    problem(
+        app.get(&stranger, &format!("/v1/holds/{hold_id}")).await,
+        404,
+        "/problems/not-found",
+    )
+    .await;
     // Retrying the held request finds the same hold.
     let (_, again) = invoke(&app, &token, fresh).await;
     assert_eq!(again["hold_id"], hold_id.as_str());
