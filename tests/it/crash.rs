@@ -143,7 +143,16 @@ impl Supervisor {
     /// process so the change takes effect now.
     fn arm(&self, vars: Option<Vec<(String, String)>>, restart: bool) {
         *self.armed.lock().unwrap() = vars;
-        if restart && let Some(pid) = self.pid() {
+        if !restart {
+            return;
+        }
+        // The process may be between its spawn and its pid being known:
+        // wait for it, so that the one running now is surely replaced.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while self.pid().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if let Some(pid) = self.pid() {
             self.ours.store(true, Ordering::SeqCst);
             signal(pid, "-KILL");
         }
