@@ -64,6 +64,17 @@ pub enum Command {
     Recover(custodian::RecoverCommand),
     /// Apply database migrations and exit.
     Migrate,
+    /// Create (or refresh) a read-only role for inspecting the ledger with
+    /// SQL: it reads commands, history, holds and the views, never a token
+    /// hash, and cannot write.
+    InspectorRole {
+        /// Role name.
+        #[arg(long, default_value = "ledger_inspector")]
+        name: String,
+        /// Let it log in with the password in this environment variable.
+        #[arg(long)]
+        password_env: Option<String>,
+    },
     /// Manage API tokens.
     #[command(subcommand)]
     Token(token::TokenCommand),
@@ -72,6 +83,20 @@ pub enum Command {
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => serve::run(cli.database_url, &cli.state_dir, args).await,
+        Command::InspectorRole { name, password_env } => {
+            let password = match password_env {
+                Some(var) => {
+                    Some(std::env::var(&var).map_err(|_| anyhow::anyhow!("{var} is not set"))?)
+                }
+                None => None,
+            };
+            let db = Database::open(cli.database_url, &cli.state_dir).await?;
+            let mut conn = db.pool.acquire().await?;
+            crate::db::inspector::grant(&mut conn, &name, password.as_deref()).await?;
+            drop(conn);
+            println!("role {name} can read the ledger (not token hashes) and write nothing");
+            db.close().await
+        }
         Command::Migrate => {
             let db = Database::open(cli.database_url, &cli.state_dir).await?;
             println!("migrations applied");

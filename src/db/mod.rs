@@ -6,6 +6,7 @@ pub mod authorities;
 pub mod commands;
 pub mod custodian;
 pub mod holds;
+pub mod inspector;
 pub mod principals;
 pub mod recovery;
 

@@ -330,3 +330,56 @@ async fn an_authority_generation_never_goes_back() {
         .unwrap_err();
     assert_eq!(sqlstate(&err), "CL005");
 }
+
+/// The inspection role reads everything but secrets, and writes nothing.
+#[tokio::test]
+async fn the_inspector_role_reads_the_ledger_but_no_token_hash_and_writes_nothing() {
+    let (url, pool) = crate::harness::fresh_database().await;
+    command_in(&pool, "seen", State::Pending).await;
+    command_ledger::cli::issue_token(&pool, "someone", command_ledger::db::Role::Device, None)
+        .await
+        .unwrap();
+    let role = format!("inspector_{}", uuid::Uuid::now_v7().simple());
+    let mut conn = pool.acquire().await.unwrap();
+    command_ledger::db::inspector::grant(&mut conn, &role, Some("s3cret"))
+        .await
+        .unwrap();
+    drop(conn);
+
+    let options: sqlx::postgres::PgConnectOptions = url.parse().unwrap();
+    let inspector = PgPool::connect_with(options.username(&role).password("s3cret"))
+        .await
+        .unwrap();
+    for read in [
+        "select count(*) from commands",
+        "select count(*) from command_history",
+        "select count(*) from holds",
+        "select count(*) from command_counts_by_state",
+        "select count(*) from command_oldest_in_flight",
+        "select count(*) from holds_awaiting_decision",
+        "select count(*) from principals",
+        "select count(prefix) from api_tokens",
+    ] {
+        let n: i64 = sqlx::query_scalar(read)
+            .fetch_one(&inspector)
+            .await
+            .unwrap_or_else(|e| panic!("{read}: {e}"));
+        assert!(n >= 0);
+    }
+    for refused in [
+        "select token_hash from api_tokens",
+        "select * from api_tokens",
+        "update commands set deadline_at = now()",
+        "insert into authorities (id) values ('mine')",
+        "delete from command_history",
+        "update principals set role = 'operator'",
+        "insert into api_tokens (id, principal_id, token_hash, prefix) values (gen_random_uuid(), gen_random_uuid(), sha256('x'), 'x')",
+    ] {
+        let err = sqlx::query(refused)
+            .execute(&inspector)
+            .await
+            .expect_err(refused);
+        assert_eq!(sqlstate(&err), "42501", "{refused}: {err}");
+    }
+    inspector.close().await;
+}
