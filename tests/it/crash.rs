@@ -814,8 +814,24 @@ async fn zombie_campaign(trials: usize) -> Check {
         .await
         .unwrap();
         if events.len() != 1 || !events[0].starts_with("fenced") {
+            let history: Vec<(Option<String>, String, String, Option<i64>)> = sqlx::query_as(
+                "select from_state, to_state, actor, authority_generation from command_history \
+                 where command_id in ($1::uuid, $2::uuid) order by id",
+            )
+            .bind(&victim)
+            .bind(&fresh)
+            .fetch_all(&world.pool)
+            .await
+            .unwrap();
+            let fresh_events: Vec<String> = world
+                .sink_log()
+                .iter()
+                .filter(|l| l.key == format!("cl-{fresh}"))
+                .map(|l| format!("{} at generation {}", l.event, l.generation))
+                .collect();
             eprintln!(
-                "zombie trial {t}: victim {victim} {state} {error:?} (generation {generation:?}), sink: {events:?}"
+                "zombie trial {t}: victim {victim} {state} {error:?} (generation {generation:?}), sink: {events:?}; \
+                 fresh {fresh} sink: {fresh_events:?}; history (victim, fresh): {history:?}"
             );
         }
     }
