@@ -11,6 +11,7 @@ mod cancel;
 mod crash;
 mod custodian;
 mod harness;
+mod matrix;
 mod reads;
 mod recovery;
 mod schema;
