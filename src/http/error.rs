@@ -30,6 +30,8 @@ pub enum ApiError {
     UnsupportedMediaType,
     #[error("the request body is larger than {limit} bytes")]
     BodyTooLarge { limit: usize },
+    #[error("the request body did not arrive within {seconds} s")]
+    BodyTimeout { seconds: f64 },
     #[error("the idempotency key was already used for a different request")]
     KeyConflict {
         command_id: uuid::Uuid,
@@ -95,6 +97,7 @@ impl ApiError {
             | ApiError::InvalidId(_) => StatusCode::BAD_REQUEST,
             ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             ApiError::KeyConflict { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::NearDuplicate { .. }
             | ApiError::CancelTooLate { .. }
@@ -118,6 +121,7 @@ impl ApiError {
             ApiError::InvalidId(_) => "/problems/invalid-id",
             ApiError::UnsupportedMediaType => "/problems/unsupported-media-type",
             ApiError::BodyTooLarge { .. } => "/problems/body-too-large",
+            ApiError::BodyTimeout { .. } => "/problems/body-timeout",
             ApiError::KeyConflict { .. } => "/problems/idempotency-key-conflict",
             ApiError::NearDuplicate { .. } => "/problems/near-duplicate",
             ApiError::CancelTooLate { .. } => "/problems/cancel-too-late",
@@ -140,6 +144,7 @@ impl ApiError {
             ApiError::InvalidId(_) => "Invalid id",
             ApiError::UnsupportedMediaType => "Unsupported media type",
             ApiError::BodyTooLarge { .. } => "Request body too large",
+            ApiError::BodyTimeout { .. } => "Request body too slow",
             ApiError::KeyConflict { .. } => "Idempotency key reused for a different request",
             ApiError::NearDuplicate { .. } => "Near-duplicate refused",
             ApiError::CancelTooLate { .. } => "Too late to cancel",

@@ -20,6 +20,7 @@ impl<S, T> FromRequest<S> for AppJson<T>
 where
     S: Send + Sync,
     T: DeserializeOwned,
+    AppState: FromRef<S>,
 {
     type Rejection = ApiError;
 
@@ -28,8 +29,13 @@ where
             return Err(ApiError::UnsupportedMediaType);
         }
         let limit = super::BODY_LIMIT;
-        let bytes = Bytes::from_request(req, state)
+        // A body that trickles in (slow loris) is cut off, not waited for.
+        let timeout = AppState::from_ref(state).body_timeout;
+        let bytes = tokio::time::timeout(timeout, Bytes::from_request(req, state))
             .await
+            .map_err(|_| ApiError::BodyTimeout {
+                seconds: timeout.as_secs_f64(),
+            })?
             .map_err(|e: BytesRejection| {
                 if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
                     ApiError::BodyTooLarge { limit }

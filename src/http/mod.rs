@@ -29,6 +29,8 @@ pub const BODY_LIMIT: usize = 64 * 1024;
 
 /// Longest wait a request may ask for (`?wait=`, `Prefer: wait=`).
 pub const MAX_WAIT: Duration = Duration::from_secs(60);
+/// How long a request body may take to arrive.
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What every handler shares.
 #[derive(Debug, Clone)]
@@ -40,6 +42,7 @@ pub struct AppState {
     pub waiters: wait::Waiters,
     pub wake: wake::PendingWake,
     pub max_wait: Duration,
+    pub body_timeout: Duration,
 }
 
 impl AppState {
@@ -55,6 +58,7 @@ impl AppState {
             waiters,
             wake,
             max_wait: MAX_WAIT,
+            body_timeout: BODY_TIMEOUT,
         }
     }
 }

@@ -329,3 +329,47 @@ async fn optional_fields_are_recorded() {
         .unwrap();
     assert_eq!(created["args"], json!({}));
 }
+
+/// A body that trickles in is cut off with 408, and nothing is written.
+#[tokio::test]
+async fn a_slow_body_is_cut_off_and_writes_nothing() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let (_, pool) = crate::harness::fresh_database().await;
+    let token = command_ledger::cli::issue_token(&pool, "slow", Role::Device, None)
+        .await
+        .unwrap();
+    let mut state = command_ledger::http::AppState::new(pool.clone(), Default::default());
+    state.body_timeout = std::time::Duration::from_millis(500);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(command_ledger::http::serve(
+        listener,
+        state,
+        std::future::pending(),
+    ));
+
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "POST /v1/commands HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nIdempotency-Key: slow\r\n\
+         Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"kind\":"
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let started = std::time::Instant::now();
+    let mut response = vec![0u8; 1024];
+    let n = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        stream.read(&mut response),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let text = String::from_utf8_lossy(&response[..n]);
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    assert!(text.contains("/problems/body-timeout"), "{text}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(3));
+    let rows: i64 = sqlx::query_scalar("select count(*) from commands")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(rows, 0);
+}
