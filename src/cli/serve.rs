@@ -34,6 +34,12 @@ pub struct ServeArgs {
     /// With the private cluster, do not start the demo sink (which serves the `refund` kind).
     #[arg(long)]
     pub no_demo_sink: bool,
+    /// Requests per second each principal may make (then 429 with Retry-After).
+    #[arg(long, env = "RATE_LIMIT_PER_SECOND", default_value = "200")]
+    pub rate_limit_per_second: std::num::NonZeroU32,
+    /// Burst each principal may make above its rate.
+    #[arg(long, env = "RATE_LIMIT_BURST", default_value = "400")]
+    pub rate_limit_burst: std::num::NonZeroU32,
     #[command(flatten)]
     pub custodian_options: CustodianArgs,
 }
@@ -116,7 +122,11 @@ pub(super) async fn run(
         None => None,
     };
 
-    let state = AppState::new(db.pool.clone(), policies);
+    let mut state = AppState::new(db.pool.clone(), policies);
+    state.limiter = http::limits::Limiter::new(http::limits::RateLimit {
+        per_second: args.rate_limit_per_second,
+        burst: args.rate_limit_burst,
+    });
     let api_task = tokio::spawn(http::serve(listener, state, stopped()));
     if embedded {
         let token = first_operator_token(&db, state_dir).await?;

@@ -51,6 +51,8 @@ pub enum ApiError {
     },
     #[error("the hold is {state} already")]
     HoldDecided { hold_id: uuid::Uuid, state: String },
+    #[error("too many requests from this principal; retry after the time in Retry-After")]
+    RateLimited { retry_after: std::time::Duration },
     #[error("the ledger database is unavailable")]
     Unavailable(#[source] sqlx::Error),
     #[error("internal error")]
@@ -102,6 +104,7 @@ impl ApiError {
             ApiError::NearDuplicate { .. }
             | ApiError::CancelTooLate { .. }
             | ApiError::HoldDecided { .. } => StatusCode::CONFLICT,
+            ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -126,6 +129,7 @@ impl ApiError {
             ApiError::NearDuplicate { .. } => "/problems/near-duplicate",
             ApiError::CancelTooLate { .. } => "/problems/cancel-too-late",
             ApiError::HoldDecided { .. } => "/problems/hold-decided",
+            ApiError::RateLimited { .. } => "/problems/rate-limited",
             ApiError::Unavailable(_) => "/problems/unavailable",
             ApiError::Internal(_) => "/problems/internal",
         }
@@ -149,6 +153,7 @@ impl ApiError {
             ApiError::NearDuplicate { .. } => "Near-duplicate refused",
             ApiError::CancelTooLate { .. } => "Too late to cancel",
             ApiError::HoldDecided { .. } => "Hold already decided",
+            ApiError::RateLimited { .. } => "Too many requests",
             ApiError::Unavailable(_) => "Service unavailable",
             ApiError::Internal(_) => "Internal error",
         }
@@ -229,6 +234,11 @@ impl IntoResponse for ApiError {
         match self {
             ApiError::Unauthorized(_) => {
                 headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            ApiError::RateLimited { retry_after } => {
+                let seconds = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
+                let value = HeaderValue::from_str(&seconds.max(1).to_string()).expect("digits");
+                headers.insert(header::RETRY_AFTER, value);
             }
             ApiError::Unavailable(_) => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));

@@ -111,11 +111,15 @@ where
             .ok_or(ApiError::Unauthorized(
                 "the Authorization header must be Bearer <token>",
             ))?;
-        match db::principals::authenticate(&state.pool, &token_hash(token)).await? {
-            Some(principal) => Ok(Auth(principal)),
-            None => Err(ApiError::Unauthorized(
+        let principal = db::principals::authenticate(&state.pool, &token_hash(token))
+            .await?
+            .ok_or(ApiError::Unauthorized(
                 "the token is unknown, revoked or expired",
-            )),
-        }
+            ))?;
+        state
+            .limiter
+            .check(principal.id)
+            .map_err(|wait| ApiError::RateLimited { retry_after: wait })?;
+        Ok(Auth(principal))
     }
 }

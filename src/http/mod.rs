@@ -7,6 +7,7 @@ pub mod error;
 mod extract;
 mod health;
 mod holds;
+pub mod limits;
 pub mod state;
 mod submit;
 pub mod wait;
@@ -43,6 +44,8 @@ pub struct AppState {
     pub wake: wake::PendingWake,
     pub max_wait: Duration,
     pub body_timeout: Duration,
+    /// Per-principal request rate limit.
+    pub limiter: limits::Limiter,
 }
 
 impl AppState {
@@ -59,6 +62,7 @@ impl AppState {
             wake,
             max_wait: MAX_WAIT,
             body_timeout: BODY_TIMEOUT,
+            limiter: limits::Limiter::new(limits::RateLimit::default()),
         }
     }
 }

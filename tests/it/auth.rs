@@ -99,3 +99,74 @@ async fn unknown_paths_are_problem_404s() {
         .unwrap();
     problem(resp, 404, "/problems/not-found").await;
 }
+
+#[tokio::test]
+async fn the_rate_limit_stops_the_noisy_device_and_no_other() {
+    use command_ledger::http::limits::{Limiter, RateLimit};
+    use std::num::NonZeroU32;
+    let (_, pool) = crate::harness::fresh_database().await;
+    let noisy = command_ledger::cli::issue_token(&pool, "noisy", Role::Device, None)
+        .await
+        .unwrap();
+    let quiet = command_ledger::cli::issue_token(&pool, "quiet", Role::Device, None)
+        .await
+        .unwrap();
+    let mut state = command_ledger::http::AppState::new(pool.clone(), Default::default());
+    let five = NonZeroU32::new(5).unwrap();
+    state.limiter = Limiter::new(RateLimit {
+        per_second: five,
+        burst: five,
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(command_ledger::http::serve(
+        listener,
+        state,
+        std::future::pending(),
+    ));
+    let client = reqwest::Client::new();
+
+    let mut limited = 0;
+    for _ in 0..30 {
+        let resp = client
+            .get(format!("{base}/v1/commands"))
+            .bearer_auth(&noisy)
+            .send()
+            .await
+            .unwrap();
+        if resp.status() == 429 {
+            let wait: u64 = resp.headers()["retry-after"]
+                .to_str()
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert!(wait >= 1);
+            problem(resp, 429, "/problems/rate-limited").await;
+            limited += 1;
+        }
+    }
+    assert!(limited >= 20, "{limited} of 30 limited");
+    let resp = client
+        .get(format!("{base}/v1/commands"))
+        .bearer_auth(&quiet)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200, "another device is not affected");
+    // A rejected submission changes nothing.
+    let body = serde_json::json!({"kind": "steer", "authority": "a", "args": {}});
+    let resp = client
+        .post(format!("{base}/v1/commands"))
+        .bearer_auth(&noisy)
+        .header("Idempotency-Key", "x")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 429);
+    let rows: i64 = sqlx::query_scalar("select count(*) from commands")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(rows, 0);
+}
