@@ -170,3 +170,30 @@ async fn the_rate_limit_stops_the_noisy_device_and_no_other() {
         .unwrap();
     assert_eq!(rows, 0);
 }
+
+/// Ten thousand headers are refused by the HTTP layer before any handler
+/// (or the database) sees the request.
+#[tokio::test]
+async fn ten_thousand_headers_are_refused_before_any_handler() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let app = TestApp::spawn().await;
+    let addr = app.base.trim_start_matches("http://").to_owned();
+    let mut stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let mut request = String::from("GET /healthz HTTP/1.1\r\nHost: x\r\n");
+    for i in 0..10_000 {
+        request.push_str(&format!("X-Filler-{i}: {i}\r\n"));
+    }
+    request.push_str("\r\n");
+    // The server may answer and close before reading everything we send.
+    let _ = stream.write_all(request.as_bytes()).await;
+    let mut response = vec![0u8; 512];
+    let n = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        stream.read(&mut response),
+    )
+    .await
+    .unwrap()
+    .unwrap_or(0);
+    let text = String::from_utf8_lossy(&response[..n]);
+    assert!(n == 0 || text.starts_with("HTTP/1.1 431"), "{text}");
+}
