@@ -37,6 +37,9 @@ pub struct ServeArgs {
     /// Requests per second each principal may make (then 429 with Retry-After).
     #[arg(long, env = "RATE_LIMIT_PER_SECOND", default_value = "200")]
     pub rate_limit_per_second: std::num::NonZeroU32,
+    /// Most HTTP connections held at once; more wait in the backlog.
+    #[arg(long, env = "MAX_HTTP_CONNECTIONS", default_value_t = 1024)]
+    pub max_http_connections: usize,
     /// Burst each principal may make above its rate.
     #[arg(long, env = "RATE_LIMIT_BURST", default_value = "400")]
     pub rate_limit_burst: std::num::NonZeroU32,
@@ -123,6 +126,7 @@ pub(super) async fn run(
     };
 
     let mut state = AppState::new(db.pool.clone(), policies);
+    state.max_connections = args.max_http_connections;
     state.limiter = http::limits::Limiter::new(http::limits::RateLimit {
         per_second: args.rate_limit_per_second,
         burst: args.rate_limit_burst,

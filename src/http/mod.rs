@@ -8,6 +8,7 @@ mod extract;
 mod health;
 mod holds;
 pub mod limits;
+mod listener;
 pub mod state;
 mod submit;
 pub mod wait;
@@ -32,6 +33,8 @@ pub const BODY_LIMIT: usize = 64 * 1024;
 pub const MAX_WAIT: Duration = Duration::from_secs(60);
 /// How long a request body may take to arrive.
 pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Most HTTP connections held at once.
+pub const MAX_CONNECTIONS: usize = 1024;
 
 /// What every handler shares.
 #[derive(Debug, Clone)]
@@ -46,6 +49,8 @@ pub struct AppState {
     pub body_timeout: Duration,
     /// Per-principal request rate limit.
     pub limiter: limits::Limiter,
+    /// Most HTTP connections held at once; more wait in the backlog.
+    pub max_connections: usize,
 }
 
 impl AppState {
@@ -63,6 +68,7 @@ impl AppState {
             max_wait: MAX_WAIT,
             body_timeout: BODY_TIMEOUT,
             limiter: limits::Limiter::new(limits::RateLimit::default()),
+            max_connections: MAX_CONNECTIONS,
         }
     }
 }
@@ -95,6 +101,7 @@ pub async fn serve(
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let listener = listener::BoundedListener::new(listener, state.max_connections);
     axum::serve(listener, router(state))
         .with_graceful_shutdown(shutdown)
         .await

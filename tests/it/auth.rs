@@ -197,3 +197,41 @@ async fn ten_thousand_headers_are_refused_before_any_handler() {
     let text = String::from_utf8_lossy(&response[..n]);
     assert!(n == 0 || text.starts_with("HTTP/1.1 431"), "{text}");
 }
+
+/// Connections past the bound wait until one closes; they never pile up.
+#[tokio::test]
+async fn connections_past_the_bound_wait_for_one_to_close() {
+    let (_, pool) = crate::harness::fresh_database().await;
+    let mut state = command_ledger::http::AppState::new(pool, Default::default());
+    state.max_connections = 2;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(command_ledger::http::serve(
+        listener,
+        state,
+        std::future::pending(),
+    ));
+
+    let idle_a = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let _idle_b = tokio::net::TcpStream::connect(addr).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let client = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_millis(700))
+        .build()
+        .unwrap();
+    assert!(
+        client
+            .get(format!("http://{addr}/healthz"))
+            .send()
+            .await
+            .is_err(),
+        "a third connection waits"
+    );
+    drop(idle_a);
+    let ok = reqwest::Client::new()
+        .get(format!("http://{addr}/healthz"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ok.status(), 200, "and is served once a place frees up");
+}
