@@ -371,14 +371,8 @@ async fn with_the_database_unreachable_submissions_fail_closed_with_503() {
         .acquire_timeout(Duration::from_millis(500))
         .connect_lazy(&format!("postgres://postgres@127.0.0.1:{closed}/nothing"))
         .unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
     let state = command_ledger::http::AppState::new(pool, Policies::default());
-    tokio::spawn(command_ledger::http::serve(
-        listener,
-        state,
-        std::future::pending(),
-    ));
+    let base = format!("http://{}", crate::harness::serve_state(state).await);
     let resp = reqwest::Client::new()
         .post(format!("{base}/v1/commands"))
         .bearer_auth("clt_whatever")

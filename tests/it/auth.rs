@@ -117,13 +117,7 @@ async fn the_rate_limit_stops_the_noisy_device_and_no_other() {
         per_second: five,
         burst: five,
     });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(command_ledger::http::serve(
-        listener,
-        state,
-        std::future::pending(),
-    ));
+    let base = format!("http://{}", crate::harness::serve_state(state).await);
     let client = reqwest::Client::new();
 
     let mut limited = 0;
@@ -204,13 +198,7 @@ async fn connections_past_the_bound_wait_for_one_to_close() {
     let (_, pool) = crate::harness::fresh_database().await;
     let mut state = command_ledger::http::AppState::new(pool, Default::default());
     state.max_connections = 2;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(command_ledger::http::serve(
-        listener,
-        state,
-        std::future::pending(),
-    ));
+    let addr = crate::harness::serve_state(state).await;
 
     let idle_a = tokio::net::TcpStream::connect(addr).await.unwrap();
     let _idle_b = tokio::net::TcpStream::connect(addr).await.unwrap();

@@ -182,6 +182,18 @@ pub(crate) async fn fresh_database() -> (String, PgPool) {
     (url, pool)
 }
 
+/// Serves `state` on an ephemeral loopback port until the test ends.
+pub(crate) async fn serve_state(state: AppState) -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        http::serve(listener, state, std::future::pending())
+            .await
+            .unwrap();
+    });
+    addr
+}
+
 /// The API on an ephemeral port over a fresh database.
 #[derive(Debug)]
 pub(crate) struct TestApp {
@@ -200,16 +212,9 @@ impl TestApp {
     /// The API with these admission policies.
     pub(crate) async fn spawn_with(policies: command_ledger::catalog::Policies) -> TestApp {
         let (db_url, pool) = fresh_database().await;
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let base = format!("http://{}", listener.local_addr().unwrap());
-        let state = AppState::new(pool.clone(), policies);
-        tokio::spawn(async move {
-            http::serve(listener, state, std::future::pending())
-                .await
-                .unwrap();
-        });
+        let addr = serve_state(AppState::new(pool.clone(), policies)).await;
         TestApp {
-            base,
+            base: format!("http://{addr}"),
             db_url,
             pool,
             client: reqwest::Client::new(),

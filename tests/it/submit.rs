@@ -340,13 +340,7 @@ async fn a_slow_body_is_cut_off_and_writes_nothing() {
         .unwrap();
     let mut state = command_ledger::http::AppState::new(pool.clone(), Default::default());
     state.body_timeout = std::time::Duration::from_millis(500);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(command_ledger::http::serve(
-        listener,
-        state,
-        std::future::pending(),
-    ));
+    let addr = crate::harness::serve_state(state).await;
 
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     let head = format!(
