@@ -12,8 +12,8 @@ use super::extract::Auth;
 use crate::db;
 use crate::domain::AuthorityId;
 
-#[derive(Debug, Serialize)]
-pub(super) struct AuthorityView {
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(super) struct AuthorityStatus {
     id: String,
     generation: i64,
     /// Whether a custodian holds a live lease right now.
@@ -21,17 +21,22 @@ pub(super) struct AuthorityView {
     lease_expires_at: Option<DateTime<Utc>>,
 }
 
+#[utoipa::path(get, path = "/v1/authorities/{id}", tag = "authorities",
+    params(("id" = String, Path, description = "authority id")),
+    responses((status = 200, body = AuthorityStatus), (status = 400, body = super::error::Problem),
+              (status = 401, body = super::error::Problem), (status = 404, body = super::error::Problem)),
+    security(("bearer" = [])))]
 pub(super) async fn get_one(
     State(state): State<AppState>,
     Auth(_principal): Auth,
     Path(id): Path<String>,
-) -> Result<Json<AuthorityView>, ApiError> {
+) -> Result<Json<AuthorityStatus>, ApiError> {
     let id = AuthorityId::parse(&id).map_err(|e| ApiError::InvalidId(e.to_string()))?;
     let row = db::authorities::get(&state.pool, id.as_str())
         .await?
         .ok_or(ApiError::NotFound)?;
     let leased = row.lease_expires_at.is_some_and(|t| t > Utc::now());
-    Ok(Json(AuthorityView {
+    Ok(Json(AuthorityStatus {
         id: row.id,
         generation: row.generation,
         leased,

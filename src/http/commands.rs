@@ -12,7 +12,7 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use super::AppState;
-use super::error::ApiError;
+use super::error::{ApiError, Problem};
 use super::extract::{AppQuery, Auth};
 use crate::db::{self, CancelOutcome, CommandRow, HistoryRow, ListFilter};
 use crate::domain::{AuthorityId, Disposition, State as CommandState};
@@ -22,7 +22,7 @@ const DEFAULT_LIMIT: i64 = 50;
 const MAX_LIMIT: i64 = 500;
 
 /// A command as the API shows it.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(super) struct CommandView<'a> {
     id: Uuid,
     kind: &'a str,
@@ -30,8 +30,11 @@ pub(super) struct CommandView<'a> {
     authority: AuthorityView<'a>,
     idempotency_key: &'a str,
     run_id: Option<&'a str>,
+    #[schema(value_type = Object)]
     args: &'a Value,
+    #[schema(value_type = Option<Object>)]
     result: Option<&'a Value>,
+    #[schema(value_type = Option<Object>)]
     error: Option<&'a Value>,
     request_digest: String,
     deadline: Option<DateTime<Utc>>,
@@ -42,7 +45,7 @@ pub(super) struct CommandView<'a> {
     disposition: Option<&'static str>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 struct AuthorityView<'a> {
     id: &'a str,
     /// The generation bound when the command was prepared, or the pinned
@@ -85,7 +88,8 @@ fn parse_id(raw: &str) -> Result<Uuid, ApiError> {
         .map_err(|_| ApiError::InvalidId(format!("{raw:?} is not a command id (UUID)")))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(super) struct GetQuery {
     /// Seconds to wait for a terminal state (bounded by the server's maximum).
@@ -95,6 +99,11 @@ pub(super) struct GetQuery {
 /// `GET /v1/commands/{id}[?wait=N]`: another principal's command is 404,
 /// like a missing one. With `wait`, answers as soon as the command is
 /// terminal, or with its current state when the wait ends.
+#[utoipa::path(get, path = "/v1/commands/{id}", tag = "commands",
+    params(("id" = String, Path, description = "command id (UUID)"), GetQuery),
+    responses((status = 200, body = CommandView<'static>), (status = 400, body = Problem), (status = 401, body = Problem),
+              (status = 404, body = Problem), (status = 429, body = Problem)),
+    security(("bearer" = [])))]
 pub(super) async fn get_one(
     State(state): State<AppState>,
     Auth(principal): Auth,
@@ -173,7 +182,8 @@ pub(super) fn prefer_wait(headers: &HeaderMap) -> Option<Duration> {
         })
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(super) struct ListQuery {
     state: Option<String>,
@@ -182,7 +192,7 @@ pub(super) struct ListQuery {
     after: Option<String>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 struct ListView<'a> {
     items: Vec<CommandView<'a>>,
     /// Pass as `after` for the next (older) page; null on the last page.
@@ -190,6 +200,11 @@ struct ListView<'a> {
 }
 
 /// `GET /v1/commands`: newest first, keyset pagination with `after`.
+#[utoipa::path(get, path = "/v1/commands", tag = "commands",
+    params(ListQuery),
+    responses((status = 200, body = ListView<'static>), (status = 400, body = Problem), (status = 401, body = Problem),
+              (status = 429, body = Problem)),
+    security(("bearer" = [])))]
 pub(super) async fn list(
     State(state): State<AppState>,
     Auth(principal): Auth,
@@ -241,13 +256,13 @@ pub(super) async fn list(
     Ok(Json(ListView { items, next_after }).into_response())
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 struct HistoryView {
     command_id: Uuid,
     entries: Vec<HistoryEntry>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 struct HistoryEntry {
     from: Option<String>,
     to: String,
@@ -271,6 +286,11 @@ impl From<HistoryRow> for HistoryEntry {
 }
 
 /// `GET /v1/commands/{id}/history`: every state change, oldest first.
+#[utoipa::path(get, path = "/v1/commands/{id}/history", tag = "commands",
+    params(("id" = String, Path, description = "command id (UUID)")),
+    responses((status = 200, body = HistoryView), (status = 400, body = Problem), (status = 401, body = Problem),
+              (status = 404, body = Problem), (status = 429, body = Problem)),
+    security(("bearer" = [])))]
 pub(super) async fn history(
     State(state): State<AppState>,
     Auth(principal): Auth,
@@ -290,6 +310,11 @@ pub(super) async fn history(
 
 /// `POST /v1/commands/{id}/cancel`: wins only while no effect was attempted.
 /// Cancelling a cancelled command again is a no-op that succeeds.
+#[utoipa::path(post, path = "/v1/commands/{id}/cancel", tag = "commands",
+    params(("id" = String, Path, description = "command id (UUID)")),
+    responses((status = 200, body = CommandView<'static>), (status = 400, body = Problem), (status = 401, body = Problem),
+              (status = 404, body = Problem), (status = 409, body = Problem), (status = 429, body = Problem)),
+    security(("bearer" = [])))]
 pub(super) async fn cancel(
     State(state): State<AppState>,
     Auth(principal): Auth,

@@ -191,14 +191,16 @@ impl ApiError {
 }
 
 /// The problem document; the standard members come first, in RFC order.
-#[derive(Debug, serde::Serialize)]
-struct Problem {
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub(super) struct Problem {
     #[serde(rename = "type")]
     problem_type: &'static str,
     title: &'static str,
     status: u16,
     detail: String,
+    /// Extension members (`command_id`, `state`, `differences`, ...).
     #[serde(flatten)]
+    #[schema(value_type = Object)]
     extensions: Map<String, Value>,
 }
 

@@ -18,14 +18,16 @@ use super::extract::{AppQuery, Auth};
 use crate::db::holds::HoldRow;
 use crate::db::{self, NewCommand, Principal, Role};
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(super) struct HoldView<'a> {
     id: Uuid,
     state: &'a str,
     kind: &'a str,
     authority: &'a str,
     run_id: Option<&'a str>,
+    #[schema(value_type = Object)]
     args: &'a Value,
+    #[schema(value_type = Object)]
     canonical: &'a Value,
     /// The earlier command with the same intent.
     resembles: Uuid,
@@ -62,7 +64,8 @@ fn operator(principal: &Principal) -> Result<(), ApiError> {
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(super) struct ListQuery {
     state: Option<String>,
@@ -70,6 +73,11 @@ pub(super) struct ListQuery {
 }
 
 /// `GET /v1/holds[?state=open|released|rejected&limit=N]`, newest first.
+#[utoipa::path(get, path = "/v1/holds", tag = "holds",
+    params(ListQuery),
+    responses((status = 200, description = "{\"items\": [hold]}", body = Object), (status = 401, body = super::error::Problem),
+              (status = 403, body = super::error::Problem)),
+    security(("bearer" = [])))]
 pub(super) async fn list(
     State(state): State<AppState>,
     Auth(principal): Auth,
@@ -94,9 +102,9 @@ pub(super) async fn list(
     Ok(Json(json!({ "items": items })).into_response())
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct Decision {
+pub(super) struct Decision {
     reason: Option<String>,
 }
 
@@ -133,6 +141,11 @@ async fn decided_or_missing(state: &AppState, id: Uuid) -> ApiError {
 
 /// `GET /v1/holds/{id}`: a device sees its own holds (another's is 404),
 /// an operator every hold; the device learns here whether it was released.
+#[utoipa::path(get, path = "/v1/holds/{id}", tag = "holds",
+    params(("id" = String, Path, description = "hold id (UUID)")),
+    responses((status = 200, description = "{\"hold\": hold}", body = Object), (status = 401, body = super::error::Problem),
+              (status = 404, body = super::error::Problem)),
+    security(("bearer" = [])))]
 pub(super) async fn get_one(
     State(state): State<AppState>,
     Auth(principal): Auth,
@@ -152,6 +165,13 @@ pub(super) async fn get_one(
 }
 
 /// `POST /v1/holds/{id}/release`: records the held request as a command.
+#[utoipa::path(post, path = "/v1/holds/{id}/release", tag = "holds",
+    params(("id" = String, Path, description = "hold id (UUID)")),
+    request_body(content = Option<Decision>, description = "optional {\"reason\"}"),
+    responses((status = 200, description = "{\"hold\", \"command\"}", body = Object), (status = 401, body = super::error::Problem),
+              (status = 403, body = super::error::Problem), (status = 404, body = super::error::Problem),
+              (status = 409, body = super::error::Problem)),
+    security(("bearer" = [])))]
 pub(super) async fn release(
     State(state): State<AppState>,
     Auth(principal): Auth,
@@ -209,6 +229,13 @@ pub(super) async fn release(
 }
 
 /// `POST /v1/holds/{id}/reject`: nothing is recorded but the decision.
+#[utoipa::path(post, path = "/v1/holds/{id}/reject", tag = "holds",
+    params(("id" = String, Path, description = "hold id (UUID)")),
+    request_body(content = Option<Decision>, description = "optional {\"reason\"}"),
+    responses((status = 200, description = "{\"hold\"}", body = Object), (status = 401, body = super::error::Problem),
+              (status = 403, body = super::error::Problem), (status = 404, body = super::error::Problem),
+              (status = 409, body = super::error::Problem)),
+    security(("bearer" = [])))]
 pub(super) async fn reject(
     State(state): State<AppState>,
     Auth(principal): Auth,

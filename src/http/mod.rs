@@ -9,6 +9,7 @@ mod health;
 mod holds;
 pub mod limits;
 mod listener;
+pub mod openapi;
 pub mod state;
 mod submit;
 pub mod wait;
@@ -86,6 +87,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/commands/{id}/history", get(commands::history))
         .route("/v1/commands/{id}/cancel", post(commands::cancel))
         .route("/v1/authorities/{id}", get(authorities::get_one))
+        .route("/openapi.json", get(openapi::serve))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .fallback(|| async { error::ApiError::NotFound })

@@ -46,6 +46,10 @@ impl Counters {
 }
 
 /// Operators only.
+#[utoipa::path(get, path = "/v1/state", tag = "operations",
+    responses((status = 200, description = "counters since start and ledger totals", body = Object),
+              (status = 401, body = super::error::Problem), (status = 403, body = super::error::Problem)),
+    security(("bearer" = [])))]
 pub(super) async fn get(
     State(state): State<AppState>,
     Auth(principal): Auth,

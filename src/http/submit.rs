@@ -17,8 +17,8 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use super::AppState;
-use super::commands::{applied_wait, location, prefer_wait, settle, view};
-use super::error::ApiError;
+use super::commands::{CommandView, applied_wait, location, prefer_wait, settle, view};
+use super::error::{ApiError, Problem};
 use super::extract::{AppJson, Auth};
 use super::holds::hold_view;
 use crate::db::holds::{HoldRow, NewHold};
@@ -41,12 +41,13 @@ const INVOKE_WAIT: Duration = Duration::from_secs(30);
 
 /// The body of `POST /v1/commands`. Nothing else is accepted: the state,
 /// scope, generation and timestamps belong to the ledger.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct SubmitBody {
     kind: String,
     authority: AuthorityField,
     #[serde(default)]
+    #[schema(value_type = Option<Object>)]
     args: Option<Value>,
     #[serde(default)]
     run_id: Option<String>,
@@ -56,14 +57,14 @@ pub(super) struct SubmitBody {
 }
 
 /// `"agent-1"`, or `{"id": "agent-1", "generation": 7}` to pin a generation.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(untagged)]
 pub(super) enum AuthorityField {
     Name(String),
     Pinned(PinnedAuthority),
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct PinnedAuthority {
     id: String,
@@ -382,6 +383,16 @@ async fn guarded(
 }
 
 /// `POST /v1/commands`: the pending row is committed before any 2xx is sent.
+#[utoipa::path(post, path = "/v1/commands", tag = "commands",
+    request_body = SubmitBody,
+    params(("Idempotency-Key" = Option<String>, Header, description = "RFC 8941 string or bare value, 1-255 printable ASCII; may be omitted where the kind lets the intent stand in"),
+           ("Prefer" = Option<String>, Header, description = "wait=N: answer once the command is terminal, at most N seconds")),
+    responses((status = 202, description = "new (or held)", body = CommandView<'static>),
+              (status = 200, description = "replay or coalesced", body = CommandView<'static>),
+              (status = 400, body = Problem), (status = 401, body = Problem), (status = 408, body = Problem),
+              (status = 409, body = Problem), (status = 413, body = Problem), (status = 415, body = Problem),
+              (status = 422, body = Problem), (status = 429, body = Problem), (status = 503, body = Problem)),
+    security(("bearer" = [])))]
 pub(super) async fn submit(
     State(state): State<AppState>,
     Auth(principal): Auth,
@@ -430,13 +441,14 @@ pub(super) async fn submit(
 }
 
 /// The body of `POST /v1/invoke`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(super) struct InvokeBody {
     tool: String,
     #[serde(default, alias = "run_id")]
     run_id: Option<String>,
     #[serde(default)]
+    #[schema(value_type = Option<Object>)]
     args: Option<Value>,
     /// Defaults to the authority the catalog names for the tool.
     #[serde(default)]
@@ -445,7 +457,7 @@ pub(super) struct InvokeBody {
     deadline: Option<DateTime<Utc>>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 struct InvokeView<'a> {
     /// `executed`, `coalesced`, `replay`, `held` or `pending`.
     outcome: &'static str,
@@ -453,7 +465,9 @@ struct InvokeView<'a> {
     fingerprint: String,
     command_id: Option<Uuid>,
     state: Option<&'a str>,
+    #[schema(value_type = Option<Object>)]
     result: Option<&'a Value>,
+    #[schema(value_type = Option<Object>)]
     error: Option<&'a Value>,
     hold_id: Option<Uuid>,
 }
@@ -463,6 +477,14 @@ struct InvokeView<'a> {
 /// what happened: `executed` (this call's command ran), `coalesced` (it was
 /// another call's command, in flight when this one arrived), `replay` (it
 /// had already finished), `held`, or `pending` (no outcome before the wait ended).
+#[utoipa::path(post, path = "/v1/invoke", tag = "commands",
+    request_body = InvokeBody,
+    params(("Prefer" = Option<String>, Header, description = "wait=N (default 30)")),
+    responses((status = 200, description = "executed, coalesced or replay", body = InvokeView<'static>),
+              (status = 202, description = "held or pending", body = InvokeView<'static>),
+              (status = 400, body = Problem), (status = 401, body = Problem), (status = 409, body = Problem),
+              (status = 429, body = Problem), (status = 503, body = Problem)),
+    security(("bearer" = [])))]
 pub(super) async fn invoke(
     State(state): State<AppState>,
     Auth(principal): Auth,

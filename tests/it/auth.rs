@@ -75,6 +75,16 @@ async fn the_probes_need_no_token_and_report_readiness() {
     assert_eq!(ready.status(), 200);
     let body: Value = ready.json().await.unwrap();
     assert_eq!(body["status"], "ready");
+    let spec = app
+        .client
+        .get(app.url("/openapi.json"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(spec.status(), 200);
+    let spec: Value = spec.json().await.unwrap();
+    assert_eq!(spec["openapi"], "3.1.0");
+    assert!(spec["paths"]["/v1/invoke"]["post"].is_object());
 }
 
 #[tokio::test]
