@@ -200,6 +200,41 @@ struct ListView<'a> {
 }
 
 /// `GET /v1/commands`: newest first, keyset pagination with `after`.
+/// Reads the listing's query parameters (untrusted input) into a filter and
+/// the page size.
+fn list_filter(q: &ListQuery, scope: Option<Uuid>) -> Result<(ListFilter, i64), ApiError> {
+    let invalid = |e: &dyn std::fmt::Display| ApiError::InvalidQuery(e.to_string());
+    let state = q
+        .state
+        .as_deref()
+        .map(|s| s.parse::<CommandState>().map_err(|e| invalid(&e)))
+        .transpose()?;
+    let authority = q
+        .authority
+        .as_deref()
+        .map(|a| AuthorityId::parse(a).map_err(|e| invalid(&e)))
+        .transpose()?;
+    let limit = q.limit.unwrap_or(DEFAULT_LIMIT);
+    if !(1..=MAX_LIMIT).contains(&limit) {
+        return Err(invalid(&format_args!(
+            "limit must be between 1 and {MAX_LIMIT}"
+        )));
+    }
+    let after = q
+        .after
+        .as_deref()
+        .map(|a| Uuid::parse_str(a).map_err(|_| invalid(&"after must be a command id")))
+        .transpose()?;
+    let filter = ListFilter {
+        scope,
+        state,
+        authority_id: authority.map(|a| a.as_str().to_owned()),
+        before_id: after,
+        limit: limit + 1,
+    };
+    Ok((filter, limit))
+}
+
 #[utoipa::path(get, path = "/v1/commands", tag = "commands",
     params(ListQuery),
     responses((status = 200, body = ListView<'static>), (status = 400, body = Problem), (status = 401, body = Problem),
@@ -210,40 +245,7 @@ pub(super) async fn list(
     Auth(principal): Auth,
     AppQuery(q): AppQuery<ListQuery>,
 ) -> Result<Response, ApiError> {
-    let state_filter = q
-        .state
-        .as_deref()
-        .map(|s| {
-            s.parse::<CommandState>()
-                .map_err(|e| ApiError::InvalidQuery(e.to_string()))
-        })
-        .transpose()?;
-    let authority = q
-        .authority
-        .as_deref()
-        .map(|a| AuthorityId::parse(a).map_err(|e| ApiError::InvalidQuery(e.to_string())))
-        .transpose()?;
-    let limit = q.limit.unwrap_or(DEFAULT_LIMIT);
-    if !(1..=MAX_LIMIT).contains(&limit) {
-        return Err(ApiError::InvalidQuery(format!(
-            "limit must be between 1 and {MAX_LIMIT}"
-        )));
-    }
-    let after = q
-        .after
-        .as_deref()
-        .map(|a| {
-            Uuid::parse_str(a)
-                .map_err(|_| ApiError::InvalidQuery("after must be a command id".into()))
-        })
-        .transpose()?;
-    let filter = ListFilter {
-        scope: principal.visible_scope(),
-        state: state_filter,
-        authority_id: authority.map(|a| a.as_str().to_owned()),
-        before_id: after,
-        limit: limit + 1,
-    };
+    let (filter, limit) = list_filter(&q, principal.visible_scope())?;
     let mut rows = db::commands::list(&state.pool, &filter).await?;
     let more = rows.len() as i64 > limit;
     rows.truncate(usize::try_from(limit).expect("limit is positive and small"));
@@ -347,6 +349,58 @@ mod tests {
             h.append("prefer", HeaderValue::from_str(v).unwrap());
         }
         h
+    }
+
+    fn encode(s: &str) -> String {
+        s.bytes().map(|b| format!("%{b:02X}")).collect()
+    }
+
+    proptest::proptest! {
+        /// Arbitrary query strings never panic: they parse into a filter
+        /// that keeps the rules, or into a 400.
+        #[test]
+        fn arbitrary_list_queries_are_refused_or_kept_within_the_rules(
+            pairs in proptest::collection::vec(
+                (proptest::prop_oneof!["state", "authority", "limit", "after", "[a-z]{1,6}"], "\\PC{0,40}"),
+                0..6,
+            ),
+        ) {
+            let query: Vec<String> = pairs.iter().map(|(k, v)| format!("{k}={}", encode(v))).collect();
+            let uri: axum::http::Uri = format!("/v1/commands?{}", query.join("&")).parse().unwrap();
+            if let Ok(axum::extract::Query(q)) = axum::extract::Query::<ListQuery>::try_from_uri(&uri)
+                && let Ok((filter, limit)) = list_filter(&q, None)
+            {
+                proptest::prop_assert!((1..=MAX_LIMIT).contains(&limit));
+                proptest::prop_assert_eq!(filter.limit, limit + 1);
+                if let Some(a) = &filter.authority_id {
+                    proptest::prop_assert!(AuthorityId::parse(a).is_ok());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn list_parameters_are_checked() {
+        let q = |s: &str| {
+            let uri: axum::http::Uri = format!("/v1/commands?{s}").parse().unwrap();
+            axum::extract::Query::<ListQuery>::try_from_uri(&uri).map(|q| list_filter(&q.0, None))
+        };
+        assert!(matches!(q("state=pending&limit=5"), Ok(Ok((_, 5)))));
+        assert!(matches!(q(""), Ok(Ok((_, DEFAULT_LIMIT)))));
+        for bad in [
+            "state=done",
+            "limit=0",
+            "limit=501",
+            "after=x",
+            "authority=a%20b",
+        ] {
+            assert!(matches!(q(bad), Ok(Err(_))), "{bad}");
+        }
+        assert!(
+            q("colour=red").is_err(),
+            "unknown parameters are refused by the extractor"
+        );
+        assert!(q("limit=lots").is_err());
     }
 
     #[test]
