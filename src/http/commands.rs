@@ -199,7 +199,6 @@ struct ListView<'a> {
     next_after: Option<Uuid>,
 }
 
-/// `GET /v1/commands`: newest first, keyset pagination with `after`.
 /// Reads the listing's query parameters (untrusted input) into a filter and
 /// the page size.
 fn list_filter(q: &ListQuery, scope: Option<Uuid>) -> Result<(ListFilter, i64), ApiError> {
@@ -235,6 +234,7 @@ fn list_filter(q: &ListQuery, scope: Option<Uuid>) -> Result<(ListFilter, i64), 
     Ok((filter, limit))
 }
 
+/// `GET /v1/commands`: newest first, keyset pagination with `after`.
 #[utoipa::path(get, path = "/v1/commands", tag = "commands",
     params(ListQuery),
     responses((status = 200, body = ListView<'static>), (status = 400, body = Problem), (status = 401, body = Problem),
