@@ -157,11 +157,13 @@ impl Custodian {
     pub fn new(pool: PgPool, config: CustodianConfig, effects: Effects) -> Self {
         let actor = format!("custodian:{}", config.holder);
         let effects = Arc::new(effects);
+        // Its own authorities only: it has their executors and probes.
         let recovery = recovery::Recovery::new(
             pool.clone(),
             Arc::clone(&effects),
             format!("recovery:{}", config.holder),
-        );
+        )
+        .for_authorities(config.authorities.clone());
         Custodian {
             pool,
             config,

@@ -43,6 +43,9 @@ pub struct Recovery {
     pool: PgPool,
     effects: Arc<Effects>,
     actor: String,
+    /// Inside a custodian: only its own authorities, whose executors (and
+    /// their reconcile probes) it has. `None`: every authority.
+    authorities: Option<Vec<String>>,
 }
 
 impl Recovery {
@@ -51,7 +54,14 @@ impl Recovery {
             pool,
             effects,
             actor,
+            authorities: None,
         }
+    }
+
+    /// Only these authorities' commands.
+    pub fn for_authorities(mut self, authorities: Vec<String>) -> Self {
+        self.authorities = Some(authorities);
+        self
     }
 
     /// One full pass over every candidate.
@@ -80,7 +90,8 @@ impl Recovery {
         after: Option<Uuid>,
         limit: i64,
     ) -> Result<(Vec<Planned>, Option<Uuid>), sqlx::Error> {
-        let rows = db::recovery::candidates(&self.pool, after, limit).await?;
+        let rows =
+            db::recovery::candidates(&self.pool, after, limit, self.authorities.as_deref()).await?;
         let last = rows.last().map(|c| c.id);
         let planned = rows
             .into_iter()

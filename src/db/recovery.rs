@@ -23,11 +23,13 @@ pub struct Candidate {
 }
 
 /// Up to `limit` candidates with ids after `after`, in id order (the caller
-/// pages through them, so rows it cannot move never hide later ones).
+/// pages through them, so rows it cannot move never hide later ones); only
+/// of `authorities` when given.
 pub async fn candidates(
     ex: impl PgExecutor<'_>,
     after: Option<Uuid>,
     limit: i64,
+    authorities: Option<&[String]>,
 ) -> Result<Vec<Candidate>, sqlx::Error> {
     sqlx::query_as!(
         Candidate,
@@ -41,6 +43,7 @@ pub async fn candidates(
         left join authorities a on a.id = c.authority_id
         where c.state in ('pending', 'prepared', 'effect_started')
           and ($1::uuid is null or c.id > $1)
+          and ($3::text[] is null or c.authority_id = any($3))
           and (
                 (c.state in ('pending', 'prepared') and c.deadline_at <= now())
              or (c.state = 'prepared' and c.authority_generation < a.generation)
@@ -53,6 +56,7 @@ pub async fn candidates(
         "#,
         after,
         limit,
+        authorities,
     )
     .fetch_all(ex)
     .await

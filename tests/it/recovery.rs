@@ -282,3 +282,26 @@ async fn a_late_outcome_after_recovery_resolved_the_row_is_refused() {
         "an honest unknown stays unknown"
     );
 }
+
+/// Inside a custodian, recovery keeps to its own authorities: another
+/// authority's started command is left for a custodian that has its executor
+/// (and probe), or for the one-shot `recover`.
+#[tokio::test]
+async fn a_custodians_recovery_keeps_to_its_own_authorities() {
+    let app = TestApp::spawn().await;
+    let token = app.token("dev", Role::Device).await;
+    let sink = TestSink::start(Mode::Ok).await;
+    let c = custodian(&app.pool, &["payments"], effects(&sink, false), 10 * SECOND);
+    let id = app.create(&token, "k", &refund(1)).await;
+    crash_after_start(&app, &c, false).await;
+
+    let elsewhere = recovery(&app, effects(&sink, false)).for_authorities(vec!["agent-7".into()]);
+    assert_eq!(
+        elsewhere.run_once().await.unwrap(),
+        RecoveryReport::default()
+    );
+    assert_eq!(row(&app, &id).await.0, "effect_started");
+    let own = recovery(&app, effects(&sink, false)).for_authorities(vec!["payments".into()]);
+    assert_eq!(own.run_once().await.unwrap().ambiguous, 1);
+    assert_eq!(row(&app, &id).await.0, "ambiguous");
+}
