@@ -96,7 +96,15 @@ async fn three_spellings_from_three_workers_make_one_execution() {
             })
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    // Wait until all three are admitted (one new, two coalesced), however
+    // slow the machine is, before anything may execute.
+    for _ in 0..200 {
+        let state: Value = app.get(&operator, "/v1/state").await.json().await.unwrap();
+        if state["since_start"]["new"] == 1 && state["since_start"]["coalesced"] == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let (_c, stop) = start_custodian(&app, &sink).await;
     let mut outcomes = Vec::new();
     for w in workers {
