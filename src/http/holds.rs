@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use super::AppState;
 use super::commands::view;
-use super::error::ApiError;
+use super::error::{ApiError, Problem};
 use super::extract::{AppQuery, Auth};
 use crate::db::holds::HoldRow;
 use crate::db::{self, NewCommand, Principal, Role};
@@ -75,8 +75,8 @@ pub(super) struct ListQuery {
 /// `GET /v1/holds[?state=open|released|rejected&limit=N]`, newest first.
 #[utoipa::path(get, path = "/v1/holds", tag = "holds",
     params(ListQuery),
-    responses((status = 200, description = "{\"items\": [hold]}", body = Object), (status = 401, body = super::error::Problem),
-              (status = 403, body = super::error::Problem)),
+    responses((status = 200, description = "{\"items\": [hold]}", body = Object), (status = 401, body = Problem),
+              (status = 403, body = Problem)),
     security(("bearer" = [])))]
 pub(super) async fn list(
     State(state): State<AppState>,
@@ -128,6 +128,17 @@ fn parse_id(raw: &str) -> Result<Uuid, ApiError> {
         .map_err(|_| ApiError::InvalidId(format!("{raw:?} is not a hold id (UUID)")))
 }
 
+/// What every decision starts with: an operator, a hold id, an optional
+/// reason; and who decides, as history names them.
+fn deciding(
+    principal: &Principal,
+    id: &str,
+    body: &Bytes,
+) -> Result<(Uuid, Decision, String), ApiError> {
+    operator(principal)?;
+    Ok((parse_id(id)?, decision(body)?, principal.actor()))
+}
+
 async fn decided_or_missing(state: &AppState, id: Uuid) -> ApiError {
     match db::holds::get(&state.pool, id).await {
         Ok(Some(h)) => ApiError::HoldDecided {
@@ -143,8 +154,8 @@ async fn decided_or_missing(state: &AppState, id: Uuid) -> ApiError {
 /// an operator every hold; the device learns here whether it was released.
 #[utoipa::path(get, path = "/v1/holds/{id}", tag = "holds",
     params(("id" = String, Path, description = "hold id (UUID)")),
-    responses((status = 200, description = "{\"hold\": hold}", body = Object), (status = 401, body = super::error::Problem),
-              (status = 404, body = super::error::Problem)),
+    responses((status = 200, description = "{\"hold\": hold}", body = Object), (status = 401, body = Problem),
+              (status = 404, body = Problem)),
     security(("bearer" = [])))]
 pub(super) async fn get_one(
     State(state): State<AppState>,
@@ -168,9 +179,9 @@ pub(super) async fn get_one(
 #[utoipa::path(post, path = "/v1/holds/{id}/release", tag = "holds",
     params(("id" = String, Path, description = "hold id (UUID)")),
     request_body(content = Option<Decision>, description = "optional {\"reason\"}"),
-    responses((status = 200, description = "{\"hold\", \"command\"}", body = Object), (status = 401, body = super::error::Problem),
-              (status = 403, body = super::error::Problem), (status = 404, body = super::error::Problem),
-              (status = 409, body = super::error::Problem)),
+    responses((status = 200, description = "{\"hold\", \"command\"}", body = Object), (status = 401, body = Problem),
+              (status = 403, body = Problem), (status = 404, body = Problem),
+              (status = 409, body = Problem)),
     security(("bearer" = [])))]
 pub(super) async fn release(
     State(state): State<AppState>,
@@ -178,10 +189,7 @@ pub(super) async fn release(
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    operator(&principal)?;
-    let id = parse_id(&id)?;
-    let d = decision(&body)?;
-    let actor = principal.actor();
+    let (id, d, actor) = deciding(&principal, &id, &body)?;
     let mut tx = state.pool.begin().await?;
     let Some(hold) = db::holds::lock_open(&mut tx, id).await? else {
         drop(tx);
@@ -232,9 +240,9 @@ pub(super) async fn release(
 #[utoipa::path(post, path = "/v1/holds/{id}/reject", tag = "holds",
     params(("id" = String, Path, description = "hold id (UUID)")),
     request_body(content = Option<Decision>, description = "optional {\"reason\"}"),
-    responses((status = 200, description = "{\"hold\"}", body = Object), (status = 401, body = super::error::Problem),
-              (status = 403, body = super::error::Problem), (status = 404, body = super::error::Problem),
-              (status = 409, body = super::error::Problem)),
+    responses((status = 200, description = "{\"hold\"}", body = Object), (status = 401, body = Problem),
+              (status = 403, body = Problem), (status = 404, body = Problem),
+              (status = 409, body = Problem)),
     security(("bearer" = [])))]
 pub(super) async fn reject(
     State(state): State<AppState>,
@@ -242,10 +250,7 @@ pub(super) async fn reject(
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    operator(&principal)?;
-    let id = parse_id(&id)?;
-    let d = decision(&body)?;
-    let actor = principal.actor();
+    let (id, d, actor) = deciding(&principal, &id, &body)?;
     match db::holds::decide(
         &state.pool,
         id,
