@@ -31,6 +31,9 @@ pub struct ServeArgs {
     /// separated). Default: `payments` with the private cluster, none otherwise.
     #[arg(long, env = "SERVE_CUSTODIAN", value_delimiter = ',', value_parser = super::custodian::authority)]
     pub custodian: Option<Vec<String>>,
+    /// Run no custodian in this process (commands stay pending until one runs elsewhere).
+    #[arg(long, conflicts_with = "custodian")]
+    pub no_custodian: bool,
     /// With the private cluster, do not start the demo sink (which serves the `refund` kind).
     #[arg(long)]
     pub no_demo_sink: bool,
@@ -43,6 +46,10 @@ pub struct ServeArgs {
     /// Burst each principal may make above its rate.
     #[arg(long, env = "RATE_LIMIT_BURST", default_value = "400")]
     pub rate_limit_burst: std::num::NonZeroU32,
+    /// Longest a request may wait for an outcome (`?wait=`, `Prefer: wait=`);
+    /// longer asks are clamped to it.
+    #[arg(long, env = "MAX_WAIT_SECONDS", default_value_t = 60)]
+    pub max_wait_seconds: u64,
     #[command(flatten)]
     pub custodian_options: CustodianArgs,
 }
@@ -111,7 +118,8 @@ pub(super) async fn run(
     let authorities = args
         .custodian
         .clone()
-        .or_else(|| embedded.then(|| vec!["payments".to_owned()]));
+        .or_else(|| embedded.then(|| vec!["payments".to_owned()]))
+        .filter(|_| !args.no_custodian);
     let custodian = match authorities.filter(|a| !a.is_empty()) {
         Some(authorities) => {
             let config = args.custodian_options.config(authorities)?;
@@ -127,6 +135,7 @@ pub(super) async fn run(
 
     let mut state = AppState::new(db.pool.clone(), policies);
     state.max_connections = args.max_http_connections;
+    state.max_wait = std::time::Duration::from_secs(args.max_wait_seconds);
     state.limiter = http::limits::Limiter::new(http::limits::RateLimit {
         per_second: args.rate_limit_per_second,
         burst: args.rate_limit_burst,

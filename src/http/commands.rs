@@ -92,15 +92,20 @@ fn parse_id(raw: &str) -> Result<Uuid, ApiError> {
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(super) struct GetQuery {
-    /// Seconds to wait for a terminal state (bounded by the server's maximum).
+    /// Seconds to wait for a terminal state, 0-86400; the server's maximum
+    /// (`--max-wait-seconds`) clamps it.
+    #[param(minimum = 0, maximum = 86400)]
     wait: Option<u64>,
 }
+
+/// The most `?wait=` may ask for; the server's own maximum then clamps it.
+const WAIT_LIMIT: u64 = 86_400;
 
 /// `GET /v1/commands/{id}[?wait=N]`: another principal's command is 404,
 /// like a missing one. With `wait`, answers as soon as the command is
 /// terminal, or with its current state when the wait ends.
-#[utoipa::path(get, path = "/v1/commands/{id}", tag = "commands",
-    params(("id" = String, Path, description = "command id (UUID)"), GetQuery),
+#[utoipa::path(get, path = "/v1/commands/{id}", operation_id = "getCommand", tag = "commands",
+    params(("id" = Uuid, Path, description = "command id"), GetQuery),
     responses((status = 200, body = CommandView<'static>), (status = 400, body = Problem), (status = 401, body = Problem),
               (status = 404, body = Problem), (status = 429, body = Problem)),
     security(("bearer" = [])))]
@@ -111,6 +116,11 @@ pub(super) async fn get_one(
     AppQuery(q): AppQuery<GetQuery>,
 ) -> Result<Response, ApiError> {
     let id = parse_id(&id)?;
+    if q.wait.is_some_and(|w| w > WAIT_LIMIT) {
+        return Err(ApiError::InvalidQuery(format!(
+            "wait must be 0-{WAIT_LIMIT} seconds"
+        )));
+    }
     let row = db::commands::get(&state.pool, id, principal.visible_scope())
         .await?
         .ok_or(ApiError::NotFound)?;
@@ -186,9 +196,17 @@ pub(super) fn prefer_wait(headers: &HeaderMap) -> Option<Duration> {
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(super) struct ListQuery {
+    #[param(
+        pattern = "^(pending|prepared|effect_started|applied|failed|ambiguous|cancelled|expired)$"
+    )]
     state: Option<String>,
+    #[param(pattern = r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$")]
     authority: Option<String>,
+    /// Page size, 1-500 (default 50).
+    #[param(minimum = 1, maximum = 500)]
     limit: Option<i64>,
+    /// The `next_after` of the previous page.
+    #[param(format = Uuid)]
     after: Option<String>,
 }
 
@@ -235,7 +253,7 @@ fn list_filter(q: &ListQuery, scope: Option<Uuid>) -> Result<(ListFilter, i64), 
 }
 
 /// `GET /v1/commands`: newest first, keyset pagination with `after`.
-#[utoipa::path(get, path = "/v1/commands", tag = "commands",
+#[utoipa::path(get, path = "/v1/commands", operation_id = "listCommands", tag = "commands",
     params(ListQuery),
     responses((status = 200, body = ListView<'static>), (status = 400, body = Problem), (status = 401, body = Problem),
               (status = 429, body = Problem)),
@@ -288,8 +306,8 @@ impl From<HistoryRow> for HistoryEntry {
 }
 
 /// `GET /v1/commands/{id}/history`: every state change, oldest first.
-#[utoipa::path(get, path = "/v1/commands/{id}/history", tag = "commands",
-    params(("id" = String, Path, description = "command id (UUID)")),
+#[utoipa::path(get, path = "/v1/commands/{id}/history", operation_id = "getCommandHistory", tag = "commands",
+    params(("id" = Uuid, Path, description = "command id")),
     responses((status = 200, body = HistoryView), (status = 400, body = Problem), (status = 401, body = Problem),
               (status = 404, body = Problem), (status = 429, body = Problem)),
     security(("bearer" = [])))]
@@ -312,8 +330,8 @@ pub(super) async fn history(
 
 /// `POST /v1/commands/{id}/cancel`: wins only while no effect was attempted.
 /// Cancelling a cancelled command again is a no-op that succeeds.
-#[utoipa::path(post, path = "/v1/commands/{id}/cancel", tag = "commands",
-    params(("id" = String, Path, description = "command id (UUID)")),
+#[utoipa::path(post, path = "/v1/commands/{id}/cancel", operation_id = "cancelCommand", tag = "commands",
+    params(("id" = Uuid, Path, description = "command id")),
     responses((status = 200, body = CommandView<'static>), (status = 400, body = Problem), (status = 401, body = Problem),
               (status = 404, body = Problem), (status = 409, body = Problem), (status = 429, body = Problem)),
     security(("bearer" = [])))]

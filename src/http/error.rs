@@ -63,6 +63,10 @@ impl From<sqlx::Error> for ApiError {
     fn from(e: sqlx::Error) -> Self {
         if is_unavailable(&e) {
             ApiError::Unavailable(e)
+        } else if is_unstorable_text(&e) {
+            // The handlers refuse U+0000 before any write; this catches a
+            // path that forgot, as the client's error rather than ours.
+            ApiError::InvalidBody("the request holds text PostgreSQL cannot store (U+0000)".into())
         } else {
             ApiError::Internal(e.into())
         }
@@ -84,6 +88,12 @@ fn is_unavailable(e: &sqlx::Error) -> bool {
         }),
         _ => false,
     }
+}
+
+/// 22P05 (`\u0000` in jsonb) and 22021 (a NUL byte in text): the value, not
+/// the database, is at fault.
+fn is_unstorable_text(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(d) if d.code().is_some_and(|c| c == "22P05" || c == "22021"))
 }
 
 impl ApiError {

@@ -9,13 +9,13 @@ use super::AppState;
 use crate::db;
 
 /// The process is alive and serving HTTP.
-#[utoipa::path(get, path = "/healthz", tag = "operations", responses((status = 200, description = "alive")))]
+#[utoipa::path(get, path = "/healthz", operation_id = "healthz", tag = "operations", responses((status = 200, description = "alive")))]
 pub(super) async fn healthz() -> Json<Value> {
     Json(json!({"status": "ok"}))
 }
 
 /// The database answers and every migration this binary knows is applied.
-#[utoipa::path(get, path = "/readyz", tag = "operations",
+#[utoipa::path(get, path = "/readyz", operation_id = "readyz", tag = "operations",
     responses((status = 200, description = "ready"), (status = 503, description = "database unreachable or migrations not current")))]
 pub(super) async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Value>) {
     match db::migrations_current(&state.pool).await {

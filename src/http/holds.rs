@@ -8,11 +8,11 @@ use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 use uuid::Uuid;
 
 use super::AppState;
-use super::commands::view;
+use super::commands::{CommandView, view};
 use super::error::{ApiError, Problem};
 use super::extract::{AppQuery, Auth};
 use crate::db::holds::HoldRow;
@@ -57,6 +57,37 @@ pub(super) fn hold_view(h: &HoldRow) -> HoldView<'_> {
     }
 }
 
+/// `{"items": [hold, ...]}`
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(super) struct HoldList<'a> {
+    items: Vec<HoldView<'a>>,
+}
+
+/// `{"hold": hold}`, and with `command` once a release recorded one.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(super) struct HoldAnswer<'a> {
+    hold: HoldView<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    command: Option<CommandView<'a>>,
+}
+
+/// A held submission: `{"disposition": "held", "hold": hold}`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(super) struct HeldAnswer<'a> {
+    /// Always `held`.
+    disposition: &'static str,
+    hold: HoldView<'a>,
+}
+
+impl<'a> HeldAnswer<'a> {
+    pub(super) fn new(h: &'a HoldRow) -> Self {
+        HeldAnswer {
+            disposition: "held",
+            hold: hold_view(h),
+        }
+    }
+}
+
 fn operator(principal: &Principal) -> Result<(), ApiError> {
     match principal.role {
         Role::Operator => Ok(()),
@@ -68,14 +99,17 @@ fn operator(principal: &Principal) -> Result<(), ApiError> {
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(super) struct ListQuery {
+    #[param(pattern = "^(open|released|rejected)$")]
     state: Option<String>,
+    /// Page size, 1-500 (default 100).
+    #[param(minimum = 1, maximum = 500)]
     limit: Option<i64>,
 }
 
 /// `GET /v1/holds[?state=open|released|rejected&limit=N]`, newest first.
-#[utoipa::path(get, path = "/v1/holds", tag = "holds",
+#[utoipa::path(get, path = "/v1/holds", operation_id = "listHolds", tag = "holds",
     params(ListQuery),
-    responses((status = 200, description = "{\"items\": [hold]}", body = Object), (status = 401, body = Problem),
+    responses((status = 200, body = HoldList<'static>), (status = 401, body = Problem),
               (status = 403, body = Problem)),
     security(("bearer" = [])))]
 pub(super) async fn list(
@@ -99,12 +133,13 @@ pub(super) async fn list(
     }
     let holds = db::holds::list(&state.pool, q.state.as_deref(), limit).await?;
     let items: Vec<HoldView<'_>> = holds.iter().map(hold_view).collect();
-    Ok(Json(json!({ "items": items })).into_response())
+    Ok(Json(HoldList { items }).into_response())
 }
 
 #[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct Decision {
+    #[schema(max_length = 1000)]
     reason: Option<String>,
 }
 
@@ -113,11 +148,15 @@ fn decision(body: &Bytes) -> Result<Decision, ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(Decision::default());
     }
-    let d: Decision = serde_json::from_slice(body)
-        .map_err(|e| ApiError::InvalidBody(format!("the decision is not valid: {e}")))?;
-    if d.reason.as_ref().is_some_and(|r| r.len() > 1000) {
+    let d: Decision = serde_json::from_slice::<Option<Decision>>(body)
+        .map_err(|e| ApiError::InvalidBody(format!("the decision is not valid: {e}")))?
+        .unwrap_or_default();
+    if d.reason
+        .as_ref()
+        .is_some_and(|r| r.chars().count() > 1000 || r.contains('\0'))
+    {
         return Err(ApiError::InvalidBody(
-            "the reason is longer than 1000 characters".into(),
+            "the reason is 0-1000 characters, without U+0000".into(),
         ));
     }
     Ok(d)
@@ -152,9 +191,9 @@ async fn decided_or_missing(state: &AppState, id: Uuid) -> ApiError {
 
 /// `GET /v1/holds/{id}`: a device sees its own holds (another's is 404),
 /// an operator every hold; the device learns here whether it was released.
-#[utoipa::path(get, path = "/v1/holds/{id}", tag = "holds",
-    params(("id" = String, Path, description = "hold id (UUID)")),
-    responses((status = 200, description = "{\"hold\": hold}", body = Object), (status = 401, body = Problem),
+#[utoipa::path(get, path = "/v1/holds/{id}", operation_id = "getHold", tag = "holds",
+    params(("id" = Uuid, Path, description = "hold id")),
+    responses((status = 200, body = HoldAnswer<'static>), (status = 401, body = Problem),
               (status = 404, body = Problem)),
     security(("bearer" = [])))]
 pub(super) async fn get_one(
@@ -172,14 +211,18 @@ pub(super) async fn get_one(
     {
         return Err(ApiError::NotFound);
     }
-    Ok(Json(json!({ "hold": hold_view(&hold) })).into_response())
+    Ok(Json(HoldAnswer {
+        hold: hold_view(&hold),
+        command: None,
+    })
+    .into_response())
 }
 
 /// `POST /v1/holds/{id}/release`: records the held request as a command.
-#[utoipa::path(post, path = "/v1/holds/{id}/release", tag = "holds",
-    params(("id" = String, Path, description = "hold id (UUID)")),
+#[utoipa::path(post, path = "/v1/holds/{id}/release", operation_id = "releaseHold", tag = "holds",
+    params(("id" = Uuid, Path, description = "hold id")),
     request_body(content = Option<Decision>, description = "optional {\"reason\"}"),
-    responses((status = 200, description = "{\"hold\", \"command\"}", body = Object), (status = 401, body = Problem),
+    responses((status = 200, body = HoldAnswer<'static>), (status = 401, body = Problem),
               (status = 403, body = Problem), (status = 404, body = Problem),
               (status = 409, body = Problem)),
     security(("bearer" = [])))]
@@ -233,14 +276,18 @@ pub(super) async fn release(
     tx.commit().await?;
     tracing::info!(hold.id = %hold.id, command.id = %command.id, actor, "hold released");
     state.wake.pending(&command.authority_id);
-    Ok(Json(json!({"hold": hold_view(&hold), "command": view(&command, None)})).into_response())
+    Ok(Json(HoldAnswer {
+        hold: hold_view(&hold),
+        command: Some(view(&command, None)),
+    })
+    .into_response())
 }
 
 /// `POST /v1/holds/{id}/reject`: nothing is recorded but the decision.
-#[utoipa::path(post, path = "/v1/holds/{id}/reject", tag = "holds",
-    params(("id" = String, Path, description = "hold id (UUID)")),
+#[utoipa::path(post, path = "/v1/holds/{id}/reject", operation_id = "rejectHold", tag = "holds",
+    params(("id" = Uuid, Path, description = "hold id")),
     request_body(content = Option<Decision>, description = "optional {\"reason\"}"),
-    responses((status = 200, description = "{\"hold\"}", body = Object), (status = 401, body = Problem),
+    responses((status = 200, body = HoldAnswer<'static>), (status = 401, body = Problem),
               (status = 403, body = Problem), (status = 404, body = Problem),
               (status = 409, body = Problem)),
     security(("bearer" = [])))]
@@ -263,7 +310,11 @@ pub(super) async fn reject(
     {
         Some(hold) => {
             tracing::info!(hold.id = %hold.id, actor, "hold rejected");
-            Ok(Json(json!({"hold": hold_view(&hold)})).into_response())
+            Ok(Json(HoldAnswer {
+                hold: hold_view(&hold),
+                command: None,
+            })
+            .into_response())
         }
         None => Err(decided_or_missing(&state, id).await),
     }

@@ -3,7 +3,10 @@
 //! committed copy; a test fails when the two drift apart.
 
 use axum::Json;
+use utoipa::openapi::link::Link;
+use utoipa::openapi::path::{Operation, ParameterIn};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::{Content, Ref, RefOr, Response};
 use utoipa::{Modify, OpenApi};
 
 #[derive(Debug, OpenApi)]
@@ -25,7 +28,7 @@ use utoipa::{Modify, OpenApi};
         super::health::healthz,
         super::health::readyz,
     ),
-    modifiers(&Bearer)
+    modifiers(&Bearer, &Uniform)
 )]
 pub struct ApiDoc;
 
@@ -44,6 +47,103 @@ impl Modify for Bearer {
                     .build(),
             ),
         );
+    }
+}
+
+/// What every operation shares, said once here because it comes from the
+/// shared extractors and error type rather than from any one handler:
+/// - every error is `application/problem+json` (the `Problem` schema);
+/// - an operation behind a bearer token can answer 401 (no live token), 429
+///   (rate limit) and 503 (database unreachable);
+/// - one with a path id, query parameters or a body answers 400 to a bad
+///   one, and one with a body also 408 (too slow), 413 (too large) and 415
+///   (not JSON);
+///
+/// plus links from a submitted command to reading it, its history and
+/// cancelling it, for clients (and stateful fuzzers) that follow links.
+#[derive(Debug)]
+struct Uniform;
+
+const PROBLEM: &str = "application/problem+json";
+
+impl Modify for Uniform {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        for (path, item) in &mut openapi.paths.paths {
+            for op in [&mut item.get, &mut item.post].into_iter().flatten() {
+                for status in shared_statuses(path, op) {
+                    op.responses
+                        .responses
+                        .entry(status.to_owned())
+                        .or_insert_with(|| problem_response(status).into());
+                }
+                for (status, response) in &mut op.responses.responses {
+                    if let RefOr::T(response) = response
+                        && !status.starts_with('2')
+                        && let Some(content) = response.content.shift_remove("application/json")
+                    {
+                        response.content.insert(PROBLEM.to_owned(), content);
+                    }
+                }
+                if op.operation_id.as_deref() == Some("submitCommand") {
+                    link_submitted(op);
+                }
+            }
+        }
+    }
+}
+
+fn shared_statuses(path: &str, op: &Operation) -> Vec<&'static str> {
+    let mut statuses = Vec::new();
+    if op.security.is_some() {
+        statuses.extend(["401", "429", "503"]);
+    }
+    let has_query = op.parameters.iter().flatten().any(|p| match p {
+        RefOr::T(p) => p.parameter_in == ParameterIn::Query,
+        RefOr::Ref(_) => false,
+    });
+    if path.contains('{') || has_query {
+        statuses.push("400");
+    }
+    if op.request_body.is_some() {
+        statuses.extend(["400", "408", "413", "415"]);
+    }
+    statuses
+}
+
+fn problem_response(status: &str) -> Response {
+    let description = match status {
+        "400" => "the request is malformed",
+        "401" => "no live bearer token",
+        "408" => "the body did not arrive in time",
+        "413" => "the body is too large",
+        "415" => "the body is not JSON",
+        "429" => "too many requests from this principal; see Retry-After",
+        _ => "the database cannot be reached; nothing was recorded; see Retry-After",
+    };
+    Response::builder()
+        .description(description)
+        .content(
+            PROBLEM,
+            Content::new(Some(Ref::from_schema_name("Problem"))),
+        )
+        .build()
+}
+
+fn link_submitted(op: &mut Operation) {
+    for status in ["200", "202"] {
+        if let Some(RefOr::T(response)) = op.responses.responses.get_mut(status) {
+            for (name, operation) in [
+                ("GetCommand", "getCommand"),
+                ("GetCommandHistory", "getCommandHistory"),
+                ("CancelCommand", "cancelCommand"),
+            ] {
+                let link = Link::builder()
+                    .operation_id(operation)
+                    .parameter("id", "$response.body#/id")
+                    .build();
+                response.links.insert(name.to_owned(), link.into());
+            }
+        }
     }
 }
 

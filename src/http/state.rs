@@ -46,7 +46,7 @@ impl Counters {
 }
 
 /// Operators only.
-#[utoipa::path(get, path = "/v1/state", tag = "operations",
+#[utoipa::path(get, path = "/v1/state", operation_id = "getState", tag = "operations",
     responses((status = 200, description = "counters since start and ledger totals", body = Object),
               (status = 401, body = super::error::Problem), (status = 403, body = super::error::Problem)),
     security(("bearer" = [])))]

@@ -11,7 +11,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use uuid::Uuid;
@@ -20,7 +20,7 @@ use super::AppState;
 use super::commands::{CommandView, applied_wait, location, prefer_wait, settle, view};
 use super::error::{ApiError, Problem};
 use super::extract::{AppJson, Auth};
-use super::holds::hold_view;
+use super::holds::HeldAnswer;
 use crate::db::holds::{HoldRow, NewHold};
 use crate::db::{self, CommandRow, NewCommand, Principal};
 use crate::domain::admission::{
@@ -44,12 +44,16 @@ const INVOKE_WAIT: Duration = Duration::from_secs(30);
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct SubmitBody {
+    #[schema(pattern = r"^[a-z][a-z0-9_.\-]{0,63}$")]
     kind: String,
     authority: AuthorityField,
+    /// A JSON object (default `{}`); the whole body nests at most 128 levels.
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
     args: Option<Value>,
+    /// 1-128 characters of printable ASCII; names the agent run the request belongs to.
     #[serde(default)]
+    #[schema(pattern = r"^[ -~]{1,128}$")]
     run_id: Option<String>,
     /// RFC 3339; after it the command must not start.
     #[serde(default)]
@@ -57,17 +61,53 @@ pub(super) struct SubmitBody {
 }
 
 /// `"agent-1"`, or `{"id": "agent-1", "generation": 7}` to pin a generation.
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, utoipa::ToSchema)]
 #[serde(untagged)]
 pub(super) enum AuthorityField {
-    Name(String),
+    Name(AuthorityName),
     Pinned(PinnedAuthority),
 }
+
+impl<'de> Deserialize<'de> for AuthorityField {
+    /// By the JSON type, so a bad object says which field is wrong.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error as _;
+        match Value::deserialize(d)? {
+            Value::String(name) => Ok(AuthorityField::Name(AuthorityName(name))),
+            v @ Value::Object(_) => PinnedAuthority::deserialize(v)
+                .map(AuthorityField::Pinned)
+                .map_err(|e| D::Error::custom(format_args!("authority: {e}"))),
+            _ => Err(D::Error::custom(
+                "authority must be a name (\"payments\") or {\"id\": name, \"generation\": n}",
+            )),
+        }
+    }
+}
+
+/// An authority id: 1-128 of A-Z, a-z, 0-9, `_`, `.`, `:`, `-`, starting
+/// with a letter or digit.
+#[derive(Debug, Deserialize)]
+#[serde(transparent)]
+pub(super) struct AuthorityName(String);
+
+impl utoipa::PartialSchema for AuthorityName {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::Type::String)
+            .pattern(Some(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$"))
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for AuthorityName {}
 
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct PinnedAuthority {
+    #[schema(pattern = r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$")]
     id: String,
+    #[schema(minimum = 1)]
+    #[serde(deserialize_with = "generation")]
     generation: i64,
 }
 
@@ -87,7 +127,7 @@ fn invalid(e: &dyn std::fmt::Display) -> ApiError {
 
 fn authority(field: AuthorityField) -> Result<AuthorityRef, ApiError> {
     Ok(match field {
-        AuthorityField::Name(id) => AuthorityRef {
+        AuthorityField::Name(AuthorityName(id)) => AuthorityRef {
             id: AuthorityId::parse(&id).map_err(|e| invalid(&e))?,
             pinned_generation: None,
         },
@@ -106,8 +146,46 @@ fn authority(field: AuthorityField) -> Result<AuthorityRef, ApiError> {
 fn args(value: Option<Value>) -> Result<Value, ApiError> {
     match value {
         None => Ok(Value::Object(Map::new())),
+        Some(v @ Value::Object(_)) if holds_nul(&v) => Err(invalid(
+            &"args must not contain U+0000 (PostgreSQL cannot store it)",
+        )),
         Some(v @ Value::Object(_)) => Ok(v),
         Some(_) => Err(invalid(&"args must be a JSON object")),
+    }
+}
+
+/// Whether any key or string anywhere in `value` contains U+0000.
+fn holds_nul(value: &Value) -> bool {
+    let mut stack = vec![value];
+    while let Some(v) = stack.pop() {
+        match v {
+            Value::String(s) if s.contains('\0') => return true,
+            Value::Array(items) => stack.extend(items),
+            Value::Object(map) => {
+                if map.keys().any(|k| k.contains('\0')) {
+                    return true;
+                }
+                stack.extend(map.values());
+            }
+            _ => {}
+        }
+    }
+    false
+}
+
+/// A generation: a JSON integer, also when spelled with a zero fraction
+/// (`7.0`), as JSON Schema counts it.
+fn generation<'de, D: serde::Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
+    let n = serde_json::Number::deserialize(d)?;
+    if let Some(i) = n.as_i64() {
+        return Ok(i);
+    }
+    match n.as_f64() {
+        #[allow(clippy::cast_possible_truncation)]
+        Some(f) if f.fract() == 0.0 && f.abs() < 9.0e15 => Ok(f as i64),
+        _ => Err(serde::de::Error::custom(format_args!(
+            "generation must be an integer, not {n}"
+        ))),
     }
 }
 
@@ -383,11 +461,11 @@ async fn guarded(
 }
 
 /// `POST /v1/commands`: the pending row is committed before any 2xx is sent.
-#[utoipa::path(post, path = "/v1/commands", tag = "commands",
+#[utoipa::path(post, path = "/v1/commands", operation_id = "submitCommand", tag = "commands",
     request_body = SubmitBody,
-    params(("Idempotency-Key" = Option<String>, Header, description = "RFC 8941 string or bare value, 1-255 printable ASCII; may be omitted where the kind lets the intent stand in"),
+    params(("Idempotency-Key" = String, Header, description = "1-255 printable ASCII, bare or as an RFC 8941 quoted string. Kinds whose policy lets the intent stand in for a key (`key = \"fingerprint\"` in ledger.toml) may omit it", pattern = r"^[!#-~][!-~]{0,254}$"),
            ("Prefer" = Option<String>, Header, description = "wait=N: answer once the command is terminal, at most N seconds")),
-    responses((status = 202, description = "new (or held)", body = CommandView<'static>),
+    responses((status = 202, description = "new (a command), or held (a hold)", body = Submitted<'static>),
               (status = 200, description = "replay or coalesced", body = CommandView<'static>),
               (status = 400, body = Problem), (status = 401, body = Problem), (status = 408, body = Problem),
               (status = 409, body = Problem), (status = 413, body = Problem), (status = 415, body = Problem),
@@ -412,7 +490,7 @@ pub(super) async fn submit(
             state.counters.count(Disposition::Held);
             let mut response = (
                 StatusCode::ACCEPTED,
-                Json(json!({"disposition": "held", "hold": hold_view(&hold)})),
+                Json(Submitted::Held(HeldAnswer::new(&hold))),
             )
                 .into_response();
             let path = HeaderValue::from_str(&format!("/v1/holds/{}", hold.id))
@@ -428,7 +506,8 @@ pub(super) async fn submit(
             } else {
                 StatusCode::OK
             };
-            let mut response = (status, Json(view(&row, Some(disposition)))).into_response();
+            let body = Submitted::Command(view(&row, Some(disposition)));
+            let mut response = (status, Json(body)).into_response();
             let h = response.headers_mut();
             h.insert(header::LOCATION, location(row.id));
             if disposition == Disposition::Replay {
@@ -440,12 +519,23 @@ pub(super) async fn submit(
     }
 }
 
+/// What `POST /v1/commands` answers: the command, or the hold that stopped it.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(untagged)]
+enum Submitted<'a> {
+    Command(CommandView<'a>),
+    Held(HeldAnswer<'a>),
+}
+
 /// The body of `POST /v1/invoke`.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(super) struct InvokeBody {
+    /// The kind of command, as `kind` in `POST /v1/commands`.
+    #[schema(pattern = r"^[a-z][a-z0-9_.\-]{0,63}$")]
     tool: String,
     #[serde(default, alias = "run_id")]
+    #[schema(pattern = r"^[ -~]{1,128}$")]
     run_id: Option<String>,
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
@@ -477,7 +567,7 @@ struct InvokeView<'a> {
 /// what happened: `executed` (this call's command ran), `coalesced` (it was
 /// another call's command, in flight when this one arrived), `replay` (it
 /// had already finished), `held`, or `pending` (no outcome before the wait ended).
-#[utoipa::path(post, path = "/v1/invoke", tag = "commands",
+#[utoipa::path(post, path = "/v1/invoke", operation_id = "invoke", tag = "commands",
     request_body = InvokeBody,
     params(("Prefer" = Option<String>, Header, description = "wait=N (default 30)")),
     responses((status = 200, description = "executed, coalesced or replay", body = InvokeView<'static>),

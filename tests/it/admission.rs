@@ -257,12 +257,18 @@ async fn a_near_duplicate_can_be_rejected_by_an_operator_or_by_policy() {
     body["runId"] = json!("another");
     let (_, held) = invoke_nowait(&app, &token, &body).await;
     let hold_id = held["hold_id"].as_str().unwrap();
-    let rejected: Value = app
-        .post(&operator, &format!("/v1/holds/{hold_id}/reject"))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let decide = |body: Value| {
+        app.client
+            .post(app.url(&format!("/v1/holds/{hold_id}/reject")))
+            .bearer_auth(&operator)
+            .json(&body)
+            .send()
+    };
+    // A reason PostgreSQL could not store is refused before anything is decided.
+    let refused = decide(json!({"reason": "no\u{0}"})).await.unwrap();
+    problem(refused, 400, "/problems/invalid-body").await;
+    // A JSON null body is no reason at all.
+    let rejected: Value = decide(Value::Null).await.unwrap().json().await.unwrap();
     assert_eq!(rejected["hold"]["state"], "rejected");
     assert!(rejected["hold"]["command_id"].is_null());
     assert_eq!(app.command_count().await, 1);

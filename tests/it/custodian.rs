@@ -474,13 +474,15 @@ async fn a_wait_that_ends_first_returns_the_current_state() {
     assert_eq!(resp.headers()["preference-applied"], "wait=1");
     let body: Value = resp.json().await.unwrap();
     assert_eq!(body["state"], "pending");
-    problem(
-        app.get(&token, &format!("/v1/commands/{id}?wait=soon"))
-            .await,
-        400,
-        "/problems/invalid-query",
-    )
-    .await;
+    for bad in ["soon", "86401", "-1", "1.5"] {
+        problem(
+            app.get(&token, &format!("/v1/commands/{id}?wait={bad}"))
+                .await,
+            400,
+            "/problems/invalid-query",
+        )
+        .await;
+    }
 }
 
 /// The loop wakes on the API's NOTIFY, not on its poll (set to a minute here),

@@ -231,6 +231,10 @@ async fn bodies_of_the_wrong_shape_are_400_and_write_nothing() {
         json!({"kind": "refund", "authority": "payments", "args": "x"}),
         json!({"kind": "refund", "authority": "payments", "deadline": "tomorrow"}),
         json!({"kind": "refund", "authority": "payments", "run_id": ""}),
+        json!({"kind": "refund", "authority": {"id": "payments", "generation": 1.5}}),
+        json!({"kind": "refund", "authority": {"id": "payments"}}),
+        json!({"kind": "refund", "authority": "payments", "args": {"to\u{0}": 1}}),
+        json!({"kind": "refund", "authority": "payments", "args": {"to": [{"x": "a\u{0}b"}]}}),
         json!([]),
         json!("refund"),
     ];
@@ -328,6 +332,49 @@ async fn optional_fields_are_recorded() {
         .await
         .unwrap();
     assert_eq!(created["args"], json!({}));
+    // A generation spelled with a zero fraction is the integer it names.
+    let pinned = json!({"kind": "ping", "authority": {"id": "agent-7", "generation": 3.0}});
+    let created: Value = app
+        .submit(&token, Some("s3"), &pinned)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(created["authority"]["generation"], 3);
+    assert_eq!(created["authority"]["pinned"], true);
+}
+
+/// Nesting past the JSON parser's depth is refused without exhausting the
+/// stack; nesting within it is recorded.
+#[tokio::test]
+async fn deeply_nested_bodies_are_refused_and_write_nothing() {
+    let app = TestApp::spawn().await;
+    let token = app.token("dev-1", Role::Device).await;
+    let nested = |depth: usize| {
+        format!(
+            r#"{{"kind": "steer", "authority": "agent-7", "args": {{"a": {}1{}}}}}"#,
+            "[".repeat(depth),
+            "]".repeat(depth)
+        )
+    };
+    let send = |body: String| {
+        app.client
+            .post(app.url("/v1/commands"))
+            .bearer_auth(&token)
+            .header("Idempotency-Key", format!("deep-{}", body.len()))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
+    problem(
+        send(nested(20_000)).await.unwrap(),
+        400,
+        "/problems/invalid-body",
+    )
+    .await;
+    assert_eq!(app.command_count().await, 0);
+    assert_eq!(send(nested(100)).await.unwrap().status(), 202);
+    assert_eq!(app.command_count().await, 1);
 }
 
 /// A body that trickles in is cut off with 408, and nothing is written.
