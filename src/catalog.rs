@@ -10,7 +10,7 @@
 //!
 //! authority = "payments"                # the authority POST /v1/invoke uses
 //! key = "fingerprint"                    # or "required" (default): may the intent stand in for a key?
-//! coalesce_window = "5s"                 # copies within this are one command (default 5s)
+//! coalesce_window = "5s"                 # copies within this are one command (default 5s; "0s": none)
 //! near_duplicate = "hold"                # hold | allow | reject, after the window (default hold)
 //! near_duplicate_horizon = "24h"         # after this, the same intent is new (default 24h)
 //! guard_keyed = false                    # the same guard for keyed submissions (opt-in)
@@ -196,7 +196,11 @@ impl Catalog {
                     volatile_fields: cfg.volatile_fields.clone(),
                 },
                 key,
-                window: duration("coalesce_window", &cfg.coalesce_window, defaults.window)?,
+                // "0s": no coalescing; a copy after the first is a near-duplicate.
+                window: match cfg.coalesce_window.as_deref().map(str::trim) {
+                    Some("0s" | "0ms" | "0") => Duration::ZERO,
+                    _ => duration("coalesce_window", &cfg.coalesce_window, defaults.window)?,
+                },
                 near_duplicate,
                 horizon: duration(
                     "near_duplicate_horizon",
@@ -297,6 +301,11 @@ mod tests {
         assert_eq!(p.authority.as_deref(), Some("payments"));
         assert_eq!(p.canonical.money_fields, ["sum"]);
         assert_eq!(policies.get("other"), &KindPolicy::default());
+        let no_window: Catalog = toml::from_str("[kinds.r]\ncoalesce_window = \"0s\"").unwrap();
+        assert_eq!(
+            no_window.policies().unwrap().get("r").window,
+            Duration::ZERO
+        );
         assert!(
             catalog.effects().unwrap().get("refund").is_none(),
             "a policy-only kind has no executor"
