@@ -46,6 +46,12 @@ pub struct ServeArgs {
     /// Burst each principal may make above its rate.
     #[arg(long, env = "RATE_LIMIT_BURST", default_value = "400")]
     pub rate_limit_burst: std::num::NonZeroU32,
+    /// Serve HTTPS with this PEM certificate chain (leaf first); needs `--tls-key`.
+    #[arg(long, env = "TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// The PEM private key for `--tls-cert`.
+    #[arg(long, env = "TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<std::path::PathBuf>,
     /// Longest a request may wait for an outcome (`?wait=`, `Prefer: wait=`);
     /// longer asks are clamped to it.
     #[arg(long, env = "MAX_WAIT_SECONDS", default_value_t = 60)]
@@ -59,6 +65,11 @@ pub(super) async fn run(
     state_dir: &Path,
     args: ServeArgs,
 ) -> anyhow::Result<()> {
+    // A bad certificate is a start-up error, before anything else starts.
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(http::TlsConfig::from_pem_files(cert, key)?),
+        _ => None,
+    };
     let db = Database::open_with(
         database_url,
         state_dir,
@@ -75,7 +86,8 @@ pub(super) async fn run(
         }
     };
     let addr = listener.local_addr()?;
-    let api = format!("http://{addr}");
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let api = format!("{scheme}://{addr}");
     let mut extras = Vec::new();
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -140,7 +152,7 @@ pub(super) async fn run(
         per_second: args.rate_limit_per_second,
         burst: args.rate_limit_burst,
     });
-    let api_task = tokio::spawn(http::serve(listener, state, stopped()));
+    let api_task = tokio::spawn(http::serve_with(listener, state, tls, stopped()));
     if embedded {
         let token = first_operator_token(&db, state_dir).await?;
         announce_embedded(&api, &db.url, token.as_deref(), state_dir, &extras);

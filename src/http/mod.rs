@@ -12,6 +12,7 @@ mod listener;
 pub mod openapi;
 pub mod state;
 mod submit;
+mod tls;
 pub mod wait;
 pub mod wake;
 
@@ -26,6 +27,8 @@ use std::time::Duration;
 use crate::catalog::Policies;
 use tokio::net::TcpListener;
 use tower_http::trace::TraceLayer;
+
+pub use tls::{TlsConfig, TlsConfigError};
 
 /// Largest accepted request body.
 pub const BODY_LIMIT: usize = 64 * 1024;
@@ -103,8 +106,28 @@ pub async fn serve(
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    serve_with(listener, state, None, shutdown).await
+}
+
+/// [`serve`], over TLS when `tls` is given.
+pub async fn serve_with(
+    listener: TcpListener,
+    state: AppState,
+    tls: Option<TlsConfig>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
     let listener = listener::BoundedListener::new(listener, state.max_connections);
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown)
-        .await
+    let app = router(state);
+    match tls {
+        None => {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+        }
+        Some(config) => {
+            axum::serve(tls::TlsListener::new(listener, &config)?, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+        }
+    }
 }

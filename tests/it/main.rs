@@ -17,3 +17,4 @@ mod recovery;
 mod schema;
 mod serve_binary;
 mod submit;
+mod tls;
