@@ -1,0 +1,174 @@
+//! ledger-bench: the ledger against PostgreSQL's own limit, in one run on one
+//! cluster. Every figure it reports is a ratio to a pgbench baseline measured
+//! in the same run, because absolute figures drift from machine to machine
+//! and from run to run.
+//!
+//! `cargo run --release --bin ledger-bench -- --help`; docs/PERFORMANCE.md
+//! explains each workload and the targets.
+
+// A benchmark reports by printing.
+#![allow(clippy::print_stdout)]
+
+mod chart;
+mod load;
+mod pgbench;
+mod report;
+mod workloads;
+
+use anyhow::{Context as _, bail};
+use clap::Parser;
+use serde_json::json;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Debug, Parser)]
+#[command(about = "Benchmark the ledger against pgbench baselines on the same cluster")]
+struct Args {
+    /// Use this database instead of a private cluster (it must be durable:
+    /// fsync and synchronous_commit on).
+    #[arg(long, env = "BENCH_DATABASE_URL")]
+    database_url: Option<String>,
+    /// Seconds each measured point runs.
+    #[arg(long, default_value_t = 10)]
+    seconds: u64,
+    /// Concurrent clients for W1.
+    #[arg(long, value_delimiter = ',', default_value = "1,4,16,64")]
+    clients: Vec<usize>,
+    /// Claim batch sizes for W3.
+    #[arg(long, value_delimiter = ',', default_value = "1,8,32,128")]
+    batch_sizes: Vec<i64>,
+    /// Pending commands preloaded for W3b.
+    #[arg(long, default_value_t = 100_000)]
+    burn_down: usize,
+    /// Terminal rows preloaded for W4 (cumulative).
+    #[arg(long, value_delimiter = ',', default_value = "10000,100000,1000000")]
+    ledger_sizes: Vec<usize>,
+    /// Add 10^7 rows to W4 (slow: about an hour of preloading on 2 cores).
+    #[arg(long)]
+    ten_million: bool,
+    /// How long W3 runs while the API's resident memory is sampled (the
+    /// target is stated for 600).
+    #[arg(long, default_value_t = 120)]
+    memory_seconds: u64,
+    /// The API's database pool (`serve --max-connections`).
+    #[arg(long, default_value_t = 16)]
+    api_pool: u32,
+    /// Where results.json, results.md and chart.png go.
+    #[arg(long, default_value = "target/bench")]
+    out: PathBuf,
+    /// Also write the results into docs/ (docs/bench/ and the table in
+    /// docs/PERFORMANCE.md).
+    #[arg(long)]
+    docs: bool,
+    /// A smoke run: tiny sizes and 2 s points, to check the harness works.
+    #[arg(long)]
+    quick: bool,
+}
+
+fn main() -> anyhow::Result<()> {
+    let mut args = Args::parse();
+    if args.quick {
+        args.seconds = 2;
+        args.clients = vec![1, 16];
+        args.batch_sizes = vec![1, 32];
+        args.burn_down = 2_000;
+        args.ledger_sizes = vec![1_000, 5_000];
+        args.memory_seconds = 4;
+    }
+    if args.ten_million && !args.ledger_sizes.contains(&10_000_000) {
+        args.ledger_sizes.push(10_000_000);
+    }
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                // A COMMIT refused with a serialization failure ends the
+                // transaction; the driver's ROLLBACK after it draws a notice.
+                .unwrap_or_else(|_| "warn,sqlx::postgres::notice=error,ledger_bench=info".into()),
+        )
+        .init();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(run(args))
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&args.out)?;
+    let bench = workloads::Bench::start(
+        args.database_url.clone(),
+        &args.out,
+        args.api_pool,
+        Duration::from_secs(args.seconds),
+    )
+    .await?;
+    let settings = bench.settings().await?;
+    for (name, must) in [("fsync", "on"), ("synchronous_commit", "on")] {
+        if settings.get(name).and_then(|v| v.as_str()) != Some(must) {
+            bail!("{name} must be {must} for a benchmark of durable commits; it is {settings}");
+        }
+    }
+    println!("settings: {settings}");
+
+    let before = bench.baselines(&args.clients).await?;
+    println!("baselines before: {before}");
+    let w1 = bench.w1(&args.clients).await?;
+    println!("W1: {w1}");
+    let w2 = bench.w2().await?;
+    println!("W2: {w2}");
+    let w3 = bench.w3(&args.batch_sizes).await?;
+    println!("W3: {w3}");
+    let best_batch = best_batch(&w3).unwrap_or(32);
+    let w3b = bench.w3b(args.burn_down, best_batch).await?;
+    println!("W3b: {w3b}");
+    let memory = bench
+        .memory(Duration::from_secs(args.memory_seconds), best_batch)
+        .await?;
+    println!("memory: {memory}");
+    let w4 = bench.w4(&args.ledger_sizes, best_batch).await?;
+    println!("W4: {w4}");
+    let after = bench.baselines(&args.clients).await?;
+    println!("baselines after: {after}");
+    bench.stop().await?;
+
+    let mut results = json!({
+        "command": std::env::args().collect::<Vec<_>>().join(" "),
+        "settings": settings,
+        "machine": report::machine(),
+        "seconds_per_point": args.seconds,
+        "baselines": {"before": before, "after": after},
+        "w1": w1,
+        "w2": w2,
+        "w3": w3,
+        "w3b": w3b,
+        "w4": w4,
+        "memory": memory,
+    });
+    results["baselines"]["drift"] = report::drift(&results);
+    results["targets"] = report::targets(&results);
+    let text = serde_json::to_string_pretty(&results)?;
+    std::fs::write(args.out.join("results.json"), &text)?;
+    let markdown = report::markdown(&results);
+    std::fs::write(args.out.join("results.md"), &markdown)?;
+    chart::render(&results, &args.out.join("chart.png")).context("drawing the chart")?;
+    println!("\n{markdown}");
+    println!(
+        "written: {}/results.json, results.md, chart.png",
+        args.out.display()
+    );
+    if args.docs {
+        report::write_docs(&args.out, &markdown)?;
+        println!("updated docs/PERFORMANCE.md and docs/bench/");
+    }
+    Ok(())
+}
+
+/// The claim batch size with the most applied commands per second.
+fn best_batch(w3: &serde_json::Value) -> Option<i64> {
+    w3.as_array()?
+        .iter()
+        .max_by(|a, b| {
+            let rate = |v: &serde_json::Value| v["applied_per_s"].as_f64().unwrap_or(0.0);
+            rate(a).total_cmp(&rate(b))
+        })
+        .and_then(|best| best["batch"].as_i64())
+}

@@ -1,0 +1,694 @@
+//! The workloads: the API and the custodian in this process, over a private
+//! cluster (or the database given), driven by load::*, counted in the
+//! database.
+
+use anyhow::{Context as _, bail};
+use command_ledger::catalog::Policies;
+use command_ledger::cli::{Database, issue_token};
+use command_ledger::custodian::effects::Effects;
+use command_ledger::custodian::{Custodian, CustodianConfig, Stats};
+use command_ledger::db::{self, Role};
+use command_ledger::http::{self, AppState};
+use serde_json::{Value, json};
+use sqlx::{PgPool, Row as _};
+use std::num::NonZeroU32;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use uuid::Uuid;
+
+use crate::load::{self, Keys, Target};
+use crate::pgbench::{Baseline, PgBench};
+
+/// Clients for the workloads that are not a sweep.
+const CLIENTS: usize = 64;
+const ARGS: &str = r#"{"to":"ada@example.com","amount":"12.00 USD"}"#;
+
+#[derive(Debug)]
+pub(crate) struct Bench {
+    db: Database,
+    target: Target,
+    scope: Uuid,
+    token_hash: String,
+    pgbench: PgBench,
+    point: Duration,
+    stop_api: watch::Sender<bool>,
+    api: JoinHandle<std::io::Result<()>>,
+}
+
+/// A custodian running in this process until stopped.
+#[derive(Debug)]
+struct RunningCustodian {
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+    stats: Arc<Stats>,
+}
+
+impl RunningCustodian {
+    async fn stop(self) -> Arc<Stats> {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+        self.stats
+    }
+}
+
+fn body(authority: &str) -> &'static str {
+    // Lives for the run: a handful of distinct bodies.
+    Box::leak(
+        format!(r#"{{"kind":"noop","authority":"{authority}","args":{ARGS}}}"#).into_boxed_str(),
+    )
+}
+
+fn stopped(rx: &watch::Receiver<bool>) -> impl Future<Output = ()> + Send + 'static {
+    let mut rx = rx.clone();
+    async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    }
+}
+
+impl Bench {
+    pub(crate) async fn start(
+        database_url: Option<String>,
+        out: &Path,
+        api_pool: u32,
+        point: Duration,
+    ) -> anyhow::Result<Bench> {
+        let state_dir = out.join("state");
+        if database_url.is_none() {
+            let _ = std::fs::remove_dir_all(&state_dir);
+        }
+        std::fs::create_dir_all(&state_dir)?;
+        let db = Database::open_with(database_url, &state_dir, 8, "ledger-bench").await?;
+        sqlx::raw_sql(
+            "create table if not exists bench_raw (id bigserial primary key, v int not null)",
+        )
+        .execute(&db.pool)
+        .await?;
+        let token = issue_token(
+            &db.pool,
+            &format!("bench-{}", Uuid::now_v7()),
+            Role::Device,
+            None,
+        )
+        .await?;
+        let hash = command_ledger::domain::token::token_hash(&token);
+        let scope: Uuid =
+            sqlx::query_scalar("select principal_id from api_tokens where token_hash = $1")
+                .bind(hash.as_slice())
+                .fetch_one(&db.pool)
+                .await?;
+
+        let pool = db::connect_as(&db.url, api_pool, "command-ledger-api").await?;
+        let mut state = AppState::new(pool, Policies::default());
+        let unlimited = NonZeroU32::new(100_000_000).context("a non-zero limit")?;
+        state.limiter = http::limits::Limiter::new(http::limits::RateLimit {
+            per_second: unlimited,
+            burst: unlimited,
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let url = format!("http://{}", listener.local_addr()?);
+        let (stop_api, rx) = watch::channel(false);
+        let api = tokio::spawn(http::serve(listener, state, stopped(&rx)));
+        let target = Target {
+            client: reqwest::Client::builder()
+                .pool_max_idle_per_host(1024)
+                .build()?,
+            url,
+            token,
+        };
+        let bin_dir = command_ledger::embedded_pg::find_bin_dir().unwrap_or_default();
+        let pgbench = PgBench::new(&bin_dir, &db.url, &out.join("pgbench"))?;
+        Ok(Bench {
+            db,
+            target,
+            scope,
+            token_hash: hex::encode(hash),
+            pgbench,
+            point,
+            stop_api,
+            api,
+        })
+    }
+
+    pub(crate) async fn stop(self) -> anyhow::Result<()> {
+        let _ = self.stop_api.send(true);
+        let _ = self.api.await;
+        self.db.close().await
+    }
+
+    fn pool(&self) -> &PgPool {
+        &self.db.pool
+    }
+
+    pub(crate) async fn settings(&self) -> anyhow::Result<Value> {
+        let rows =
+            sqlx::query("select name, setting from pg_settings where name = any($1) order by name")
+                .bind(vec![
+                    "fsync",
+                    "synchronous_commit",
+                    "wal_sync_method",
+                    "full_page_writes",
+                    "commit_delay",
+                    "shared_buffers",
+                    "max_connections",
+                    "wal_level",
+                    "server_version",
+                ])
+                .fetch_all(self.pool())
+                .await?;
+        let mut settings = serde_json::Map::new();
+        for row in rows {
+            settings.insert(row.get("name"), Value::String(row.get("setting")));
+        }
+        Ok(Value::Object(settings))
+    }
+
+    // ---- baselines ------------------------------------------------------
+
+    fn auth_sql(&self) -> String {
+        format!(
+            "select p.id, p.name, p.role from api_tokens t join principals p on p.id = t.principal_id \
+             where t.token_hash = decode('{}', 'hex') and t.revoked_at is null \
+             and (t.expires_at is null or t.expires_at > now());",
+            self.token_hash
+        )
+    }
+
+    /// The submit path's SQL as the API runs it: authenticate, then the
+    /// insert of `db::commands::insert_pending` (one autocommit statement).
+    fn submit_sql(&self, key: &str) -> String {
+        format!(
+            "{auth}\n\
+             insert into commands (id, scope, idempotency_key, request_digest, digest_version, kind, \
+             authority_id, run_id, args, canonical, deadline_at, pinned_generation, intent_digest, \
+             canonical_rules, intent_epoch) \
+             select gen_random_uuid(), '{scope}', {key}, sha256(random()::text::bytea), 2, 'noop', \
+             'pgbench', null, '{ARGS}'::jsonb, '{ARGS}'::jsonb, null, null, sha256(random()::text::bytea), \
+             '{{}}', null from (select set_config('command_ledger.actor', 'principal' || chr(58) || 'bench', true)) as ctx \
+             on conflict (scope, idempotency_key) do nothing returning *;\n",
+            auth = self.auth_sql(),
+            scope = self.scope,
+        )
+    }
+
+    fn baseline_scripts(&self) -> [(&'static str, String); 3] {
+        let dup_lookup = format!(
+            "select * from commands where scope = '{}' and idempotency_key = 'pgbench-dup';\n",
+            self.scope
+        );
+        [
+            (
+                "L_raw",
+                "insert into bench_raw (v) values (1);\n".to_owned(),
+            ),
+            ("L_submit", self.submit_sql("gen_random_uuid()::text")),
+            ("L_dup", self.submit_sql("'pgbench-dup'") + &dup_lookup),
+        ]
+    }
+
+    pub(crate) async fn baselines(&self, clients: &[usize]) -> anyhow::Result<Value> {
+        let most = clients.iter().copied().max().unwrap_or(CLIENTS);
+        let mut out = serde_json::Map::new();
+        for (name, script) in self.baseline_scripts() {
+            let b = self.pgbench(name, &script, most, None).await?;
+            out.insert(name.to_owned(), serde_json::to_value(b)?);
+        }
+        Ok(Value::Object(out))
+    }
+
+    async fn pgbench(
+        &self,
+        name: &'static str,
+        script: &str,
+        clients: usize,
+        rate: Option<f64>,
+    ) -> anyhow::Result<Baseline> {
+        // pgbench is a separate process; keep the runtime free meanwhile.
+        let seconds = self.point.as_secs().max(1);
+        tokio::task::block_in_place(|| self.pgbench.run(name, script, clients, seconds, rate))
+    }
+
+    // ---- W1 --------------------------------------------------------------
+
+    pub(crate) async fn w1(&self, clients: &[usize]) -> anyhow::Result<Value> {
+        let body = body("bench-w1");
+        let mut closed = Vec::new();
+        let mut best = 0.0f64;
+        for &c in clients {
+            let keys = Keys::Unique {
+                prefix: format!("w1-{c}"),
+            };
+            load::closed_loop(&self.target, c, Duration::from_secs(1), &keys, body).await;
+            let keys = Keys::Unique {
+                prefix: format!("w1m-{c}"),
+            };
+            let r = load::closed_loop(&self.target, c, self.point, &keys, body).await;
+            best = best.max(r.rps());
+            closed.push(json!({
+                "clients": c, "rps": r.rps(), "errors": r.errors,
+                "p50_ms": r.ms(0.5), "p99_ms": r.ms(0.99), "p999_ms": r.ms(0.999),
+            }));
+        }
+        let rate = (best * 0.5).max(1.0);
+        let r = load::open_loop(&self.target, rate, self.point, "w1-open", body).await;
+        let most = clients.iter().copied().max().unwrap_or(CLIENTS);
+        let pg = self
+            .pgbench(
+                "L_submit_rate",
+                &self.submit_sql("gen_random_uuid()::text"),
+                most,
+                Some(rate),
+            )
+            .await?;
+        Ok(json!({
+            "closed": closed,
+            "open": {
+                "rate": rate, "rps": r.rps(), "errors": r.errors,
+                "p50_ms": r.ms(0.5), "p99_ms": r.ms(0.99), "p999_ms": r.ms(0.999),
+                "pgbench_same_rate": pg,
+            },
+        }))
+    }
+
+    // ---- W2 --------------------------------------------------------------
+
+    pub(crate) async fn w2(&self) -> anyhow::Result<Value> {
+        let body = body("bench-w2");
+        // Keys already recorded, with this body: repeating them is a replay.
+        let known: Vec<String> = (0..1000).map(|i| format!("w2-known-{i}")).collect();
+        record_known(&self.target, &known, body).await?;
+        let known = Arc::new(known);
+        let mut mixes = Vec::new();
+        for share in [0.5, 0.99] {
+            let keys = Keys::DuplicateMix {
+                prefix: format!("w2-{share}"),
+                share,
+                known: Arc::clone(&known),
+            };
+            let r = load::closed_loop(&self.target, CLIENTS, self.point, &keys, body).await;
+            mixes.push(json!({
+                "duplicate_share": share, "rps": r.rps(), "errors": r.errors,
+                "p50_ms": r.ms(0.5), "p99_ms": r.ms(0.99),
+            }));
+        }
+        // WAL written per request, duplicates only and new keys only.
+        let wal_per = |share: f64, prefix: &'static str| {
+            let keys = Keys::DuplicateMix {
+                prefix: prefix.to_owned(),
+                share,
+                known: Arc::clone(&known),
+            };
+            async move {
+                let before = self.wal().await?;
+                let r = load::closed_loop(&self.target, CLIENTS, self.point, &keys, body).await;
+                let after = self.wal().await?;
+                anyhow::Ok((after.bytes - before.bytes) / r.ok.max(1) as f64)
+            }
+        };
+        let per_duplicate = wal_per(1.0, "w2-wal-dup").await?;
+        let per_new = wal_per(0.0, "w2-wal-new").await?;
+        Ok(json!({
+            "mixes": mixes,
+            "wal_bytes_per_duplicate": per_duplicate,
+            "wal_bytes_per_new": per_new,
+        }))
+    }
+
+    /// WAL counters, after letting the statistics settle (backends flush
+    /// them at most once a second).
+    async fn wal(&self) -> anyhow::Result<Wal> {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let row = sqlx::query(
+            "select wal_bytes::float8 as bytes, wal_sync::float8 as syncs, \
+             (select xact_commit::float8 from pg_stat_database where datname = current_database()) as commits \
+             from pg_stat_wal",
+        )
+        .fetch_one(self.pool())
+        .await?;
+        Ok(Wal {
+            bytes: row.get("bytes"),
+            syncs: row.get("syncs"),
+            commits: row.get("commits"),
+        })
+    }
+
+    // ---- W3 / W3b / W5 -----------------------------------------------------
+
+    async fn custodian(&self, authority: &str, batch: i64) -> anyhow::Result<RunningCustodian> {
+        let pool = db::connect_as(&self.db.url, 8, "command-ledger-custodian").await?;
+        let mut config = CustodianConfig::new(vec![authority.to_owned()]);
+        config.batch_size = batch;
+        config.max_in_flight = usize::try_from(batch.max(64)).unwrap_or(64);
+        let custodian = Arc::new(Custodian::new(pool, config, Effects::default()));
+        let stats = Arc::clone(custodian.stats());
+        let (stop, rx) = watch::channel(false);
+        let task = tokio::spawn(async move {
+            if let Err(e) = custodian.run(stopped(&rx)).await {
+                tracing::error!(error = %e, "custodian stopped");
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let held: bool = sqlx::query_scalar(
+                "select exists (select 1 from authorities where id = $1 and lease_expires_at > now())",
+            )
+            .bind(authority)
+            .fetch_one(self.pool())
+            .await?;
+            if held {
+                break;
+            }
+            if Instant::now() > deadline {
+                bail!("the custodian for {authority} took no lease");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(RunningCustodian { stop, task, stats })
+    }
+
+    async fn db_now(&self) -> anyhow::Result<chrono::DateTime<chrono::Utc>> {
+        Ok(sqlx::query_scalar("select clock_timestamp()")
+            .fetch_one(self.pool())
+            .await?)
+    }
+
+    async fn drain(&self, authority: &str, limit: Duration) -> anyhow::Result<()> {
+        let deadline = Instant::now() + limit;
+        loop {
+            let open: i64 = sqlx::query_scalar(
+                "select count(*) from commands where authority_id = $1 \
+                 and state in ('pending', 'prepared', 'effect_started')",
+            )
+            .bind(authority)
+            .fetch_one(self.pool())
+            .await?;
+            if open == 0 {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("{open} commands of {authority} still open after {limit:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Submissions from 64 clients with a custodian of `batch` running:
+    /// applied per second counted in the database over the measured window.
+    async fn end_to_end(&self, authority: &str, batch: i64) -> anyhow::Result<Value> {
+        let custodian = self.custodian(authority, batch).await?;
+        let body = body(authority);
+        let warm = Keys::Unique {
+            prefix: format!("{authority}-warm"),
+        };
+        load::closed_loop(&self.target, CLIENTS, Duration::from_secs(1), &warm, body).await;
+        let wal_before = self.wal().await?;
+        let t0 = self.db_now().await?;
+        let keys = Keys::Unique {
+            prefix: authority.to_owned(),
+        };
+        let r = load::closed_loop(&self.target, CLIENTS, self.point, &keys, body).await;
+        let t1 = self.db_now().await?;
+        let wal_after = self.wal().await?;
+        // What the custodian finished in the window, whenever it was
+        // submitted, and how long each of those took from submit to applied.
+        let row = sqlx::query(
+            "select count(*)::float8 as applied, \
+             percentile_cont(0.5) within group (order by extract(epoch from finished_at - created_at))::float8 as p50, \
+             percentile_cont(0.99) within group (order by extract(epoch from finished_at - created_at))::float8 as p99 \
+             from commands where authority_id = $1 and state = 'applied' \
+             and finished_at between $2 and $3",
+        )
+        .bind(authority)
+        .bind(t0)
+        .bind(t1)
+        .fetch_one(self.pool())
+        .await?;
+        let window = (t1 - t0).as_seconds_f64();
+        let applied: f64 = row.get("applied");
+        // What is left stays pending under an authority nobody serves.
+        let stats = custodian.stop().await;
+        let transitions = stats.claimed.load(Ordering::Relaxed)
+            + stats.started.load(Ordering::Relaxed)
+            + stats.applied.load(Ordering::Relaxed)
+            + stats.failed.load(Ordering::Relaxed);
+        let retries = stats.serialization_retries.load(Ordering::Relaxed);
+        let commands = applied.max(1.0);
+        Ok(json!({
+            "batch": batch,
+            "submit_rps": r.rps(),
+            "submit_errors": r.errors,
+            "applied_per_s": applied / window,
+            "p50_ms": row.get::<Option<f64>, _>("p50").map(|s| s * 1000.0),
+            "p99_ms": row.get::<Option<f64>, _>("p99").map(|s| s * 1000.0),
+            "wal_syncs_per_command": (wal_after.syncs - wal_before.syncs) / commands,
+            "commits_per_command": (wal_after.commits - wal_before.commits) / commands,
+            "wal_bytes_per_command": (wal_after.bytes - wal_before.bytes) / commands,
+            "transitions": transitions,
+            "serialization_retries": retries,
+            "retries_per_1000_transitions": retries as f64 * 1000.0 / transitions.max(1) as f64,
+        }))
+    }
+
+    pub(crate) async fn w3(&self, batches: &[i64]) -> anyhow::Result<Value> {
+        let mut out = Vec::new();
+        for &b in batches {
+            out.push(self.end_to_end(&format!("e2e-b{b}"), b).await?);
+        }
+        Ok(Value::Array(out))
+    }
+
+    /// `n` pending commands recorded up front (by SQL, as the API would
+    /// record them), then a custodian drains them.
+    pub(crate) async fn w3b(&self, n: usize, batch: i64) -> anyhow::Result<Value> {
+        let authority = "burn";
+        for chunk in ids(n).chunks(10_000) {
+            sqlx::query(
+                "insert into commands (id, scope, idempotency_key, request_digest, digest_version, \
+                 kind, authority_id, args, canonical, intent_digest) \
+                 select id, $2, 'burn-' || id::text, sha256(id::text::bytea), 2, 'noop', 'burn', \
+                 $3::jsonb, $3::jsonb, sha256(id::text::bytea) from unnest($1::uuid[]) as id",
+            )
+            .bind(chunk)
+            .bind(self.scope)
+            .bind(ARGS)
+            .execute(self.pool())
+            .await?;
+        }
+        let wal_before = self.wal().await?;
+        let t0 = self.db_now().await?;
+        let started = Instant::now();
+        let custodian = self.custodian(authority, batch).await?;
+        self.drain(authority, Duration::from_secs(3600)).await?;
+        let stats = custodian.stop().await;
+        let wal_after = self.wal().await?;
+        let last: chrono::DateTime<chrono::Utc> =
+            sqlx::query_scalar("select max(finished_at) from commands where authority_id = $1")
+                .bind(authority)
+                .fetch_one(self.pool())
+                .await?;
+        let seconds = (last - t0).as_seconds_f64();
+        Ok(json!({
+            "preloaded": n,
+            "batch": batch,
+            "seconds": seconds,
+            "wall_seconds": started.elapsed().as_secs_f64(),
+            "applied_per_s": n as f64 / seconds,
+            "wal_syncs_per_command": (wal_after.syncs - wal_before.syncs) / n.max(1) as f64,
+            "serialization_retries": stats.serialization_retries.load(Ordering::Relaxed),
+        }))
+    }
+
+    // ---- memory ------------------------------------------------------------
+
+    /// W3 for `duration` at 16 clients while this process's resident memory
+    /// (API, custodian and the load client together) is sampled each second.
+    pub(crate) async fn memory(&self, duration: Duration, batch: i64) -> anyhow::Result<Value> {
+        let authority = "memory";
+        let custodian = self.custodian(authority, batch).await?;
+        let body = body(authority);
+        let (done_tx, done_rx) = watch::channel(false);
+        let sampler = tokio::spawn(async move {
+            let mut samples = Vec::new();
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            while !*done_rx.borrow() {
+                tick.tick().await;
+                samples.push(rss_kib());
+            }
+            samples
+        });
+        let keys = Keys::Unique {
+            prefix: authority.to_owned(),
+        };
+        let r = load::closed_loop(&self.target, 16, duration, &keys, body).await;
+        let _ = done_tx.send(true);
+        let samples = sampler.await?;
+        self.drain(authority, Duration::from_secs(120)).await?;
+        custodian.stop().await;
+        // The first tenth is warm-up; then compare the start with the end.
+        let skip = samples.len() / 10;
+        let steady = &samples[skip.min(samples.len())..];
+        let third = (steady.len() / 3).max(1);
+        let avg = |s: &[u64]| s.iter().sum::<u64>() as f64 / s.len().max(1) as f64;
+        let early = avg(&steady[..third.min(steady.len())]);
+        let late = avg(&steady[steady.len().saturating_sub(third)..]);
+        Ok(json!({
+            "seconds": duration.as_secs(),
+            "requests": r.ok,
+            "rss_kib_samples": samples,
+            "rss_kib_early": early,
+            "rss_kib_late": late,
+            "change": if early > 0.0 { late / early - 1.0 } else { 0.0 },
+        }))
+    }
+
+    // ---- W4 ------------------------------------------------------------------
+
+    pub(crate) async fn w4(&self, sizes: &[usize], batch: i64) -> anyhow::Result<Value> {
+        let mut out = Vec::new();
+        let mut loaded = 0usize;
+        for &size in sizes {
+            if size > loaded {
+                self.preload_terminal(size - loaded).await?;
+                loaded = size;
+            }
+            for table in ["commands", "command_history"] {
+                sqlx::raw_sql(sqlx::AssertSqlSafe(format!("vacuum analyze {table}")))
+                    .execute(self.pool())
+                    .await?;
+            }
+            let body = body("bench-w4");
+            let keys = Keys::Unique {
+                prefix: format!("w4-{size}"),
+            };
+            let r = load::closed_loop(&self.target, CLIENTS, self.point, &keys, body).await;
+            let e2e = self.end_to_end(&format!("w4-{size}"), batch).await?;
+            let plan = self.claim_plan(&format!("w4-{size}"), batch).await?;
+            out.push(json!({
+                "rows": size,
+                "submit_rps": r.rps(),
+                "submit_p99_ms": r.ms(0.99),
+                "e2e_applied_per_s": e2e["applied_per_s"],
+                "e2e_p99_ms": e2e["p99_ms"],
+                "claim_plan": plan,
+            }));
+        }
+        Ok(Value::Array(out))
+    }
+
+    /// Terminal commands (and their four history entries each) written
+    /// straight into the tables, bypassing the triggers: preloading only.
+    async fn preload_terminal(&self, n: usize) -> anyhow::Result<()> {
+        let mut conn = self.pool().acquire().await?;
+        sqlx::raw_sql("set session_replication_role = replica")
+            .execute(&mut *conn)
+            .await
+            .context("preloading needs a superuser (session_replication_role)")?;
+        for chunk in ids(n).chunks(10_000) {
+            sqlx::query(
+                "insert into commands (id, scope, idempotency_key, request_digest, digest_version, \
+                 kind, authority_id, authority_generation, args, canonical, intent_digest, state, \
+                 result, finished_at) \
+                 select id, $2, 'old-' || id::text, sha256(id::text::bytea), 2, 'noop', 'old', 1, \
+                 $3::jsonb, $3::jsonb, sha256(id::text::bytea), 'applied', '{}'::jsonb, now() \
+                 from unnest($1::uuid[]) as id",
+            )
+            .bind(chunk)
+            .bind(self.scope)
+            .bind(ARGS)
+            .execute(&mut *conn)
+            .await?;
+            sqlx::query(
+                "insert into command_history (command_id, from_state, to_state, actor, authority_generation) \
+                 select id, s.f, s.t, 'bench:preload', s.g from unnest($1::uuid[]) as id, \
+                 (values (null::text, 'pending', null::bigint), ('pending', 'prepared', 1), \
+                         ('prepared', 'effect_started', 1), ('effect_started', 'applied', 1)) as s(f, t, g)",
+            )
+            .bind(chunk)
+            .execute(&mut *conn)
+            .await?;
+        }
+        sqlx::raw_sql("reset session_replication_role")
+            .execute(&mut *conn)
+            .await?;
+        Ok(())
+    }
+
+    /// The plan of the custodian's claim statement (the text of
+    /// `db::custodian::claim`, read from the source), as PostgreSQL would
+    /// run it now.
+    async fn claim_plan(&self, authority: &str, batch: i64) -> anyhow::Result<String> {
+        let sql = claim_sql()?;
+        let rows: Vec<String> =
+            sqlx::query_scalar(sqlx::AssertSqlSafe(format!("explain (costs off) {sql}")))
+                .bind(vec![authority.to_owned()])
+                .bind("nobody")
+                .bind(batch)
+                .bind("bench:explain")
+                .bind(10.0f64)
+                .fetch_all(self.pool())
+                .await?;
+        Ok(rows.join("\n"))
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Wal {
+    bytes: f64,
+    syncs: f64,
+    commits: f64,
+}
+
+async fn record_known(target: &Target, keys: &[String], body: &'static str) -> anyhow::Result<()> {
+    let mut tasks = Vec::new();
+    for chunk in keys.chunks(keys.len().div_ceil(16).max(1)) {
+        let (target, chunk) = (target.clone(), chunk.to_vec());
+        tasks.push(tokio::spawn(async move {
+            for key in chunk {
+                if !load::submit(&target, &key, body).await {
+                    bail!("recording the known key {key} failed");
+                }
+            }
+            Ok(())
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    Ok(())
+}
+
+/// Time-ordered ids, as the API makes them.
+fn ids(n: usize) -> Vec<Uuid> {
+    (0..n).map(|_| Uuid::now_v7()).collect()
+}
+
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|n| n.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// The claim statement's text, taken from `src/db/custodian.rs` so the plan
+/// is of the statement the custodian runs.
+fn claim_sql() -> anyhow::Result<String> {
+    let source = include_str!("../../db/custodian.rs");
+    let after = source
+        .split_once("pub async fn claim(")
+        .context("db::custodian::claim exists")?
+        .1;
+    let body = after
+        .split_once("r#\"")
+        .and_then(|(_, rest)| rest.split_once("\"#"))
+        .context("claim has one raw SQL string")?
+        .0;
+    Ok(body.to_owned())
+}
