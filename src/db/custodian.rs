@@ -37,13 +37,19 @@ pub async fn claim(
             for share
         ),
         pending as (
-            select c.id, l.generation
-            from commands c
-            join lease l on l.id = c.authority_id
-            where c.state = 'pending'
-            order by c.id
+            -- Per leased authority, its oldest pending rows straight from the
+            -- partial index (authority_id, id) where pending: the cost does
+            -- not grow with the finished rows the ledger keeps.
+            select p.id, l.generation
+            from lease l
+            cross join lateral (
+                select c.id from commands c
+                where c.authority_id = l.id and c.state = 'pending'
+                order by c.id
+                limit $3
+                for update of c skip locked
+            ) p
             limit $3
-            for update of c skip locked
         ),
         stale as (
             select c.id, l.generation
