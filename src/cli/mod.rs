@@ -1,10 +1,12 @@
-//! The command line: `serve`, `migrate`, `token create|revoke|list`. Every
+//! The command line: `serve`, `custodian`, `migrate`, `token ...`, and the
+//! operator's `commands`, `holds` and `authorities`. Every
 //! subcommand talks to `DATABASE_URL` when it is set, else to the private
 //! cluster under `--state-dir` (started on demand, stopped after if this
 //! process started it).
 
 mod custodian;
 mod database;
+mod inspect;
 mod serve;
 mod token;
 
@@ -78,6 +80,15 @@ pub enum Command {
     /// Manage API tokens.
     #[command(subcommand)]
     Token(token::TokenCommand),
+    /// Inspect commands: `list [--state --authority --since]`, `show ID`.
+    #[command(subcommand)]
+    Commands(inspect::CommandsCommand),
+    /// Near-duplicates held for a decision: `list`, `release ID`, `reject ID`.
+    #[command(subcommand)]
+    Holds(inspect::HoldsCommand),
+    /// Authorities and their leases: `list`.
+    #[command(subcommand)]
+    Authorities(inspect::AuthoritiesCommand),
 }
 
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
@@ -105,6 +116,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Token(cmd) => token::run(cli.database_url, &cli.state_dir, cmd).await,
         Command::Custodian(cmd) => custodian::run(cli.database_url, &cli.state_dir, cmd).await,
         Command::DemoSink(cmd) => custodian::run_demo_sink(cmd).await,
+        Command::Commands(cmd) => inspect::commands(cli.database_url, &cli.state_dir, cmd).await,
+        Command::Holds(cmd) => inspect::holds(cli.database_url, &cli.state_dir, cmd).await,
+        Command::Authorities(cmd) => {
+            inspect::authorities(cli.database_url, &cli.state_dir, cmd).await
+        }
         Command::Recover(cmd) => {
             custodian::run_recover(cli.database_url, &cli.state_dir, cmd).await
         }

@@ -118,3 +118,10 @@ pub async fn get(
     .fetch_optional(ex)
     .await
 }
+
+/// Every authority, by id: holder, generation, lease expiry.
+pub async fn list(ex: impl PgExecutor<'_>) -> Result<Vec<AuthorityRow>, sqlx::Error> {
+    sqlx::query_as!(AuthorityRow, "select * from authorities order by id")
+        .fetch_all(ex)
+        .await
+}

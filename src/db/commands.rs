@@ -226,6 +226,8 @@ pub struct ListFilter {
     pub authority_id: Option<String>,
     /// Keyset cursor: only ids older than this one.
     pub before_id: Option<Uuid>,
+    /// Only commands recorded at or after this instant.
+    pub since: Option<DateTime<Utc>>,
     pub limit: i64,
 }
 
@@ -241,6 +243,7 @@ pub async fn list(
           and ($2::text is null or state = $2)
           and ($3::text is null or authority_id = $3)
           and ($4::uuid is null or id < $4)
+          and ($6::timestamptz is null or created_at >= $6)
         order by id desc
         limit $5
         "#,
@@ -249,6 +252,7 @@ pub async fn list(
         filter.authority_id.as_deref(),
         filter.before_id,
         filter.limit,
+        filter.since,
     )
     .fetch_all(ex)
     .await

@@ -2,8 +2,10 @@
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use sqlx::PgExecutor;
+use sqlx::{Acquire as _, PgExecutor};
 use uuid::Uuid;
+
+use super::commands::{self, CommandRow, NewCommand};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct HoldRow {
@@ -149,6 +151,54 @@ pub async fn decide(
     )
     .fetch_optional(ex)
     .await
+}
+
+/// Releases an open hold in one transaction: records its command (pending,
+/// under the key `hold:<id>`, durable before any dispatch, like every
+/// command) and closes the hold as `released`, naming that command.
+/// `None` when the hold is not open (decided already, or missing).
+pub async fn release(
+    conn: &mut sqlx::PgConnection,
+    id: Uuid,
+    actor: &str,
+    reason: Option<&str>,
+) -> Result<Option<(HoldRow, CommandRow)>, sqlx::Error> {
+    let mut tx = conn.begin().await?;
+    let Some(hold) = lock_open(&mut tx, id).await? else {
+        return Ok(None);
+    };
+    let key = format!("hold:{}", hold.id);
+    let new = NewCommand {
+        id: Uuid::now_v7(),
+        scope: hold.scope,
+        idempotency_key: &key,
+        request_digest: &hold.request_digest,
+        digest_version: hold.digest_version,
+        kind: &hold.kind,
+        authority_id: &hold.authority_id,
+        pinned_generation: hold.pinned_generation,
+        intent_digest: &hold.intent_digest,
+        intent_epoch: None,
+        canonical_rules: &hold.canonical_rules,
+        run_id: hold.run_id.as_deref(),
+        args: &hold.args,
+        canonical: &hold.canonical,
+        deadline_at: hold.deadline_at,
+        actor,
+    };
+    let command = match commands::insert_pending(&mut *tx, &new).await? {
+        Some(row) => row,
+        None => match commands::find_by_key(&mut *tx, hold.scope, &key).await? {
+            Some(row) => row,
+            None => return Ok(None),
+        },
+    };
+    let Some(hold) = decide(&mut *tx, id, "released", Some(command.id), actor, reason).await?
+    else {
+        return Ok(None);
+    };
+    tx.commit().await?;
+    Ok(Some((hold, command)))
 }
 
 pub async fn count_open(ex: impl PgExecutor<'_>) -> Result<i64, sqlx::Error> {

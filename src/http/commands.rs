@@ -247,6 +247,7 @@ fn list_filter(q: &ListQuery, scope: Option<Uuid>) -> Result<(ListFilter, i64), 
         state,
         authority_id: authority.map(|a| a.as_str().to_owned()),
         before_id: after,
+        since: None,
         limit: limit + 1,
     };
     Ok((filter, limit))

@@ -16,7 +16,7 @@ use super::commands::{CommandView, view};
 use super::error::{ApiError, Problem};
 use super::extract::{AppQuery, Auth};
 use crate::db::holds::HoldRow;
-use crate::db::{self, NewCommand, Principal, Role};
+use crate::db::{self, Principal, Role};
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(super) struct HoldView<'a> {
@@ -233,47 +233,13 @@ pub(super) async fn release(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let (id, d, actor) = deciding(&principal, &id, &body)?;
-    let mut tx = state.pool.begin().await?;
-    let Some(hold) = db::holds::lock_open(&mut tx, id).await? else {
-        drop(tx);
+    let mut conn = state.pool.acquire().await?;
+    let Some((hold, command)) =
+        db::holds::release(&mut conn, id, &actor, d.reason.as_deref()).await?
+    else {
+        drop(conn);
         return Err(decided_or_missing(&state, id).await);
     };
-    let key = format!("hold:{}", hold.id);
-    let new = NewCommand {
-        id: Uuid::now_v7(),
-        scope: hold.scope,
-        idempotency_key: &key,
-        request_digest: &hold.request_digest,
-        digest_version: hold.digest_version,
-        kind: &hold.kind,
-        authority_id: &hold.authority_id,
-        pinned_generation: hold.pinned_generation,
-        intent_digest: &hold.intent_digest,
-        intent_epoch: None,
-        canonical_rules: &hold.canonical_rules,
-        run_id: hold.run_id.as_deref(),
-        args: &hold.args,
-        canonical: &hold.canonical,
-        deadline_at: hold.deadline_at,
-        actor: &actor,
-    };
-    let command = match db::commands::insert_pending(&mut *tx, &new).await? {
-        Some(row) => row,
-        None => db::commands::find_by_key(&mut *tx, hold.scope, &key)
-            .await?
-            .ok_or(ApiError::NotFound)?,
-    };
-    let hold = db::holds::decide(
-        &mut *tx,
-        id,
-        "released",
-        Some(command.id),
-        &actor,
-        d.reason.as_deref(),
-    )
-    .await?
-    .ok_or(ApiError::NotFound)?;
-    tx.commit().await?;
     tracing::info!(hold.id = %hold.id, command.id = %command.id, actor, "hold released");
     state.wake.pending(&command.authority_id);
     Ok(Json(HoldAnswer {

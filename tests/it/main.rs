@@ -11,6 +11,7 @@ mod cancel;
 mod crash;
 mod custodian;
 mod harness;
+mod inspect;
 mod matrix;
 mod reads;
 mod recovery;
