@@ -21,4 +21,5 @@ pub mod demo_sink;
 pub mod domain;
 pub mod embedded_pg;
 pub mod http;
+pub mod metrics;
 pub mod telemetry;

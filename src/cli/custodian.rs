@@ -122,14 +122,20 @@ impl CustodianArgs {
 }
 
 /// Starts a custodian task on `pool`.
+/// Starts a custodian; returns its task and its counters.
 pub fn spawn_custodian(
     pool: PgPool,
     config: CustodianConfig,
     effects: Effects,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> tokio::task::JoinHandle<anyhow::Result<()>> {
+) -> (
+    tokio::task::JoinHandle<anyhow::Result<()>>,
+    Arc<crate::custodian::Stats>,
+) {
     let custodian = Arc::new(Custodian::new(pool, config, effects));
-    tokio::spawn(async move { custodian.run(shutdown).await.context("custodian") })
+    let stats = Arc::clone(custodian.stats());
+    let task = tokio::spawn(async move { custodian.run(shutdown).await.context("custodian") });
+    (task, stats)
 }
 
 pub(super) async fn run(
@@ -141,7 +147,7 @@ pub(super) async fn run(
     let effects = cmd.options.effects()?;
     let db = Database::open_with(database_url, state_dir, 10, "command-ledger-custodian").await?;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let task = spawn_custodian(db.pool.clone(), config, effects, async move {
+    let (task, _) = spawn_custodian(db.pool.clone(), config, effects, async move {
         let _ = stop_rx.await;
     });
     super::serve::shutdown_signal().await;

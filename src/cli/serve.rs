@@ -8,6 +8,7 @@ use std::io::Write as _;
 use std::net::SocketAddr;
 use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::Path;
+use std::sync::Arc;
 use tokio::net::TcpListener;
 
 use super::token::issue_token;
@@ -146,6 +147,7 @@ pub(super) async fn run(
     };
 
     let mut state = AppState::new(db.pool.clone(), policies);
+    state.custodian_stats = custodian.as_ref().map(|(_, stats)| Arc::clone(stats));
     state.max_connections = args.max_http_connections;
     state.max_wait = std::time::Duration::from_secs(args.max_wait_seconds);
     state.limiter = http::limits::Limiter::new(http::limits::RateLimit {
@@ -162,7 +164,7 @@ pub(super) async fn run(
     shutdown_signal().await;
     let _ = stop_tx.send(true);
     let served = api_task.await.context("API task")?;
-    if let Some(custodian) = custodian {
+    if let Some((custodian, _)) = custodian {
         match custodian.await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => tracing::error!(error = %e, "custodian stopped with an error"),

@@ -95,6 +95,23 @@ pub struct Stats {
     pub serialization_retries: AtomicU64,
     pub leases_acquired: AtomicU64,
     pub leases_lost: AtomicU64,
+    /// How long effects took, by kind and outcome.
+    pub effect_latency: crate::metrics::EffectLatency,
+}
+
+/// Runs one effect and records how long it took, by kind and outcome.
+async fn timed_effect(effects: &Effects, call: &EffectCall, stats: &Stats) -> EffectOutcome {
+    let began = std::time::Instant::now();
+    let outcome = effects::run_effect(effects, call).await;
+    let label = match &outcome {
+        EffectOutcome::Applied(_) => "applied",
+        EffectOutcome::Failed { .. } => "failed",
+        EffectOutcome::Ambiguous { .. } => "ambiguous",
+    };
+    stats
+        .effect_latency
+        .observe(&call.kind, label, began.elapsed());
+    outcome
 }
 
 /// What one `run_once` did.
@@ -204,8 +221,9 @@ impl Custodian {
         let mut tasks = Vec::with_capacity(started.len());
         for s in started {
             let effects = Arc::clone(&self.effects);
+            let stats = Arc::clone(&self.stats);
             tasks.push(tokio::spawn(async move {
-                let outcome = effects::run_effect(&effects, &s.call).await;
+                let outcome = timed_effect(&effects, &s.call, &stats).await;
                 Done {
                     authority: s.authority,
                     generation: s.generation,
@@ -586,9 +604,10 @@ impl Custodian {
                         .expect("in-flight lock")
                         .insert(s.call.command_id, (s.authority.clone(), s.generation));
                     let effects = Arc::clone(&self.effects);
+                    let stats = Arc::clone(&self.stats);
                     let done_tx = done_tx.clone();
                     tokio::spawn(async move {
-                        let outcome = effects::run_effect(&effects, &s.call).await;
+                        let outcome = timed_effect(&effects, &s.call, &stats).await;
                         let done = Done {
                             authority: s.authority,
                             generation: s.generation,

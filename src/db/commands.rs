@@ -322,3 +322,29 @@ pub async fn cancel(
         Some(row) => CancelOutcome::TooLate(row),
     })
 }
+
+/// Per live state: how many commands, and the age of the oldest (seconds).
+pub async fn oldest_in_flight(
+    ex: impl PgExecutor<'_>,
+) -> Result<Vec<(String, i64, Option<f64>)>, sqlx::Error> {
+    let rows = sqlx::query!(
+        r#"
+        select state as "state!", commands as "commands!",
+               extract(epoch from oldest_age)::float8 as oldest_seconds
+        from command_oldest_in_flight
+        "#
+    )
+    .fetch_all(ex)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| (r.state, r.commands, r.oldest_seconds))
+        .collect())
+}
+
+/// How many commands ended ambiguous, ever (a partial index keeps this cheap).
+pub async fn count_ambiguous(ex: impl PgExecutor<'_>) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar!(r#"select count(*) as "n!" from commands where state = 'ambiguous'"#)
+        .fetch_one(ex)
+        .await
+}

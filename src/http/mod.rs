@@ -9,6 +9,7 @@ mod health;
 mod holds;
 pub mod limits;
 mod listener;
+mod metrics;
 pub mod openapi;
 pub mod state;
 mod submit;
@@ -55,6 +56,8 @@ pub struct AppState {
     pub limiter: limits::Limiter,
     /// Most HTTP connections held at once; more wait in the backlog.
     pub max_connections: usize,
+    /// The counters of the custodian running in this process, if any, for `/metrics`.
+    pub custodian_stats: Option<Arc<crate::custodian::Stats>>,
 }
 
 impl AppState {
@@ -73,6 +76,7 @@ impl AppState {
             body_timeout: BODY_TIMEOUT,
             limiter: limits::Limiter::new(limits::RateLimit::default()),
             max_connections: MAX_CONNECTIONS,
+            custodian_stats: None,
         }
     }
 }
@@ -91,6 +95,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/commands/{id}/cancel", post(commands::cancel))
         .route("/v1/authorities/{id}", get(authorities::get_one))
         .route("/openapi.json", get(openapi::serve))
+        .route("/metrics", get(metrics::get))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .fallback(|| async { error::ApiError::NotFound })

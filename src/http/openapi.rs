@@ -25,6 +25,7 @@ use utoipa::{Modify, OpenApi};
         super::holds::release,
         super::holds::reject,
         super::state::get,
+        super::metrics::get,
         super::health::healthz,
         super::health::readyz,
     ),

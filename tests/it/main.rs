@@ -13,6 +13,7 @@ mod custodian;
 mod harness;
 mod inspect;
 mod matrix;
+mod metrics;
 mod reads;
 mod recovery;
 mod schema;

@@ -137,6 +137,7 @@ async fn every_endpoint_answers_each_kind_of_caller_as_documented() {
         ),
         ("GET", "/v1/holds".into(), [401, 401, 403, 403, 200]),
         ("GET", "/v1/state".into(), [401, 401, 403, 403, 200]),
+        ("GET", "/metrics".into(), [401, 401, 403, 403, 200]),
         ("GET", "/healthz".into(), [200, 200, 200, 200, 200]),
         ("GET", "/readyz".into(), [200, 200, 200, 200, 200]),
     ];

@@ -1,0 +1,200 @@
+//! `GET /metrics`: Prometheus text format, for operators (scrape with the
+//! operator token as a bearer credential). Counters are this process's
+//! since it started: the API's submissions, and the in-process custodian's
+//! transitions, retries, leases and effect latencies. Gauges come from the
+//! database, so every API process reports the same ledger.
+
+use axum::extract::State;
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::AppState;
+use super::error::{ApiError, Problem};
+use super::extract::Auth;
+use crate::db::{self, Role};
+use crate::metrics::Exposition;
+
+const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+#[allow(clippy::cast_precision_loss)]
+fn load(a: &AtomicU64) -> f64 {
+    a.load(Ordering::Relaxed) as f64
+}
+
+/// The ledger's metrics (names and labels in docs/OPERATIONS.md). Operators only.
+#[utoipa::path(get, path = "/metrics", operation_id = "getMetrics", tag = "operations",
+    responses((status = 200, description = "Prometheus text format 0.0.4", content_type = "text/plain", body = String),
+              (status = 403, body = Problem)),
+    security(("bearer" = [])))]
+pub(super) async fn get(
+    State(state): State<AppState>,
+    Auth(principal): Auth,
+) -> Result<Response, ApiError> {
+    if principal.role != Role::Operator {
+        return Err(ApiError::Forbidden("metrics are for operators"));
+    }
+    let mut e = Exposition::default();
+    let c = &state.counters;
+    e.counter(
+        "ledger_requests_total",
+        "Submissions received by this process (POST /v1/commands and /v1/invoke).",
+        &[(&[], load(&c.requests))],
+    );
+    e.counter(
+        "ledger_submissions_total",
+        "Submissions by disposition (refused: invalid, unauthorised or failed before a disposition).",
+        &[
+            (&[("disposition", "new")], load(&c.new)),
+            (&[("disposition", "replay")], load(&c.replay)),
+            (&[("disposition", "coalesced")], load(&c.coalesced)),
+            (&[("disposition", "held")], load(&c.held)),
+            (&[("disposition", "conflict")], load(&c.conflict)),
+            (&[("disposition", "refused")], load(&c.refused)),
+        ],
+    );
+    if let Some(s) = &state.custodian_stats {
+        custodian(&mut e, s);
+    }
+    let up = match ledger(&mut e, &state).await {
+        Ok(()) => 1.0,
+        Err(err) => {
+            tracing::warn!(error = %err, "metrics: the database did not answer");
+            0.0
+        }
+    };
+    e.gauge(
+        "ledger_database_up",
+        "Whether the database answered this scrape.",
+        &[(&[], up)],
+    );
+    Ok(([(header::CONTENT_TYPE, CONTENT_TYPE)], e.finish()).into_response())
+}
+
+fn custodian(e: &mut Exposition, s: &crate::custodian::Stats) {
+    e.counter(
+        "ledger_transitions_total",
+        "State changes made by this process's custodian.",
+        &[
+            (&[("from", "pending"), ("to", "prepared")], load(&s.claimed)),
+            (
+                &[("from", "prepared"), ("to", "effect_started")],
+                load(&s.started),
+            ),
+            (
+                &[("from", "effect_started"), ("to", "applied")],
+                load(&s.applied),
+            ),
+            (
+                &[("from", "effect_started"), ("to", "failed")],
+                load(&s.failed),
+            ),
+            (
+                &[("from", "effect_started"), ("to", "ambiguous")],
+                load(&s.ambiguous),
+            ),
+            (&[("from", "pending"), ("to", "expired")], load(&s.expired)),
+        ],
+    );
+    e.counter(
+        "ledger_adoptions_total",
+        "Prepared commands adopted from a superseded generation.",
+        &[(&[], load(&s.adopted))],
+    );
+    e.counter(
+        "ledger_fenced_writes_total",
+        "Writes refused because the authority had moved to a newer generation.",
+        &[(&[], load(&s.fenced))],
+    );
+    e.counter(
+        "ledger_serialization_retries_total",
+        "SERIALIZABLE transactions retried after a serialization failure or deadlock.",
+        &[(&[], load(&s.serialization_retries))],
+    );
+    e.counter(
+        "ledger_lease_changes_total",
+        "Leases this process acquired or lost.",
+        &[
+            (&[("change", "acquired")], load(&s.leases_acquired)),
+            (&[("change", "lost")], load(&s.leases_lost)),
+        ],
+    );
+    let latency = s.effect_latency.snapshot();
+    let samples: Vec<_> = latency
+        .iter()
+        .map(|((kind, outcome), h)| ([("kind", kind.as_str()), ("outcome", *outcome)], h))
+        .collect();
+    let samples: Vec<_> = samples.iter().map(|(l, h)| (&l[..], *h)).collect();
+    e.histogram(
+        "ledger_effect_duration_seconds",
+        "How long effects took, by kind and outcome.",
+        &samples,
+    );
+}
+
+async fn ledger(e: &mut Exposition, state: &AppState) -> Result<(), sqlx::Error> {
+    let in_flight = db::commands::oldest_in_flight(&state.pool).await?;
+    let holds = db::holds::count_open(&state.pool).await?;
+    let ambiguous = db::commands::count_ambiguous(&state.pool).await?;
+    let authorities = db::authorities::list(&state.pool).await?;
+    #[allow(clippy::cast_precision_loss)]
+    let counts: Vec<_> = in_flight
+        .iter()
+        .map(|(s, n, _)| ([("state", s.as_str())], *n as f64))
+        .collect();
+    let counts: Vec<_> = counts.iter().map(|(l, v)| (&l[..], *v)).collect();
+    e.gauge(
+        "ledger_commands_in_flight",
+        "Commands in each live state.",
+        &counts,
+    );
+    let ages: Vec<_> = in_flight
+        .iter()
+        .map(|(s, _, age)| ([("state", s.as_str())], age.unwrap_or(0.0)))
+        .collect();
+    let ages: Vec<_> = ages.iter().map(|(l, v)| (&l[..], *v)).collect();
+    e.gauge(
+        "ledger_oldest_in_flight_seconds",
+        "Age of the oldest command in each live state (0 when there is none).",
+        &ages,
+    );
+    #[allow(clippy::cast_precision_loss)]
+    {
+        e.gauge(
+            "ledger_holds_awaiting_decision",
+            "Near-duplicates held for an operator.",
+            &[(&[], holds as f64)],
+        );
+        e.gauge(
+            "ledger_ambiguous_commands",
+            "Commands that ended ambiguous (dispatched, outcome unknown), ever.",
+            &[(&[], ambiguous as f64)],
+        );
+    }
+    let now = chrono::Utc::now();
+    #[allow(clippy::cast_precision_loss)]
+    let generations: Vec<_> = authorities
+        .iter()
+        .map(|a| ([("authority", a.id.as_str())], a.generation as f64))
+        .collect();
+    let generations: Vec<_> = generations.iter().map(|(l, v)| (&l[..], *v)).collect();
+    e.gauge(
+        "ledger_authority_generation",
+        "Each authority's current generation (its fencing token).",
+        &generations,
+    );
+    let held: Vec<_> = authorities
+        .iter()
+        .map(|a| {
+            let live = a.lease_holder.is_some() && a.lease_expires_at.is_some_and(|t| t > now);
+            ([("authority", a.id.as_str())], if live { 1.0 } else { 0.0 })
+        })
+        .collect();
+    let held: Vec<_> = held.iter().map(|(l, v)| (&l[..], *v)).collect();
+    e.gauge(
+        "ledger_authority_lease_held",
+        "Whether someone holds each authority's lease now.",
+        &held,
+    );
+    Ok(())
+}
