@@ -101,8 +101,16 @@ pub struct Stats {
 
 /// Runs one effect and records how long it took, by kind and outcome.
 async fn timed_effect(effects: &Effects, call: &EffectCall, stats: &Stats) -> EffectOutcome {
+    use tracing::Instrument as _;
+    let span = tracing::info_span!(
+        "effect",
+        command.id = %call.command_id,
+        kind = %call.kind,
+        authority = %call.authority,
+        generation = call.generation,
+    );
     let began = std::time::Instant::now();
-    let outcome = effects::run_effect(effects, call).await;
+    let outcome = effects::run_effect(effects, call).instrument(span).await;
     let label = match &outcome {
         EffectOutcome::Applied(_) => "applied",
         EffectOutcome::Failed { .. } => "failed",

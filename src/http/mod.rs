@@ -27,6 +27,7 @@ use std::time::Duration;
 
 use crate::catalog::Policies;
 use tokio::net::TcpListener;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
 
 pub use tls::{TlsConfig, TlsConfigError};
@@ -100,8 +101,27 @@ pub fn router(state: AppState) -> Router {
         .route("/readyz", get(health::readyz))
         .fallback(|| async { error::ApiError::NotFound })
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
-        .layer(TraceLayer::new_for_http())
+        .layer(TraceLayer::new_for_http().make_span_with(request_span))
+        .layer(PropagateRequestIdLayer::x_request_id())
+        .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
         .with_state(state)
+}
+
+/// One span per request, named by its `x-request-id` (the client's, or one
+/// made here and returned in the response), so every log line of a request
+/// can be found from either side.
+fn request_span<B>(request: &axum::http::Request<B>) -> tracing::Span {
+    let id = request
+        .headers()
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .map_or("-", |v| &v[..v.len().min(128)]);
+    tracing::info_span!(
+        "request",
+        method = %request.method(),
+        path = %request.uri().path(),
+        request_id = %id,
+    )
 }
 
 /// Serves the API on an already bound listener until `shutdown` completes,

@@ -185,3 +185,34 @@ async fn history_lists_each_state_change_with_its_actor() {
     assert_eq!(entries[1]["actor"], "device:dev-a");
     assert_eq!(entries[1]["reason"], "cancel requested");
 }
+
+/// Every response names its request: the client's `x-request-id`, or one
+/// made for it (the same id is on the request's log lines).
+#[tokio::test]
+async fn responses_carry_the_request_id() {
+    let app = TestApp::spawn().await;
+    let token = app.token("dev-a", Role::Device).await;
+    let made = app.get(&token, "/v1/commands").await;
+    let id = made.headers()["x-request-id"].to_str().unwrap().to_owned();
+    assert!(uuid::Uuid::parse_str(&id).is_ok(), "{id}");
+    let again = app.get(&token, "/v1/commands").await;
+    assert_ne!(again.headers()["x-request-id"].to_str().unwrap(), id);
+    let given = app
+        .client
+        .get(app.url("/v1/commands"))
+        .bearer_auth(&token)
+        .header("x-request-id", "trace-42")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(given.headers()["x-request-id"], "trace-42");
+    // Errors too.
+    let refused = app
+        .client
+        .get(app.url("/v1/commands"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 401);
+    assert!(refused.headers().contains_key("x-request-id"));
+}
