@@ -40,6 +40,9 @@ struct Args {
     /// Pending commands preloaded for W3b.
     #[arg(long, default_value_t = 100_000)]
     burn_down: usize,
+    /// Custodians (one authority each) for W6, the scale-out burn-down.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
+    custodians: Vec<usize>,
     /// Terminal rows preloaded for W4 (cumulative).
     #[arg(long, value_delimiter = ',', default_value = "10000,100000,1000000")]
     ledger_sizes: Vec<usize>,
@@ -71,6 +74,7 @@ fn main() -> anyhow::Result<()> {
         args.seconds = 2;
         args.clients = vec![1, 16];
         args.batch_sizes = vec![1, 32];
+        args.custodians = vec![1, 2];
         args.burn_down = 2_000;
         args.ledger_sizes = vec![1_000, 5_000];
         args.memory_seconds = 4;
@@ -120,6 +124,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let best_batch = best_batch(&w3).unwrap_or(32);
     let w3b = bench.w3b(args.burn_down, best_batch).await?;
     println!("W3b: {w3b}");
+    let w6 = bench
+        .w6(&args.custodians, args.burn_down / 2, best_batch)
+        .await?;
+    println!("W6: {w6}");
     let memory = bench
         .memory(Duration::from_secs(args.memory_seconds), best_batch)
         .await?;
@@ -140,6 +148,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         "w2": w2,
         "w3": w3,
         "w3b": w3b,
+        "w6": w6,
         "w4": w4,
         "memory": memory,
     });

@@ -319,6 +319,24 @@ pub(crate) fn markdown(r: &Value) -> String {
     );
     let _ = writeln!(
         md,
+        "\n**W6 scale-out** (the burn-down split over custodians, one authority each):\n\n\
+         | custodians | pending preloaded | applied/s | / one custodian | / L_raw |\n|---|---|---|---|---|"
+    );
+    let w6 = r["w6"].as_array().cloned().unwrap_or_default();
+    let one = w6.first().map_or(f64::NAN, |p| f(&p["applied_per_s"]));
+    for p in &w6 {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {:.2} | {:.2} |",
+            p["custodians"],
+            p["preloaded"],
+            n(&p["applied_per_s"]),
+            f(&p["applied_per_s"]) / one,
+            f(&p["applied_per_s"]) / l_raw,
+        );
+    }
+    let _ = writeln!(
+        md,
         "\n**W4 ledger size** (terminal rows preloaded; 64 clients):\n\n\
          | terminal rows | submit req/s | submit p99 ms | end-to-end applied/s | end-to-end p99 ms |\n|---|---|---|---|---|"
     );

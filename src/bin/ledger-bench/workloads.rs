@@ -463,32 +463,70 @@ impl Bench {
     /// `n` pending commands recorded up front (by SQL, as the API would
     /// record them), then a custodian drains them.
     pub(crate) async fn w3b(&self, n: usize, batch: i64) -> anyhow::Result<Value> {
-        let authority = "burn";
-        for chunk in ids(n).chunks(10_000) {
-            sqlx::query(
-                "insert into commands (id, scope, idempotency_key, request_digest, digest_version, \
-                 kind, authority_id, args, canonical, intent_digest) \
-                 select id, $2, 'burn-' || id::text, sha256(id::text::bytea), 2, 'noop', 'burn', \
-                 $3::jsonb, $3::jsonb, sha256(id::text::bytea) from unnest($1::uuid[]) as id",
-            )
-            .bind(chunk)
-            .bind(self.scope)
-            .bind(ARGS)
-            .execute(self.pool())
-            .await?;
+        self.burn_down(&["burn".to_owned()], n, batch).await
+    }
+
+    /// W6: the burn-down again with 1, 2, 4 custodians, each with an
+    /// authority of its own (the way the ledger scales out: authorities are
+    /// independent), the same total work split between them.
+    pub(crate) async fn w6(&self, counts: &[usize], n: usize, batch: i64) -> anyhow::Result<Value> {
+        let mut out = Vec::new();
+        for &k in counts {
+            let authorities: Vec<String> = (0..k).map(|i| format!("scale{k}-{i}")).collect();
+            let mut r = self.burn_down(&authorities, n / k.max(1), batch).await?;
+            r["custodians"] = json!(k);
+            out.push(r);
         }
+        Ok(Value::Array(out))
+    }
+
+    /// Preloads `per_authority` pending commands for each authority, starts
+    /// one custodian per authority, and counts in the database how fast they
+    /// all became applied.
+    async fn burn_down(
+        &self,
+        authorities: &[String],
+        per_authority: usize,
+        batch: i64,
+    ) -> anyhow::Result<Value> {
+        for authority in authorities {
+            for chunk in ids(per_authority).chunks(10_000) {
+                sqlx::query(
+                    "insert into commands (id, scope, idempotency_key, request_digest, digest_version, \
+                     kind, authority_id, args, canonical, intent_digest) \
+                     select id, $2, 'burn-' || id::text, sha256(id::text::bytea), 2, 'noop', $4, \
+                     $3::jsonb, $3::jsonb, sha256(id::text::bytea) from unnest($1::uuid[]) as id",
+                )
+                .bind(chunk)
+                .bind(self.scope)
+                .bind(ARGS)
+                .bind(authority)
+                .execute(self.pool())
+                .await?;
+            }
+        }
+        let n = per_authority * authorities.len();
         let wal_before = self.wal().await?;
         let t0 = self.db_now().await?;
         let started = Instant::now();
-        let custodian = self.custodian(authority, batch).await?;
-        self.drain(authority, Duration::from_secs(3600)).await?;
-        let stats = custodian.stop().await;
+        let mut custodians = Vec::new();
+        for authority in authorities {
+            custodians.push(self.custodian(authority, batch).await?);
+        }
+        for authority in authorities {
+            self.drain(authority, Duration::from_secs(3600)).await?;
+        }
+        let mut retries = 0;
+        for c in custodians {
+            retries += c.stop().await.serialization_retries.load(Ordering::Relaxed);
+        }
         let wal_after = self.wal().await?;
-        let last: chrono::DateTime<chrono::Utc> =
-            sqlx::query_scalar("select max(finished_at) from commands where authority_id = $1")
-                .bind(authority)
-                .fetch_one(self.pool())
-                .await?;
+        let last: chrono::DateTime<chrono::Utc> = sqlx::query_scalar(
+            "select max(finished_at) from commands where authority_id = any($1)",
+        )
+        .bind(authorities)
+        .fetch_one(self.pool())
+        .await?;
         let seconds = (last - t0).as_seconds_f64();
         Ok(json!({
             "preloaded": n,
@@ -497,7 +535,7 @@ impl Bench {
             "wall_seconds": started.elapsed().as_secs_f64(),
             "applied_per_s": n as f64 / seconds,
             "wal_syncs_per_command": (wal_after.syncs - wal_before.syncs) / n.max(1) as f64,
-            "serialization_retries": stats.serialization_retries.load(Ordering::Relaxed),
+            "serialization_retries": retries,
         }))
     }
 
