@@ -7,6 +7,7 @@
 mod custodian;
 mod database;
 mod inspect;
+mod prune;
 mod serve;
 mod token;
 
@@ -89,6 +90,9 @@ pub enum Command {
     /// Authorities and their leases: `list`.
     #[command(subcommand)]
     Authorities(inspect::AuthoritiesCommand),
+    /// Remove finished commands past the retention window, in bounded
+    /// batches, archiving each with its history first.
+    Prune(prune::PruneArgs),
 }
 
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
@@ -116,6 +120,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Token(cmd) => token::run(cli.database_url, &cli.state_dir, cmd).await,
         Command::Custodian(cmd) => custodian::run(cli.database_url, &cli.state_dir, cmd).await,
         Command::DemoSink(cmd) => custodian::run_demo_sink(cmd).await,
+        Command::Prune(args) => prune::run(cli.database_url, &cli.state_dir, args).await,
         Command::Commands(cmd) => inspect::commands(cli.database_url, &cli.state_dir, cmd).await,
         Command::Holds(cmd) => inspect::holds(cli.database_url, &cli.state_dir, cmd).await,
         Command::Authorities(cmd) => {

@@ -53,6 +53,11 @@ pub struct ServeArgs {
     /// The PEM private key for `--tls-cert`.
     #[arg(long, env = "TLS_KEY", requires = "tls_cert")]
     pub tls_key: Option<std::path::PathBuf>,
+    /// The replay window to advertise: how long after a command finishes
+    /// its key is kept (run `prune --older-than` with the same value).
+    /// Responses then carry `Idempotency-Key-Expires`.
+    #[arg(long, env = "RETENTION", value_parser = retention)]
+    pub retention: Option<std::time::Duration>,
     /// Longest a request may wait for an outcome (`?wait=`, `Prefer: wait=`);
     /// longer asks are clamped to it.
     #[arg(long, env = "MAX_WAIT_SECONDS", default_value_t = 60)]
@@ -150,6 +155,7 @@ pub(super) async fn run(
     state.custodian_stats = custodian.as_ref().map(|(_, stats)| Arc::clone(stats));
     state.max_connections = args.max_http_connections;
     state.max_wait = std::time::Duration::from_secs(args.max_wait_seconds);
+    state.retention = args.retention;
     state.limiter = http::limits::Limiter::new(http::limits::RateLimit {
         per_second: args.rate_limit_per_second,
         burst: args.rate_limit_burst,
@@ -256,6 +262,10 @@ fn announce_embedded(
         tf = token_file.display(),
     ));
     println!("{text}");
+}
+
+fn retention(s: &str) -> Result<std::time::Duration, String> {
+    crate::catalog::parse_duration(s).ok_or_else(|| format!("{s:?} is not like 12h or 30d"))
 }
 
 pub(super) async fn shutdown_signal() {

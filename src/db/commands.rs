@@ -348,3 +348,25 @@ pub async fn count_ambiguous(ex: impl PgExecutor<'_>) -> Result<i64, sqlx::Error
         .fetch_one(ex)
         .await
 }
+
+/// One bounded batch of pruning (`prune_commands` in the database): archives
+/// and deletes at most `max_rows` commands that finished more than
+/// `older_than` ago, with their history. Returns how many; 0 when done.
+pub async fn prune_batch(
+    ex: impl PgExecutor<'_>,
+    older_than: std::time::Duration,
+    max_rows: i32,
+    actor: &str,
+) -> Result<i32, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"
+        select prune_commands(make_interval(secs => $1), $2) as "pruned!"
+        from (select set_config('command_ledger.actor', $3, true)) as ctx
+        "#,
+        older_than.as_secs_f64(),
+        max_rows,
+        actor,
+    )
+    .fetch_one(ex)
+    .await
+}

@@ -1,5 +1,5 @@
-//! The read-only inspection role: sees commands, history, holds,
-//! authorities, principals and the views, never a token hash, and cannot
+//! The read-only inspection role: sees commands, history, holds, the
+//! archive of pruned commands, authorities, principals and the views, never a token hash, and cannot
 //! write. `command-ledger inspector-role --name NAME` creates (or refreshes)
 //! it; run it again after an upgrade that adds tables.
 
@@ -12,6 +12,7 @@ const READABLE: &[&str] = &[
     "command_states",
     "command_transitions",
     "holds",
+    "pruned_commands",
     "authorities",
     "principals",
     "command_counts_by_state",

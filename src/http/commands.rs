@@ -106,7 +106,7 @@ const WAIT_LIMIT: u64 = 86_400;
 /// terminal, or with its current state when the wait ends.
 #[utoipa::path(get, path = "/v1/commands/{id}", operation_id = "getCommand", tag = "commands",
     params(("id" = Uuid, Path, description = "command id"), GetQuery),
-    responses((status = 200, body = CommandView<'static>), (status = 400, body = Problem), (status = 401, body = Problem),
+    responses((status = 200, body = CommandView<'static>, headers(("Idempotency-Key-Expires" = String, description = "with serve --retention: the earliest HTTP date at which pruning may forget this command and its key"))), (status = 400, body = Problem), (status = 401, body = Problem),
               (status = 404, body = Problem), (status = 429, body = Problem)),
     security(("bearer" = [])))]
 pub(super) async fn get_one(
@@ -128,6 +128,7 @@ pub(super) async fn get_one(
     let (row, waited) = settle(&state, row, wait, principal.visible_scope()).await?;
     let mut response = Json(view(&row, None)).into_response();
     applied_wait(&mut response, waited);
+    key_expiry(&mut response, &row, state.retention);
     Ok(response)
 }
 
@@ -164,6 +165,22 @@ pub(super) async fn settle(
             }
         }
     }
+}
+
+/// `Idempotency-Key-Expires` (an HTTP date): the earliest instant pruning
+/// may forget this command and its key, its finish plus the retention
+/// window; for a live command, now plus the window (a lower bound, since it
+/// has not finished). Sent only when a window is configured.
+pub(super) fn key_expiry(response: &mut Response, row: &CommandRow, retention: Option<Duration>) {
+    let Some(window) = retention.and_then(|w| chrono::Duration::from_std(w).ok()) else {
+        return;
+    };
+    let at = row.finished_at.unwrap_or_else(Utc::now) + window;
+    let value = HeaderValue::from_str(&at.format("%a, %d %b %Y %H:%M:%S GMT").to_string())
+        .expect("an HTTP date is a valid header");
+    response
+        .headers_mut()
+        .insert("idempotency-key-expires", value);
 }
 
 pub(super) fn applied_wait(response: &mut Response, waited: Option<Duration>) {

@@ -3,6 +3,7 @@
 
 mod authorities;
 mod commands;
+mod console;
 pub mod error;
 mod extract;
 mod health;
@@ -59,6 +60,9 @@ pub struct AppState {
     pub max_connections: usize,
     /// The counters of the custodian running in this process, if any, for `/metrics`.
     pub custodian_stats: Option<Arc<crate::custodian::Stats>>,
+    /// The advertised replay window: how long a finished command's key is
+    /// kept before pruning may remove it.
+    pub retention: Option<Duration>,
 }
 
 impl AppState {
@@ -78,6 +82,7 @@ impl AppState {
             limiter: limits::Limiter::new(limits::RateLimit::default()),
             max_connections: MAX_CONNECTIONS,
             custodian_stats: None,
+            retention: None,
         }
     }
 }
@@ -97,6 +102,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/authorities/{id}", get(authorities::get_one))
         .route("/openapi.json", get(openapi::serve))
         .route("/metrics", get(metrics::get))
+        .route("/console", get(console::page))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .fallback(|| async { error::ApiError::NotFound })

@@ -17,7 +17,7 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use super::AppState;
-use super::commands::{CommandView, applied_wait, location, prefer_wait, settle, view};
+use super::commands::{CommandView, applied_wait, key_expiry, location, prefer_wait, settle, view};
 use super::error::{ApiError, Problem};
 use super::extract::{AppJson, Auth};
 use super::holds::HeldAnswer;
@@ -465,8 +465,8 @@ async fn guarded(
     request_body = SubmitBody,
     params(("Idempotency-Key" = String, Header, description = "1-255 printable ASCII, bare or as an RFC 8941 quoted string. Kinds whose policy lets the intent stand in for a key (`key = \"fingerprint\"` in ledger.toml) may omit it", pattern = r"^[!#-~][!-~]{0,254}$"),
            ("Prefer" = Option<String>, Header, description = "wait=N: answer once the command is terminal, at most N seconds")),
-    responses((status = 202, description = "new (a command), or held (a hold)", body = Submitted<'static>),
-              (status = 200, description = "replay or coalesced", body = CommandView<'static>),
+    responses((status = 202, description = "new (a command), or held (a hold)", body = Submitted<'static>, headers(("Idempotency-Key-Expires" = String, description = "with serve --retention: the earliest HTTP date at which pruning may forget this command and its key"))),
+              (status = 200, description = "replay or coalesced", body = CommandView<'static>, headers(("Idempotency-Key-Expires" = String, description = "with serve --retention: the earliest HTTP date at which pruning may forget this command and its key"))),
               (status = 400, body = Problem), (status = 401, body = Problem), (status = 408, body = Problem),
               (status = 409, body = Problem), (status = 413, body = Problem), (status = 415, body = Problem),
               (status = 422, body = Problem), (status = 429, body = Problem), (status = 503, body = Problem)),
@@ -514,6 +514,7 @@ pub(super) async fn submit(
                 h.insert(REPLAYED, HeaderValue::from_static("true"));
             }
             applied_wait(&mut response, waited);
+            key_expiry(&mut response, &row, state.retention);
             Ok(response)
         }
     }
@@ -654,6 +655,7 @@ pub(super) async fn invoke(
             response
                 .headers_mut()
                 .insert(header::LOCATION, location(row.id));
+            key_expiry(&mut response, &row, state.retention);
             Ok(response)
         }
     }

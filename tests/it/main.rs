@@ -16,6 +16,7 @@ mod matrix;
 mod metrics;
 mod reads;
 mod recovery;
+mod retention;
 mod schema;
 mod serve_binary;
 mod submit;

@@ -1,0 +1,80 @@
+//! `command-ledger prune --older-than 30d [--every 1h]`: removes finished
+//! commands past the retention window in bounded batches, each its own
+//! transaction, archiving every command with its history first
+//! (`pruned_commands`). Never a live command, never one a hold refers to.
+
+use anyhow::Context as _;
+use clap::Args;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use super::Database;
+
+#[derive(Debug, Args)]
+pub struct PruneArgs {
+    /// Remove commands that finished longer ago than this (30d, 12h, 90m).
+    /// Advertise the same window to clients with `serve --retention`.
+    #[arg(long, value_parser = duration)]
+    older_than: Duration,
+    /// Most commands per batch (one transaction each).
+    #[arg(long, default_value_t = 1000)]
+    batch: i32,
+    /// Keep running, pruning again at this interval (e.g. 1h).
+    #[arg(long, value_parser = duration)]
+    every: Option<Duration>,
+}
+
+fn duration(s: &str) -> Result<Duration, String> {
+    crate::catalog::parse_duration(s).ok_or_else(|| format!("{s:?} is not like 90m, 12h or 30d"))
+}
+
+pub(super) async fn run(
+    url: Option<String>,
+    state_dir: &Path,
+    args: PruneArgs,
+) -> anyhow::Result<()> {
+    let db = Database::open(url, state_dir).await?;
+    let result = loop {
+        match prune_once(&db, &args).await {
+            Ok(_) => {}
+            Err(e) => break Err(e),
+        }
+        let Some(every) = args.every else {
+            break Ok(());
+        };
+        tokio::select! {
+            () = tokio::time::sleep(every) => {}
+            () = super::serve::shutdown_signal() => break Ok(()),
+        }
+    };
+    db.close().await?;
+    result
+}
+
+/// Batches until nothing is left to prune; returns how many were pruned.
+async fn prune_once(db: &Database, args: &PruneArgs) -> anyhow::Result<u64> {
+    let actor = format!(
+        "prune:{}",
+        std::env::var("USER").unwrap_or_else(|_| "unknown".to_owned())
+    );
+    let started = Instant::now();
+    let mut total = 0u64;
+    loop {
+        let n = crate::db::commands::prune_batch(&db.pool, args.older_than, args.batch, &actor)
+            .await
+            .context("pruning a batch")?;
+        total += u64::try_from(n).unwrap_or(0);
+        if n < args.batch {
+            break;
+        }
+    }
+    #[allow(clippy::print_stdout)]
+    {
+        println!(
+            "pruned {total} finished command(s) older than {:?} in {:.1} s (archived in pruned_commands)",
+            args.older_than,
+            started.elapsed().as_secs_f64()
+        );
+    }
+    Ok(total)
+}

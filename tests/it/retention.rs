@@ -1,0 +1,212 @@
+//! Retention: `command-ledger prune` removes finished commands past the
+//! window in batches, archives each with its history, and never touches a
+//! live command or one a hold refers to; the database refuses every other
+//! way of deleting them; the replay window is advertised to clients.
+
+use command_ledger::catalog::Policies;
+use command_ledger::db::Role;
+use command_ledger::http::AppState;
+use serde_json::Value;
+use std::time::Duration;
+
+use crate::harness::{TestApp, fresh_database, refund, serve_state};
+
+const BIN: &str = env!("CARGO_BIN_EXE_command-ledger");
+
+/// Moves a command's timestamps `days` into the past. The triggers forbid
+/// this (rightly), so the test steps around them as a superuser.
+async fn age(app: &TestApp, id: &str, days: i32) {
+    let mut conn = app.pool.acquire().await.unwrap();
+    sqlx::raw_sql("set session_replication_role = replica")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    sqlx::query(
+        "update commands set created_at = created_at - make_interval(days => $2), \
+         finished_at = finished_at - make_interval(days => $2) where id = $1::uuid",
+    )
+    .bind(id)
+    .bind(days)
+    .execute(&mut *conn)
+    .await
+    .unwrap();
+    sqlx::raw_sql("reset session_replication_role")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+}
+
+async fn exists(app: &TestApp, id: &str) -> bool {
+    sqlx::query_scalar("select exists (select 1 from commands where id = $1::uuid)")
+        .bind(id)
+        .fetch_one(&app.pool)
+        .await
+        .unwrap()
+}
+
+async fn sqlstate(app: &TestApp, sql: &str) -> String {
+    let err = sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned()))
+        .execute(&app.pool)
+        .await
+        .unwrap_err();
+    err.as_database_error()
+        .and_then(|d| d.code())
+        .unwrap()
+        .into_owned()
+}
+
+#[tokio::test]
+async fn prune_archives_and_removes_only_finished_commands_past_the_window() {
+    let app = TestApp::spawn().await;
+    let token = app.token("kiosk-7", Role::Device).await;
+    let mut old = Vec::new();
+    for i in 0..5 {
+        let id = app.create(&token, &format!("old-{i}"), &refund(i)).await;
+        assert_eq!(
+            app.post(&token, &format!("/v1/commands/{id}/cancel"))
+                .await
+                .status(),
+            200
+        );
+        age(&app, &id, 40).await;
+        old.push(id);
+    }
+    let recent = app.create(&token, "recent", &refund(10)).await;
+    app.post(&token, &format!("/v1/commands/{recent}/cancel"))
+        .await;
+    let live = app.create(&token, "live", &refund(11)).await;
+    age(&app, &live, 40).await;
+
+    // Only the archive may delete, and only what it archived.
+    let direct = format!("delete from commands where id = '{}'", old[0]);
+    assert_eq!(sqlstate(&app, &direct).await, "CL002");
+    let history = format!(
+        "delete from command_history where command_id = '{}'",
+        old[0]
+    );
+    assert_eq!(sqlstate(&app, &history).await, "CL003");
+    let hasty = "select prune_commands(interval '10 seconds', 10)";
+    assert_eq!(sqlstate(&app, hasty).await, "CL007");
+
+    let out = tokio::process::Command::new(BIN)
+        .args([
+            "--database-url",
+            &app.db_url,
+            "prune",
+            "--older-than",
+            "30d",
+            "--batch",
+            "2",
+        ])
+        .env("RUST_LOG", "error")
+        .env("USER", "ops-bob")
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("pruned 5 finished command(s)"), "{stdout}");
+
+    for id in &old {
+        assert!(!exists(&app, id).await, "{id} was pruned");
+    }
+    assert!(
+        exists(&app, &recent).await,
+        "finished inside the window: kept"
+    );
+    assert!(exists(&app, &live).await, "live: kept, however old");
+    let orphans: i64 = sqlx::query_scalar(
+        "select count(*) from command_history h where not exists (select 1 from commands c where c.id = h.command_id)",
+    )
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(orphans, 0);
+
+    // The archive keeps each command with its whole history and who pruned it.
+    let (record, by): (Value, String) =
+        sqlx::query_as("select record, pruned_by from pruned_commands where id = $1::uuid")
+            .bind(&old[0])
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(by, "prune:ops-bob");
+    assert_eq!(record["command"]["idempotency_key"], "old-0");
+    let states: Vec<&str> = record["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["to_state"].as_str().unwrap())
+        .collect();
+    assert_eq!(states, ["pending", "cancelled"]);
+    assert_eq!(sqlstate(&app, "delete from pruned_commands").await, "CL003");
+
+    // The key was forgotten with its command: the same key now makes a new one.
+    let again = app.submit(&token, Some("old-0"), &refund(0)).await;
+    assert_eq!(again.status(), 202);
+}
+
+#[tokio::test]
+async fn a_command_a_hold_refers_to_is_kept() {
+    let app = TestApp::spawn().await;
+    let token = app.token("kiosk-7", Role::Device).await;
+    let id = app.create(&token, "k", &refund(1)).await;
+    app.post(&token, &format!("/v1/commands/{id}/cancel")).await;
+    age(&app, &id, 40).await;
+    let scope: uuid::Uuid = sqlx::query_scalar("select scope from commands where id = $1::uuid")
+        .bind(&id)
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    sqlx::query(
+        "insert into holds (id, scope, kind, authority_id, args, canonical, request_digest, \
+         intent_digest, digest_version, resembles) \
+         select gen_random_uuid(), $2, kind, authority_id, args, canonical, request_digest, \
+         request_digest, digest_version, id from commands where id = $1::uuid",
+    )
+    .bind(&id)
+    .bind(scope)
+    .execute(&app.pool)
+    .await
+    .unwrap();
+    let pruned: i32 = sqlx::query_scalar("select prune_commands(interval '30 days', 100)")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(pruned, 0);
+    assert!(exists(&app, &id).await);
+}
+
+#[tokio::test]
+async fn the_replay_window_is_advertised_when_configured() {
+    let (_, pool) = fresh_database().await;
+    let token = command_ledger::cli::issue_token(&pool, "kiosk-7", Role::Device, None)
+        .await
+        .unwrap();
+    let mut state = AppState::new(pool.clone(), Policies::default());
+    state.retention = Some(Duration::from_secs(30 * 86_400));
+    let addr = serve_state(state).await;
+    let resp = reqwest::Client::new()
+        .post(format!("http://{addr}/v1/commands"))
+        .bearer_auth(&token)
+        .header("Idempotency-Key", "k")
+        .json(&refund(1))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 202);
+    let expires = resp.headers()["idempotency-key-expires"].to_str().unwrap();
+    let at = chrono::DateTime::parse_from_rfc2822(expires).unwrap();
+    let days = (at.with_timezone(&chrono::Utc) - chrono::Utc::now()).num_days();
+    assert!((29..=30).contains(&days), "{expires}");
+
+    // Without a configured window, nothing is promised.
+    let app = TestApp::spawn().await;
+    let token = app.token("kiosk-8", Role::Device).await;
+    let resp = app.submit(&token, Some("k"), &refund(1)).await;
+    assert!(!resp.headers().contains_key("idempotency-key-expires"));
+}
