@@ -1,30 +1,15 @@
 //! Intent admission: one intent however it is spelled, coalescing, replay,
 //! held near-duplicates, the invoke API, the counters, failing closed.
 
-use crate::harness::{TestApp, TestSink, problem, refund_effects};
+use crate::harness::{TestApp, TestSink, problem, refund_effects, refund_policy};
 use command_ledger::catalog::Policies;
 use command_ledger::custodian::{Custodian, CustodianConfig};
 use command_ledger::db::Role;
 use command_ledger::demo_sink::Mode;
-use command_ledger::domain::admission::{KeyMode, KindPolicy, NearDuplicate};
+use command_ledger::domain::admission::{KindPolicy, NearDuplicate};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
-
-fn refund_policy(window: Duration, near_duplicate: NearDuplicate) -> Policies {
-    let mut policies = Policies::default();
-    policies.set(
-        "refund",
-        KindPolicy {
-            key: KeyMode::Fingerprint,
-            authority: Some("payments".into()),
-            window,
-            near_duplicate,
-            ..KindPolicy::default()
-        },
-    );
-    policies
-}
 
 async fn invoke(app: &TestApp, token: &str, body: Value) -> (u16, Value) {
     let resp = app

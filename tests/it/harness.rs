@@ -384,3 +384,25 @@ pub(crate) fn custodian(
     config.heartbeat = lease_ttl / 3;
     command_ledger::custodian::Custodian::new(pool.clone(), config, effects)
 }
+
+/// `refund` as the quickstart has it (keyless: the intent stands in for a
+/// key; authority `payments`), with this coalescing window and this answer
+/// to a near-duplicate after it.
+pub(crate) fn refund_policy(
+    window: std::time::Duration,
+    near_duplicate: command_ledger::domain::admission::NearDuplicate,
+) -> command_ledger::catalog::Policies {
+    use command_ledger::domain::admission::{KeyMode, KindPolicy};
+    let mut policies = command_ledger::catalog::Policies::default();
+    policies.set(
+        "refund",
+        KindPolicy {
+            key: KeyMode::Fingerprint,
+            authority: Some("payments".into()),
+            window,
+            near_duplicate,
+            ..KindPolicy::default()
+        },
+    );
+    policies
+}

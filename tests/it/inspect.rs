@@ -1,13 +1,12 @@
 //! The operator's command line against a live ledger: the real binary, the
 //! test database's URL.
 
-use command_ledger::catalog::Policies;
 use command_ledger::db::Role;
-use command_ledger::domain::admission::{KeyMode, KindPolicy, NearDuplicate};
+use command_ledger::domain::admission::NearDuplicate;
 use serde_json::{Value, json};
 use std::time::Duration;
 
-use crate::harness::{TestApp, refund};
+use crate::harness::{TestApp, refund, refund_policy};
 
 const BIN: &str = env!("CARGO_BIN_EXE_command-ledger");
 
@@ -33,22 +32,6 @@ async fn cli_json(app: &TestApp, args: &[&str]) -> Value {
     let (ok, out, err) = cli(app, args).await;
     assert!(ok, "{args:?} failed: {err}");
     serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?} printed no JSON ({e}): {out}"))
-}
-
-/// Holds every near-duplicate of a refund at once.
-fn holding() -> Policies {
-    let mut policies = Policies::default();
-    policies.set(
-        "refund",
-        KindPolicy {
-            key: KeyMode::Fingerprint,
-            authority: Some("payments".into()),
-            window: Duration::ZERO,
-            near_duplicate: NearDuplicate::Hold,
-            ..KindPolicy::default()
-        },
-    );
-    policies
 }
 
 async fn invoke(app: &TestApp, token: &str, run: &str) -> Value {
@@ -125,7 +108,7 @@ async fn commands_list_and_show_answer_from_the_database() {
 
 #[tokio::test]
 async fn holds_are_listed_released_and_rejected_from_the_command_line() {
-    let app = TestApp::spawn_with(holding()).await;
+    let app = TestApp::spawn_with(refund_policy(Duration::ZERO, NearDuplicate::Hold)).await;
     let agent = app.token("agent-1", Role::Device).await;
     invoke(&app, &agent, "run-1").await;
     let held_a = invoke(&app, &agent, "run-2").await;

@@ -3,10 +3,9 @@
 //! for another principal's object (never an existence oracle); 403 for what
 //! a device may never do; nothing else changes.
 
-use crate::harness::{TestApp, refund};
-use command_ledger::catalog::Policies;
+use crate::harness::{TestApp, refund, refund_policy};
 use command_ledger::db::Role;
-use command_ledger::domain::admission::{KeyMode, KindPolicy};
+use command_ledger::domain::admission::NearDuplicate;
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -91,17 +90,7 @@ async fn hold_of(app: &TestApp, owner: &str, n: usize) -> String {
 
 #[tokio::test]
 async fn every_endpoint_answers_each_kind_of_caller_as_documented() {
-    let mut policies = Policies::default();
-    policies.set(
-        "refund",
-        KindPolicy {
-            key: KeyMode::Fingerprint,
-            authority: Some("payments".into()),
-            window: Duration::ZERO,
-            ..KindPolicy::default()
-        },
-    );
-    let app = TestApp::spawn_with(policies).await;
+    let app = TestApp::spawn_with(refund_policy(Duration::ZERO, NearDuplicate::Hold)).await;
     let tokens = Tokens {
         revoked: app.token("gone", Role::Device).await,
         other: app.token("other", Role::Device).await,
