@@ -342,6 +342,12 @@ impl Bench {
         let mut config = CustodianConfig::new(vec![authority.to_owned()]);
         config.batch_size = batch;
         config.max_in_flight = usize::try_from(batch.max(64)).unwrap_or(64);
+        if let Some(ms) = std::env::var("BENCH_POLL_INTERVAL_MS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+        {
+            config.poll_interval = Duration::from_millis(ms);
+        }
         if let Some(secs) = std::env::var("BENCH_RECOVERY_INTERVAL")
             .ok()
             .and_then(|s| s.parse().ok())
