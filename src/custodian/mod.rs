@@ -262,6 +262,7 @@ impl Custodian {
 
     /// Claims up to `limit` pending commands of the authorities leased now:
     /// returns those now `prepared` (overdue ones are expired, never started).
+    #[tracing::instrument(name = "claim", skip(self, report), fields(holder = %self.config.holder))]
     pub async fn claim(
         &self,
         limit: i64,
@@ -329,6 +330,7 @@ impl Custodian {
 
     /// Commits `effect_started` for prepared commands (SERIALIZABLE, fenced
     /// on the lease). Only rows whose commit is certain are returned.
+    #[tracing::instrument(name = "start", skip(self, ids, report), fields(commands = ids.len()))]
     async fn start(
         &self,
         authority: &str,
@@ -507,6 +509,7 @@ impl Custodian {
     /// returns the ids it recorded. After a commit whose outcome is unknown,
     /// the rows are re-read: those already in the intended state count as
     /// recorded.
+    #[tracing::instrument(name = "record", skip(self, outcomes), fields(commands = outcomes.len()))]
     async fn record_group(
         &self,
         authority: &str,
