@@ -127,6 +127,74 @@ impl Exposition {
     }
 }
 
+/// The families a custodian's counters give (its transitions, adoptions,
+/// fenced writes, retries, lease changes and effect latencies).
+pub fn custodian(e: &mut Exposition, s: &crate::custodian::Stats) {
+    e.counter(
+        "ledger_transitions_total",
+        "State changes made by this process's custodian.",
+        &[
+            (&[("from", "pending"), ("to", "prepared")], load(&s.claimed)),
+            (
+                &[("from", "prepared"), ("to", "effect_started")],
+                load(&s.started),
+            ),
+            (
+                &[("from", "effect_started"), ("to", "applied")],
+                load(&s.applied),
+            ),
+            (
+                &[("from", "effect_started"), ("to", "failed")],
+                load(&s.failed),
+            ),
+            (
+                &[("from", "effect_started"), ("to", "ambiguous")],
+                load(&s.ambiguous),
+            ),
+            (&[("from", "pending"), ("to", "expired")], load(&s.expired)),
+        ],
+    );
+    e.counter(
+        "ledger_adoptions_total",
+        "Prepared commands adopted from a superseded generation.",
+        &[(&[], load(&s.adopted))],
+    );
+    e.counter(
+        "ledger_fenced_writes_total",
+        "Writes refused because the authority had moved to a newer generation.",
+        &[(&[], load(&s.fenced))],
+    );
+    e.counter(
+        "ledger_serialization_retries_total",
+        "SERIALIZABLE transactions retried after a serialization failure or deadlock.",
+        &[(&[], load(&s.serialization_retries))],
+    );
+    e.counter(
+        "ledger_lease_changes_total",
+        "Leases this process acquired or lost.",
+        &[
+            (&[("change", "acquired")], load(&s.leases_acquired)),
+            (&[("change", "lost")], load(&s.leases_lost)),
+        ],
+    );
+    let latency = s.effect_latency.snapshot();
+    let samples: Vec<_> = latency
+        .iter()
+        .map(|((kind, outcome), h)| ([("kind", kind.as_str()), ("outcome", *outcome)], h))
+        .collect();
+    let samples: Vec<_> = samples.iter().map(|(l, h)| (&l[..], *h)).collect();
+    e.histogram(
+        "ledger_effect_duration_seconds",
+        "How long effects took, by kind and outcome.",
+        &samples,
+    );
+}
+
+#[allow(clippy::cast_precision_loss)]
+fn load(a: &std::sync::atomic::AtomicU64) -> f64 {
+    a.load(std::sync::atomic::Ordering::Relaxed) as f64
+}
+
 fn escape(v: &str) -> String {
     v.replace('\\', "\\\\")
         .replace('"', "\\\"")

@@ -55,6 +55,10 @@ pub struct CustodianCommand {
     /// Authorities to serve, comma separated.
     #[arg(long, env = "AUTHORITIES", value_delimiter = ',', required = true, value_parser = authority)]
     pub authority: Vec<String>,
+    /// Serve this custodian's Prometheus metrics at `http://ADDR/metrics`.
+    /// No token is asked: bind it to an address only your scraper reaches.
+    #[arg(long, env = "METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
     #[command(flatten)]
     pub options: CustodianArgs,
 }
@@ -147,9 +151,37 @@ pub(super) async fn run(
     let effects = cmd.options.effects()?;
     let db = Database::open_with(database_url, state_dir, 10, "command-ledger-custodian").await?;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let (task, _) = spawn_custodian(db.pool.clone(), config, effects, async move {
+    let (task, stats) = spawn_custodian(db.pool.clone(), config, effects, async move {
         let _ = stop_rx.await;
     });
+    if let Some(addr) = cmd.metrics_listen {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("binding the metrics address {addr}"))?;
+        tracing::info!(addr = %listener.local_addr()?, "custodian metrics at /metrics");
+        let app = axum::Router::new().route(
+            "/metrics",
+            axum::routing::get(move || {
+                let stats = Arc::clone(&stats);
+                async move {
+                    let mut e = crate::metrics::Exposition::default();
+                    crate::metrics::custodian(&mut e, &stats);
+                    (
+                        [(
+                            axum::http::header::CONTENT_TYPE,
+                            "text/plain; version=0.0.4; charset=utf-8",
+                        )],
+                        e.finish(),
+                    )
+                }
+            }),
+        );
+        tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, app).await {
+                tracing::error!(error = %e, "metrics server stopped");
+            }
+        });
+    }
     super::serve::shutdown_signal().await;
     let _ = stop_tx.send(());
     let result = task.await.context("custodian task")?;

@@ -156,3 +156,46 @@ async fn the_in_process_custodian_reports_transitions_latency_and_generation() {
         0.0
     );
 }
+
+/// A custodian process of its own serves its metrics on the address given.
+#[tokio::test]
+async fn a_standalone_custodian_serves_its_metrics() {
+    let app = TestApp::spawn().await;
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_command-ledger"))
+        .args([
+            "--database-url",
+            &app.db_url,
+            "custodian",
+            "--authority",
+            "agent-9",
+        ])
+        .args(["--metrics-listen", &format!("127.0.0.1:{port}")])
+        .env("RUST_LOG", "error")
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let url = format!("http://127.0.0.1:{port}/metrics");
+    let mut text = String::new();
+    for _ in 0..100 {
+        if let Ok(resp) = app.client.get(&url).send().await {
+            text = resp.text().await.unwrap();
+            if text.contains("ledger_lease_changes_total{change=\"acquired\"} 1") {
+                break;
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    child.kill().await.unwrap();
+    assert_eq!(
+        sample(&text, "ledger_lease_changes_total{change=\"acquired\"}"),
+        1.0
+    );
+    assert!(
+        text.contains("# TYPE ledger_transitions_total counter"),
+        "{text}"
+    );
+}
