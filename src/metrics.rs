@@ -190,8 +190,9 @@ pub fn custodian(e: &mut Exposition, s: &crate::custodian::Stats) {
     );
 }
 
+/// A counter's value as a sample.
 #[allow(clippy::cast_precision_loss)]
-fn load(a: &std::sync::atomic::AtomicU64) -> f64 {
+pub fn load(a: &std::sync::atomic::AtomicU64) -> f64 {
     a.load(std::sync::atomic::Ordering::Relaxed) as f64
 }
 

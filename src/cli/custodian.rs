@@ -40,8 +40,16 @@ pub struct CustodianArgs {
     pub recovery_interval: Duration,
 }
 
-fn duration(s: &str) -> Result<Duration, String> {
-    parse_duration(s).ok_or_else(|| format!("{s:?} is not a duration like 500ms, 10s or 2m"))
+/// A duration argument (500ms, 10s, 2m, 12h, 30d), for every subcommand.
+pub(super) fn duration(s: &str) -> Result<Duration, String> {
+    parse_duration(s).ok_or_else(|| format!("{s:?} is not a duration like 500ms, 10s, 2m or 30d"))
+}
+
+/// The operating-system user running this command, for audit actors.
+pub(super) fn os_user() -> String {
+    std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .unwrap_or_else(|_| "unknown".to_owned())
 }
 
 pub(super) fn authority(s: &str) -> Result<String, String> {

@@ -110,7 +110,7 @@ pub enum AuthoritiesCommand {
 }
 
 fn since(s: &str) -> Result<DateTime<Utc>, String> {
-    if let Some(d) = crate::catalog::parse_duration(s) {
+    if let Ok(d) = super::custodian::duration(s) {
         let d = chrono::Duration::from_std(d).map_err(|e| e.to_string())?;
         return Ok(Utc::now() - d);
     }
@@ -121,10 +121,7 @@ fn since(s: &str) -> Result<DateTime<Utc>, String> {
 
 /// Who decides from the command line, as history and holds name them.
 fn actor() -> String {
-    let user = std::env::var("USER")
-        .or_else(|_| std::env::var("LOGNAME"))
-        .unwrap_or_else(|_| "unknown".to_owned());
-    format!("cli:{user}")
+    format!("cli:{}", super::custodian::os_user())
 }
 
 pub(super) async fn commands(

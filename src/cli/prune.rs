@@ -9,6 +9,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use super::Database;
+use super::custodian::duration;
 
 #[derive(Debug, Args)]
 pub struct PruneArgs {
@@ -22,10 +23,6 @@ pub struct PruneArgs {
     /// Keep running, pruning again at this interval (e.g. 1h).
     #[arg(long, value_parser = duration)]
     every: Option<Duration>,
-}
-
-fn duration(s: &str) -> Result<Duration, String> {
-    crate::catalog::parse_duration(s).ok_or_else(|| format!("{s:?} is not like 90m, 12h or 30d"))
 }
 
 pub(super) async fn run(
@@ -53,10 +50,7 @@ pub(super) async fn run(
 
 /// Batches until nothing is left to prune; returns how many were pruned.
 async fn prune_once(db: &Database, args: &PruneArgs) -> anyhow::Result<u64> {
-    let actor = format!(
-        "prune:{}",
-        std::env::var("USER").unwrap_or_else(|_| "unknown".to_owned())
-    );
+    let actor = format!("prune:{}", super::custodian::os_user());
     let started = Instant::now();
     let mut total = 0u64;
     loop {

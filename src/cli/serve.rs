@@ -56,7 +56,7 @@ pub struct ServeArgs {
     /// The replay window to advertise: how long after a command finishes
     /// its key is kept (run `prune --older-than` with the same value).
     /// Responses then carry `Idempotency-Key-Expires`.
-    #[arg(long, env = "RETENTION", value_parser = retention)]
+    #[arg(long, env = "RETENTION", value_parser = super::custodian::duration)]
     pub retention: Option<std::time::Duration>,
     /// Longest a request may wait for an outcome (`?wait=`, `Prefer: wait=`);
     /// longer asks are clamped to it.
@@ -262,10 +262,6 @@ fn announce_embedded(
         tf = token_file.display(),
     ));
     println!("{text}");
-}
-
-fn retention(s: &str) -> Result<std::time::Duration, String> {
-    crate::catalog::parse_duration(s).ok_or_else(|| format!("{s:?} is not like 12h or 30d"))
 }
 
 pub(super) async fn shutdown_signal() {

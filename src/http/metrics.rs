@@ -7,20 +7,14 @@
 use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::AppState;
 use super::error::{ApiError, Problem};
 use super::extract::Auth;
 use crate::db::{self, Role};
-use crate::metrics::Exposition;
+use crate::metrics::{Exposition, load};
 
 const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
-
-#[allow(clippy::cast_precision_loss)]
-fn load(a: &AtomicU64) -> f64 {
-    a.load(Ordering::Relaxed) as f64
-}
 
 /// The ledger's metrics (names and labels in docs/OPERATIONS.md). Operators only.
 #[utoipa::path(get, path = "/metrics", operation_id = "getMetrics", tag = "operations",
