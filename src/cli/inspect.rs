@@ -173,7 +173,10 @@ pub(super) async fn commands(
                     let history = crate::db::commands::history(&db.pool, id).await?;
                     if output.json {
                         let mut doc = command_json(&row);
-                        doc["history"] = history.iter().map(history_json).collect();
+                        doc["history"] = history
+                            .iter()
+                            .map(crate::http::json::history_entry)
+                            .collect();
                         print_json(&doc);
                     } else {
                         show_command(&row, &history);
@@ -208,7 +211,9 @@ async fn holds_on(db: &Database, cmd: HoldsCommand) -> anyhow::Result<()> {
             let rows =
                 crate::db::holds::list(&db.pool, state.map(HoldState::as_str), limit).await?;
             if output.json {
-                print_json(&Value::Array(rows.iter().map(hold_json).collect()));
+                print_json(&Value::Array(
+                    rows.iter().map(crate::http::json::hold).collect(),
+                ));
             } else {
                 print_table(
                     &[
@@ -231,7 +236,9 @@ async fn holds_on(db: &Database, cmd: HoldsCommand) -> anyhow::Result<()> {
                     .await?
                     .with_context(|| not_open(id))?;
             if output.json {
-                print_json(&json!({"hold": hold_json(&hold), "command": command_json(&command)}));
+                print_json(
+                    &json!({"hold": crate::http::json::hold(&hold), "command": command_json(&command)}),
+                );
             } else {
                 println!(
                     "hold {} released; command {} recorded (pending)",
@@ -251,7 +258,7 @@ async fn holds_on(db: &Database, cmd: HoldsCommand) -> anyhow::Result<()> {
             .await?
             .with_context(|| not_open(id))?;
             if output.json {
-                print_json(&json!({"hold": hold_json(&hold)}));
+                print_json(&json!({"hold": crate::http::json::hold(&hold)}));
             } else {
                 println!("hold {} rejected; nothing runs", hold.id);
             }
@@ -305,17 +312,11 @@ fn time(t: Option<DateTime<Utc>>) -> String {
     )
 }
 
+/// The API's view of a command, plus its scope (the CLI sees every scope).
 fn command_json(c: &CommandRow) -> Value {
-    json!({
-        "id": c.id, "state": c.state, "kind": c.kind,
-        "authority": {"id": c.authority_id, "generation": c.authority_generation,
-                      "pinned": c.pinned_generation.is_some()},
-        "scope": c.scope, "idempotency_key": c.idempotency_key, "run_id": c.run_id,
-        "args": c.args, "result": c.result, "error": c.error,
-        "request_digest": hex::encode(&c.request_digest),
-        "deadline": c.deadline_at, "created_at": c.created_at,
-        "updated_at": c.updated_at, "finished_at": c.finished_at,
-    })
+    let mut doc = crate::http::json::command(c);
+    doc["scope"] = json!(c.scope);
+    doc
 }
 
 fn command_cells(c: &CommandRow) -> Vec<String> {
@@ -330,13 +331,6 @@ fn command_cells(c: &CommandRow) -> Vec<String> {
         time(Some(c.created_at)),
         time(c.finished_at),
     ]
-}
-
-fn history_json(h: &HistoryRow) -> Value {
-    json!({
-        "from": h.from_state, "to": h.to_state, "at": h.at, "actor": h.actor,
-        "generation": h.authority_generation, "reason": h.reason,
-    })
 }
 
 fn show_command(c: &CommandRow, history: &[HistoryRow]) {
@@ -373,15 +367,6 @@ fn show_command(c: &CommandRow, history: &[HistoryRow]) {
             })
             .collect(),
     );
-}
-
-fn hold_json(h: &HoldRow) -> Value {
-    json!({
-        "id": h.id, "state": h.state, "kind": h.kind, "authority": h.authority_id,
-        "run_id": h.run_id, "args": h.args, "resembles": h.resembles,
-        "created_at": h.created_at, "decided_at": h.decided_at, "decided_by": h.decided_by,
-        "decision_reason": h.decision_reason, "command_id": h.command_id,
-    })
 }
 
 fn hold_cells(h: &HoldRow) -> Vec<String> {

@@ -301,7 +301,7 @@ struct HistoryView {
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
-struct HistoryEntry {
+pub(super) struct HistoryEntry {
     from: Option<String>,
     to: String,
     at: DateTime<Utc>,

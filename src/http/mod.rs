@@ -113,6 +113,34 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
+/// The API's JSON for a command, a history entry and a hold, for other
+/// front ends (the command line) to print exactly what the API returns.
+pub mod json {
+    use serde_json::Value;
+
+    use crate::db::commands::{CommandRow, HistoryRow};
+    use crate::db::holds::HoldRow;
+
+    fn value(v: impl serde::Serialize) -> Value {
+        serde_json::to_value(v).expect("a view serializes")
+    }
+
+    /// As `GET /v1/commands/{id}` returns it.
+    pub fn command(row: &CommandRow) -> Value {
+        value(super::commands::view(row, None))
+    }
+
+    /// As `GET /v1/commands/{id}/history` lists it.
+    pub fn history_entry(row: &HistoryRow) -> Value {
+        value(super::commands::HistoryEntry::from(row.clone()))
+    }
+
+    /// As `GET /v1/holds/{id}` returns it.
+    pub fn hold(row: &HoldRow) -> Value {
+        value(super::holds::hold_view(row))
+    }
+}
+
 /// One span per request, named by its `x-request-id` (the client's, or one
 /// made here and returned in the response), so every log line of a request
 /// can be found from either side.
