@@ -146,6 +146,10 @@ async fn identity_columns_are_immutable_and_live_rows_cannot_be_deleted() {
         "update commands set kind = 'charge' where id = $1",
         "update commands set authority_id = 'elsewhere' where id = $1",
         "update commands set request_digest = sha256('x') where id = $1",
+        "update commands set intent_digest = sha256('x') where id = $1",
+        "update commands set canonical_rules = '{money@/amount}' where id = $1",
+        "update commands set intent_epoch = 2 where id = $1",
+        "update commands set pinned_generation = 3 where id = $1",
     ] {
         let err = sqlx::query(edit).bind(id).execute(&pool).await.unwrap_err();
         assert_eq!(sqlstate(&err), "CL003", "{edit}: {err}");
@@ -382,4 +386,111 @@ async fn the_inspector_role_reads_the_ledger_but_no_token_hash_and_writes_nothin
         assert_eq!(sqlstate(&err), "42501", "{refused}: {err}");
     }
     inspector.close().await;
+}
+
+#[tokio::test]
+async fn the_state_checks_name_exactly_the_states_of_the_reference_table() {
+    let pool = fresh_pool().await;
+    let states: BTreeSet<String> = sqlx::query_scalar("select state from command_states")
+        .fetch_all(&pool)
+        .await
+        .unwrap()
+        .into_iter()
+        .collect();
+    for (table, constraint, columns) in [
+        ("commands", "commands_state_known", 1),
+        ("command_history", "command_history_states_known", 2),
+    ] {
+        let definition: String = sqlx::query_scalar(
+            "select pg_get_constraintdef(oid) from pg_constraint \
+             where conname = $1 and conrelid = $2::regclass",
+        )
+        .bind(constraint)
+        .bind(table)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        let quoted: Vec<&str> = definition.split('\'').skip(1).step_by(2).collect();
+        assert_eq!(quoted.len(), states.len() * columns, "{definition}");
+        let named: BTreeSet<String> = quoted.iter().map(|s| (*s).to_owned()).collect();
+        assert_eq!(named, states, "{constraint}: {definition}");
+    }
+    let id = insert_command(&pool, "unknown-state").await;
+    let err = sqlx::query(
+        "insert into command_history (command_id, to_state, actor) values ($1, 'done', 'x')",
+    )
+    .bind(id)
+    .execute(&pool)
+    .await
+    .unwrap_err();
+    assert_eq!(sqlstate(&err), "23514", "{err}");
+}
+
+#[tokio::test]
+async fn one_statement_changing_many_rows_audits_and_announces_each_row() {
+    let pool = fresh_pool().await;
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        ids.push(command_in(&pool, &format!("batch-{i}"), State::EffectStarted).await);
+    }
+    let untouched = command_in(&pool, "batch-untouched", State::EffectStarted).await;
+    let mut listener = sqlx::postgres::PgListener::connect_with(&pool)
+        .await
+        .unwrap();
+    listener.listen("command_ledger_outcome").await.unwrap();
+
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::query("select set_config('command_ledger.actor', 'custodian:batch', true)")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    // Four rows finish; a fifth is rewritten to its own state, which changes nothing.
+    let changed = sqlx::query(
+        "update commands set state = case when id = $2 then state else 'applied' end, \
+         result = case when id = $2 then null else '{}'::jsonb end where id = any($1)",
+    )
+    .bind(&ids)
+    .bind(ids[4])
+    .execute(&mut *tx)
+    .await
+    .unwrap()
+    .rows_affected();
+    assert_eq!(changed, 5);
+    tx.commit().await.unwrap();
+
+    let entries: Vec<(uuid::Uuid, String, String)> = sqlx::query_as(
+        "select command_id, from_state || '->' || to_state, actor from command_history \
+         where actor = 'custodian:batch' order by command_id",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    let mut expected: Vec<(uuid::Uuid, String, String)> = ids[..4]
+        .iter()
+        .map(|id| {
+            (
+                *id,
+                "effect_started->applied".into(),
+                "custodian:batch".into(),
+            )
+        })
+        .collect();
+    expected.sort();
+    assert_eq!(entries, expected);
+
+    let mut announced = BTreeSet::new();
+    while announced.len() < 4 {
+        let n = tokio::time::timeout(std::time::Duration::from_secs(5), listener.recv())
+            .await
+            .expect("one notification per finished row")
+            .unwrap();
+        announced.insert(n.payload().parse::<uuid::Uuid>().unwrap());
+    }
+    assert_eq!(announced, ids[..4].iter().copied().collect());
+    assert!(
+        tokio::time::timeout(std::time::Duration::from_millis(300), listener.recv())
+            .await
+            .is_err(),
+        "no notification for the row that did not change, nor for {untouched}"
+    );
 }

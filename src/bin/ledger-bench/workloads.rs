@@ -342,6 +342,12 @@ impl Bench {
         let mut config = CustodianConfig::new(vec![authority.to_owned()]);
         config.batch_size = batch;
         config.max_in_flight = usize::try_from(batch.max(64)).unwrap_or(64);
+        if let Some(n) = std::env::var("BENCH_MAX_IN_FLIGHT")
+            .ok()
+            .and_then(|s| s.parse().ok())
+        {
+            config.max_in_flight = n;
+        }
         if let Some(ms) = std::env::var("BENCH_POLL_INTERVAL_MS")
             .ok()
             .and_then(|s| s.parse().ok())
