@@ -27,7 +27,11 @@ use crate::db::{self, CommandRow};
 use crate::domain::{EffectOutcome, State};
 pub use effects::{Effect, EffectCall, Effects};
 pub use leases::HeldLease;
-pub use txn::TxError;
+pub use txn::{Isolation, TxError};
+
+/// Commands started but not recorded, per effect slot: claiming goes on
+/// while earlier outcomes are being written, up to this many batches' worth.
+const UNRECORDED_PER_EFFECT: usize = 16;
 
 /// The channel API processes notify when new pending rows exist (payload:
 /// the authority id). Sent outside the submit transaction, debounced.
@@ -51,6 +55,9 @@ pub struct CustodianConfig {
     pub shutdown_grace: Duration,
     /// How often the custodian runs a recovery pass.
     pub recovery_interval: Duration,
+    /// SERIALIZABLE, except in the benchmark's comparison (see [`Isolation`]).
+    #[doc(hidden)]
+    pub isolation: Isolation,
 }
 
 impl CustodianConfig {
@@ -65,6 +72,7 @@ impl CustodianConfig {
             poll_interval: Duration::from_secs(1),
             shutdown_grace: Duration::from_secs(10),
             recovery_interval: Duration::from_secs(5),
+            isolation: Isolation::Serializable,
         }
     }
 }
@@ -340,8 +348,12 @@ impl Custodian {
     ) -> Result<Vec<Started>, CustodianError> {
         let holder = &self.config.holder;
         let actor = &self.actor;
-        let mut retry =
-            txn::Serializable::new(&self.pool, &self.stats.serialization_retries, "start");
+        let mut retry = txn::Serializable::new(
+            &self.pool,
+            &self.stats.serialization_retries,
+            "start",
+            self.config.isolation,
+        );
         let result = loop {
             let mut tx = match retry.begin().await {
                 Ok(tx) => tx,
@@ -516,8 +528,12 @@ impl Custodian {
         generation: i64,
         outcomes: &[(Uuid, EffectOutcome)],
     ) -> Result<Vec<Uuid>, CustodianError> {
-        let mut retry =
-            txn::Serializable::new(&self.pool, &self.stats.serialization_retries, "record");
+        let mut retry = txn::Serializable::new(
+            &self.pool,
+            &self.stats.serialization_retries,
+            "record",
+            self.config.isolation,
+        );
         loop {
             let mut tx = retry.begin().await?;
             let attempt =
@@ -551,21 +567,30 @@ impl Custodian {
     /// The long-lived loop, until `shutdown` completes: wake on
     /// notifications (with a polling fallback), keep at most
     /// `max_in_flight` effects running, record outcomes as they come, and on
-    /// shutdown stop claiming, drain within the grace period, release leases.
+    /// shutdown stop claiming, drain within the grace period, record what is
+    /// known, release leases.
+    ///
+    /// Two bounds govern claiming: effects running at once
+    /// (`max_in_flight`), and commands started whose outcome is not recorded
+    /// yet (`UNRECORDED_PER_EFFECT` times that). An effect's slot frees as
+    /// soon as it answers, so the next batch is claimed and started while
+    /// the last one's outcomes are being written.
     pub async fn run(
         self: Arc<Self>,
         shutdown: impl Future<Output = ()>,
     ) -> Result<(), CustodianError> {
-        let permits = Arc::new(Semaphore::new(self.config.max_in_flight));
+        let max_in_flight = self.config.max_in_flight.max(1);
+        let effect_slots = Arc::new(Semaphore::new(max_in_flight));
+        let record_slots = Arc::new(Semaphore::new(
+            max_in_flight.saturating_mul(UNRECORDED_PER_EFFECT),
+        ));
         let capacity = Arc::new(Notify::new());
-        let in_flight: Arc<Mutex<HashMap<Uuid, (String, i64)>>> = Arc::default();
+        // Effects dispatched and not answered yet. An effect that answers
+        // after the shutdown has recorded it ambiguous finds itself gone.
+        let running: Arc<Mutex<HashMap<Uuid, (String, i64)>>> = Arc::default();
         let (done_tx, done_rx) =
             mpsc::unbounded_channel::<(Done, tokio::sync::OwnedSemaphorePermit)>();
-        let recorder = tokio::spawn(Arc::clone(&self).recorder(
-            done_rx,
-            Arc::clone(&capacity),
-            Arc::clone(&in_flight),
-        ));
+        let recorder = tokio::spawn(Arc::clone(&self).recorder(done_rx, Arc::clone(&capacity)));
 
         let mut listener = match PgListener::connect_with(&self.pool).await {
             Ok(mut l) => match l.listen(PENDING_CHANNEL).await {
@@ -589,12 +614,18 @@ impl Custodian {
         tracing::info!(holder = %self.config.holder, authorities = ?self.config.authorities, "custodian running");
 
         loop {
-            // Claim while there is room and work.
+            // Claim while there is room and work. With less than half a
+            // batch of room, wait for more: many small claims cost more
+            // than fewer full ones.
+            let batch = usize::try_from(self.config.batch_size)
+                .unwrap_or(1)
+                .clamp(1, max_in_flight);
             loop {
-                let room = permits
+                let room = effect_slots
                     .available_permits()
-                    .min(usize::try_from(self.config.batch_size).unwrap_or(1));
-                if room == 0 {
+                    .min(record_slots.available_permits())
+                    .min(batch);
+                if room == 0 || room < batch.div_ceil(2) {
                     break;
                 }
                 let mut report = StepReport::default();
@@ -606,26 +637,50 @@ impl Custodian {
                     }
                 };
                 for s in started {
-                    let permit = Arc::clone(&permits)
+                    let effect_slot = Arc::clone(&effect_slots)
                         .acquire_owned()
                         .await
                         .expect("the semaphore is never closed");
-                    in_flight
+                    let record_slot = Arc::clone(&record_slots)
+                        .acquire_owned()
+                        .await
+                        .expect("the semaphore is never closed");
+                    let id = s.call.command_id;
+                    running
                         .lock()
-                        .expect("in-flight lock")
-                        .insert(s.call.command_id, (s.authority.clone(), s.generation));
+                        .expect("running lock")
+                        .insert(id, (s.authority.clone(), s.generation));
                     let effects = Arc::clone(&self.effects);
                     let stats = Arc::clone(&self.stats);
-                    let done_tx = done_tx.clone();
+                    let done_tx = done_tx.downgrade();
+                    let running = Arc::clone(&running);
+                    let capacity = Arc::clone(&capacity);
                     tokio::spawn(async move {
                         let outcome = timed_effect(&effects, &s.call, &stats).await;
                         let done = Done {
                             authority: s.authority,
                             generation: s.generation,
-                            id: s.call.command_id,
+                            id,
                             outcome,
                         };
-                        let _ = done_tx.send((done, permit));
+                        // Under the lock, so a shutdown either sees this
+                        // effect running or finds its outcome queued.
+                        let tx = {
+                            let mut running = running.lock().expect("running lock");
+                            running.remove(&id).and_then(|_| done_tx.upgrade())
+                        };
+                        match tx {
+                            Some(tx) => {
+                                let _ = tx.send((done, record_slot));
+                            }
+                            None => tracing::warn!(
+                                command.id = %id,
+                                outcome = ?done.outcome,
+                                "the effect answered after the shutdown recorded it ambiguous"
+                            ),
+                        }
+                        drop(effect_slot);
+                        capacity.notify_one();
                     });
                 }
                 if report.claimed < room {
@@ -663,16 +718,15 @@ impl Custodian {
         }
 
         tracing::info!("custodian stopping: no new claims; draining effects in flight");
-        let all = u32::try_from(self.config.max_in_flight).unwrap_or(u32::MAX);
-        let drained = tokio::time::timeout(self.config.shutdown_grace, permits.acquire_many(all))
-            .await
-            .is_ok();
-        drop(done_tx);
-        if !drained {
-            // Dispatched and still unanswered: nobody can know, so ambiguous.
-            let left: Vec<Done> = in_flight
-                .lock()
-                .expect("in-flight lock")
+        let all = u32::try_from(max_in_flight).unwrap_or(u32::MAX);
+        let _ =
+            tokio::time::timeout(self.config.shutdown_grace, effect_slots.acquire_many(all)).await;
+        // Dispatched and still unanswered: nobody can know, so ambiguous.
+        // Dropping the sender under the lock closes the queue to them.
+        let left: Vec<Done> = {
+            let mut running = running.lock().expect("running lock");
+            drop(done_tx);
+            running
                 .drain()
                 .map(|(id, (authority, generation))| Done {
                     authority,
@@ -685,7 +739,9 @@ impl Custodian {
                         ),
                     },
                 })
-                .collect();
+                .collect()
+        };
+        if !left.is_empty() {
             tracing::warn!(
                 count = left.len(),
                 "effects still in flight after the grace period: recording ambiguous"
@@ -693,19 +749,29 @@ impl Custodian {
             let mut report = StepReport::default();
             self.record(left, &mut report).await;
         }
-        recorder.abort();
+        // The outcomes already known are recorded before the leases go.
+        let mut recorder = recorder;
+        if tokio::time::timeout(self.config.shutdown_grace, &mut recorder)
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                "outcomes not recorded within the grace period; recovery will resolve their commands"
+            );
+            recorder.abort();
+        }
         self.release_leases().await;
         Ok(())
     }
 
-    /// Records outcomes as they arrive, batching whatever is already waiting.
+    /// Records outcomes as they arrive, batching whatever is already
+    /// waiting, until every sender is gone and the queue is empty.
     async fn recorder(
         self: Arc<Self>,
         mut rx: mpsc::UnboundedReceiver<(Done, tokio::sync::OwnedSemaphorePermit)>,
         capacity: Arc<Notify>,
-        in_flight: Arc<Mutex<HashMap<Uuid, (String, i64)>>>,
     ) {
-        const MAX_BATCH: usize = 256;
+        const MAX_BATCH: usize = 512;
         while let Some(first) = rx.recv().await {
             let mut batch = vec![first];
             while batch.len() < MAX_BATCH {
@@ -714,17 +780,10 @@ impl Custodian {
                     Err(_) => break,
                 }
             }
-            let (done, permits): (Vec<Done>, Vec<_>) = batch.into_iter().unzip();
-            let ids: Vec<Uuid> = done.iter().map(|d| d.id).collect();
+            let (done, slots): (Vec<Done>, Vec<_>) = batch.into_iter().unzip();
             let mut report = StepReport::default();
             self.record(done, &mut report).await;
-            {
-                let mut map = in_flight.lock().expect("in-flight lock");
-                for id in &ids {
-                    map.remove(id);
-                }
-            }
-            drop(permits);
+            drop(slots);
             capacity.notify_one();
         }
     }

@@ -23,6 +23,29 @@ pub enum TxError {
     CommitUnknown(#[source] sqlx::Error),
 }
 
+/// The isolation of the custodian's start and record transactions.
+///
+/// Always `Serializable` in the service. `ReadCommitted` exists only so
+/// `ledger-bench` can measure what SERIALIZABLE costs (W5): it weakens the
+/// fence (a lease taken over while the transaction runs is not seen), and no
+/// command-line option selects it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Isolation {
+    #[default]
+    Serializable,
+    /// The benchmark's comparison only.
+    ReadCommitted,
+}
+
+impl Isolation {
+    fn begin(self) -> &'static str {
+        match self {
+            Isolation::Serializable => "begin isolation level serializable",
+            Isolation::ReadCommitted => "begin isolation level read committed",
+        }
+    }
+}
+
 fn is_retryable(e: &sqlx::Error) -> bool {
     e.as_database_error()
         .and_then(|d| d.code())
@@ -38,7 +61,7 @@ fn jitter(attempt: u32) -> Duration {
 /// One SERIALIZABLE transaction, retried on conflicts:
 ///
 /// ```ignore
-/// let mut retry = Serializable::new(pool, &stats.serialization_retries, "start");
+/// let mut retry = Serializable::new(pool, &stats.serialization_retries, "start", Isolation::Serializable);
 /// let rows = loop {
 ///     let mut tx = retry.begin().await?;
 ///     let result = db::custodian::start(&mut *tx, ...).await;
@@ -51,15 +74,22 @@ pub(super) struct Serializable<'a> {
     retries: &'a AtomicU64,
     what: &'static str,
     attempt: u32,
+    isolation: Isolation,
 }
 
 impl<'a> Serializable<'a> {
-    pub(super) fn new(pool: &'a PgPool, retries: &'a AtomicU64, what: &'static str) -> Self {
+    pub(super) fn new(
+        pool: &'a PgPool,
+        retries: &'a AtomicU64,
+        what: &'static str,
+        isolation: Isolation,
+    ) -> Self {
         Serializable {
             pool,
             retries,
             what,
             attempt: 0,
+            isolation,
         }
     }
 
@@ -73,7 +103,7 @@ impl<'a> Serializable<'a> {
         }
         self.attempt += 1;
         self.pool
-            .begin_with("begin isolation level serializable")
+            .begin_with(self.isolation.begin())
             .await
             .map_err(TxError::Failed)
     }

@@ -586,3 +586,66 @@ async fn serialization_conflicts_are_retried_and_counted() {
         ["pending", "prepared", "effect_started"]
     );
 }
+
+/// A shutdown stops claiming and waits out its grace period: an effect that
+/// answered is recorded as it answered, one still running is recorded
+/// `ambiguous` (reason `shutdown`), and the lease is released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_shutdown_records_what_answered_and_makes_the_rest_ambiguous() {
+    let app = TestApp::spawn().await;
+    let token = app.token("dev", Role::Device).await;
+    let hanging = TestSink::start(Mode::Hang).await;
+    let ok = TestSink::start(Mode::Ok).await;
+    let mut effects = refund_effects(&hanging.url, 60 * SECOND);
+    let answering = command_ledger::custodian::http_executor::HttpExecutor::new(
+        format!("{}/refunds", ok.url),
+        Default::default(),
+        5 * SECOND,
+    )
+    .unwrap();
+    effects.register("charge", answering, 5 * SECOND);
+    let mut config = command_ledger::custodian::CustodianConfig::new(vec!["payments".into()]);
+    config.shutdown_grace = SECOND;
+    let c = std::sync::Arc::new(command_ledger::custodian::Custodian::new(
+        app.pool.clone(),
+        config,
+        effects,
+    ));
+    let hung = app.create(&token, "hangs", &refund(1)).await;
+    let mut charge = refund(2);
+    charge["kind"] = json!("charge");
+    let answered = app.create(&token, "answers", &charge).await;
+
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(std::sync::Arc::clone(&c).run(async move {
+        let _ = stop_rx.await;
+    }));
+    for _ in 0..100 {
+        if hanging.requests() == 1 && command(&app, &token, &answered).await["state"] == "applied" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        command(&app, &token, &hung).await["state"],
+        "effect_started"
+    );
+    stop_tx.send(()).unwrap();
+    tokio::time::timeout(10 * SECOND, running)
+        .await
+        .expect("the shutdown ends after its grace period")
+        .unwrap()
+        .unwrap();
+
+    let cmd = command(&app, &token, &hung).await;
+    assert_eq!(cmd["state"], "ambiguous", "{cmd}");
+    assert_eq!(cmd["error"]["reason"], "shutdown");
+    assert_eq!(command(&app, &token, &answered).await["state"], "applied");
+    let lease: (Option<String>,) =
+        sqlx::query_as("select lease_holder from authorities where id = 'payments'")
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(lease.0, None, "the lease is released on shutdown");
+    assert_eq!(hanging.requests(), 1, "dispatched once, never again");
+}

@@ -6,7 +6,7 @@ use anyhow::{Context as _, bail};
 use command_ledger::catalog::Policies;
 use command_ledger::cli::{Database, issue_token};
 use command_ledger::custodian::effects::Effects;
-use command_ledger::custodian::{Custodian, CustodianConfig, Stats};
+use command_ledger::custodian::{Custodian, CustodianConfig, Isolation, Stats};
 use command_ledger::db::{self, Role};
 use command_ledger::http::{self, AppState};
 use serde_json::{Value, json};
@@ -338,9 +338,20 @@ impl Bench {
     // ---- W3 / W3b / W5 -----------------------------------------------------
 
     async fn custodian(&self, authority: &str, batch: i64) -> anyhow::Result<RunningCustodian> {
+        self.custodian_at(authority, batch, Isolation::Serializable)
+            .await
+    }
+
+    async fn custodian_at(
+        &self,
+        authority: &str,
+        batch: i64,
+        isolation: Isolation,
+    ) -> anyhow::Result<RunningCustodian> {
         let pool = db::connect_as(&self.db.url, 8, "command-ledger-custodian").await?;
         let mut config = CustodianConfig::new(vec![authority.to_owned()]);
         config.batch_size = batch;
+        config.isolation = isolation;
         config.max_in_flight = usize::try_from(batch.max(64)).unwrap_or(64);
         if let Some(n) = std::env::var("BENCH_MAX_IN_FLIGHT")
             .ok()
@@ -416,7 +427,17 @@ impl Bench {
     /// Submissions from 64 clients with a custodian of `batch` running:
     /// applied per second counted in the database over the measured window.
     async fn end_to_end(&self, authority: &str, batch: i64) -> anyhow::Result<Value> {
-        let custodian = self.custodian(authority, batch).await?;
+        self.end_to_end_at(authority, batch, Isolation::Serializable)
+            .await
+    }
+
+    async fn end_to_end_at(
+        &self,
+        authority: &str,
+        batch: i64,
+        isolation: Isolation,
+    ) -> anyhow::Result<Value> {
+        let custodian = self.custodian_at(authority, batch, isolation).await?;
         let body = body(authority);
         let warm = Keys::Unique {
             prefix: format!("{authority}-warm"),
@@ -476,6 +497,23 @@ impl Bench {
             out.push(self.end_to_end(&format!("e2e-b{b}"), b).await?);
         }
         Ok(Value::Array(out))
+    }
+
+    /// W5: W3 at the custodian's default batch size, back to back at
+    /// SERIALIZABLE (the service's setting) and at READ COMMITTED (a mode
+    /// only the harness selects), to show what the stronger isolation costs.
+    pub(crate) async fn w5(&self, batch: i64) -> anyhow::Result<Value> {
+        let serializable = self
+            .end_to_end_at(&format!("w5-ser-b{batch}"), batch, Isolation::Serializable)
+            .await?;
+        let read_committed = self
+            .end_to_end_at(&format!("w5-rc-b{batch}"), batch, Isolation::ReadCommitted)
+            .await?;
+        Ok(json!({
+            "batch": batch,
+            "serializable": serializable,
+            "read_committed": read_committed,
+        }))
     }
 
     /// `n` pending commands recorded up front (by SQL, as the API would
