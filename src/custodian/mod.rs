@@ -613,78 +613,40 @@ impl Custodian {
         tokio::pin!(shutdown);
         tracing::info!(holder = %self.config.holder, authorities = ?self.config.authorities, "custodian running");
 
+        // One claim per turn of the loop, then the select: shutdown, the
+        // lease heartbeat and recovery come first (`biased`), so a backlog
+        // that keeps every claim full can starve none of them.
+        let batch = usize::try_from(self.config.batch_size)
+            .unwrap_or(1)
+            .clamp(1, max_in_flight);
         loop {
-            // Claim while there is room and work. With less than half a
-            // batch of room, wait for more: many small claims cost more
-            // than fewer full ones.
-            let batch = usize::try_from(self.config.batch_size)
-                .unwrap_or(1)
-                .clamp(1, max_in_flight);
-            loop {
-                let room = effect_slots
-                    .available_permits()
-                    .min(record_slots.available_permits())
-                    .min(batch);
-                if room == 0 || room < batch.div_ceil(2) {
-                    break;
-                }
+            // With less than half a batch of room, wait for more: many small
+            // claims cost more than fewer full ones.
+            let room = effect_slots
+                .available_permits()
+                .min(record_slots.available_permits())
+                .min(batch);
+            let mut more = false;
+            if room > 0 && room >= batch.div_ceil(2) {
                 let mut report = StepReport::default();
-                let started = match self.claim_and_start(room as i64, &mut report).await {
-                    Ok(s) => s,
+                match self.claim_and_start(room as i64, &mut report).await {
+                    Ok(started) => {
+                        more = report.claimed >= room;
+                        for s in started {
+                            self.dispatch(
+                                s,
+                                &effect_slots,
+                                &record_slots,
+                                &running,
+                                &done_tx,
+                                &capacity,
+                            )
+                            .await;
+                        }
+                    }
                     Err(e) => {
                         tracing::warn!(error = %e, "claim failed; retrying after the next wake-up");
-                        break;
                     }
-                };
-                for s in started {
-                    let effect_slot = Arc::clone(&effect_slots)
-                        .acquire_owned()
-                        .await
-                        .expect("the semaphore is never closed");
-                    let record_slot = Arc::clone(&record_slots)
-                        .acquire_owned()
-                        .await
-                        .expect("the semaphore is never closed");
-                    let id = s.call.command_id;
-                    running
-                        .lock()
-                        .expect("running lock")
-                        .insert(id, (s.authority.clone(), s.generation));
-                    let effects = Arc::clone(&self.effects);
-                    let stats = Arc::clone(&self.stats);
-                    let done_tx = done_tx.downgrade();
-                    let running = Arc::clone(&running);
-                    let capacity = Arc::clone(&capacity);
-                    tokio::spawn(async move {
-                        let outcome = timed_effect(&effects, &s.call, &stats).await;
-                        let done = Done {
-                            authority: s.authority,
-                            generation: s.generation,
-                            id,
-                            outcome,
-                        };
-                        // Under the lock, so a shutdown either sees this
-                        // effect running or finds its outcome queued.
-                        let tx = {
-                            let mut running = running.lock().expect("running lock");
-                            running.remove(&id).and_then(|_| done_tx.upgrade())
-                        };
-                        match tx {
-                            Some(tx) => {
-                                let _ = tx.send((done, record_slot));
-                            }
-                            None => tracing::warn!(
-                                command.id = %id,
-                                outcome = ?done.outcome,
-                                "the effect answered after the shutdown recorded it ambiguous"
-                            ),
-                        }
-                        drop(effect_slot);
-                        capacity.notify_one();
-                    });
-                }
-                if report.claimed < room {
-                    break;
                 }
             }
 
@@ -700,18 +662,20 @@ impl Custodian {
                 }
             };
             tokio::select! {
+                biased;
                 () = &mut shutdown => break,
                 _ = heartbeat.tick() => {
                     if let Err(e) = self.heartbeat().await {
                         tracing::warn!(error = %e, "lease heartbeat failed");
                     }
                 }
-                () = listen => {}
                 _ = recover.tick() => {
                     if let Err(e) = self.recovery.run_once().await {
                         tracing::warn!(error = %e, "recovery pass failed");
                     }
                 }
+                () = std::future::ready(()), if more => {}
+                () = listen => {}
                 _ = poll.tick() => {}
                 () = capacity.notified() => {}
             }
@@ -762,6 +726,65 @@ impl Custodian {
         }
         self.release_leases().await;
         Ok(())
+    }
+
+    /// Runs one started command's effect in a task of its own, holding an
+    /// effect slot until it answers and a record slot until its outcome is
+    /// recorded.
+    async fn dispatch(
+        &self,
+        s: Started,
+        effect_slots: &Arc<Semaphore>,
+        record_slots: &Arc<Semaphore>,
+        running: &Arc<Mutex<HashMap<Uuid, (String, i64)>>>,
+        done_tx: &mpsc::UnboundedSender<(Done, tokio::sync::OwnedSemaphorePermit)>,
+        capacity: &Arc<Notify>,
+    ) {
+        let effect_slot = Arc::clone(effect_slots)
+            .acquire_owned()
+            .await
+            .expect("the semaphore is never closed");
+        let record_slot = Arc::clone(record_slots)
+            .acquire_owned()
+            .await
+            .expect("the semaphore is never closed");
+        let id = s.call.command_id;
+        running
+            .lock()
+            .expect("running lock")
+            .insert(id, (s.authority.clone(), s.generation));
+        let effects = Arc::clone(&self.effects);
+        let stats = Arc::clone(&self.stats);
+        let done_tx = done_tx.downgrade();
+        let running = Arc::clone(running);
+        let capacity = Arc::clone(capacity);
+        tokio::spawn(async move {
+            let outcome = timed_effect(&effects, &s.call, &stats).await;
+            let done = Done {
+                authority: s.authority,
+                generation: s.generation,
+                id,
+                outcome,
+            };
+            // Under the lock, so a shutdown either sees this effect running
+            // or finds its outcome queued.
+            let tx = {
+                let mut running = running.lock().expect("running lock");
+                running.remove(&id).and_then(|_| done_tx.upgrade())
+            };
+            match tx {
+                Some(tx) => {
+                    let _ = tx.send((done, record_slot));
+                }
+                None => tracing::warn!(
+                    command.id = %id,
+                    outcome = ?done.outcome,
+                    "the effect answered after the shutdown recorded it ambiguous"
+                ),
+            }
+            drop(effect_slot);
+            capacity.notify_one();
+        });
     }
 
     /// Records outcomes as they arrive, batching whatever is already

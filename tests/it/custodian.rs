@@ -649,3 +649,75 @@ async fn a_shutdown_records_what_answered_and_makes_the_rest_ambiguous() {
     assert_eq!(lease.0, None, "the lease is released on shutdown");
     assert_eq!(hanging.requests(), 1, "dispatched once, never again");
 }
+
+/// A backlog that keeps every claim full starves neither the lease heartbeat
+/// nor the shutdown: the custodian keeps its one lease (generation 1) and
+/// stops promptly with work left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_full_backlog_starves_neither_the_heartbeat_nor_the_shutdown() {
+    let app = TestApp::spawn().await;
+    app.token("dev", Role::Device).await;
+    let scope: uuid::Uuid = sqlx::query_scalar("select id from principals where name = 'dev'")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    sqlx::query(
+        "insert into commands (id, scope, idempotency_key, request_digest, digest_version, \
+         kind, authority_id, args, canonical, intent_digest) \
+         select gen_random_uuid(), $1, 'backlog-' || i, sha256(i::text::bytea), 2, 'noop', 'busy', \
+         '{}', '{}', sha256(i::text::bytea) from generate_series(1, 20000) as i",
+    )
+    .bind(scope)
+    .execute(&app.pool)
+    .await
+    .unwrap();
+    let mut config = command_ledger::custodian::CustodianConfig::new(vec!["busy".into()]);
+    config.lease_ttl = Duration::from_millis(1500);
+    config.heartbeat = Duration::from_millis(300);
+    config.batch_size = 1;
+    let c = std::sync::Arc::new(command_ledger::custodian::Custodian::new(
+        app.pool.clone(),
+        config,
+        command_ledger::custodian::Effects::default(),
+    ));
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(std::sync::Arc::clone(&c).run(async move {
+        let _ = stop_rx.await;
+    }));
+    tokio::time::sleep(4 * SECOND).await;
+    let left: i64 = sqlx::query_scalar(
+        "select count(*) from commands where authority_id = 'busy' and state = 'pending'",
+    )
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    assert!(left > 0, "the backlog outlasts the test");
+    let applied: i64 = sqlx::query_scalar(
+        "select count(*) from commands where authority_id = 'busy' and state = 'applied'",
+    )
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    assert!(applied > 0, "the custodian was working");
+
+    stop_tx.send(()).unwrap();
+    tokio::time::timeout(5 * SECOND, running)
+        .await
+        .expect("the shutdown is noticed with work left")
+        .unwrap()
+        .unwrap();
+    let generation: i64 = sqlx::query_scalar("select generation from authorities where id = 'busy'")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(generation, 1, "the lease was renewed all along, never retaken");
+    assert_eq!(c.stats().leases_acquired.load(Ordering::Relaxed), 1);
+    let open: i64 = sqlx::query_scalar(
+        "select count(*) from commands where authority_id = 'busy' \
+         and state in ('prepared', 'effect_started', 'ambiguous')",
+    )
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(open, 0, "everything started was recorded as it answered");
+}
