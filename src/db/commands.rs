@@ -39,12 +39,13 @@ pub struct CommandRow {
 }
 
 impl CommandRow {
-    /// The state as the domain type. The schema's foreign key to
-    /// `command_states` guarantees the name is known.
+    /// The state as the domain type. The schema's check
+    /// `commands_state_known` (the states of `command_states`) guarantees
+    /// the name is known.
     pub fn state(&self) -> State {
         self.state
             .parse()
-            .expect("commands.state references command_states")
+            .expect("commands_state_known admits only the known states")
     }
 }
 

@@ -340,13 +340,14 @@ pub(crate) fn markdown(r: &Value) -> String {
     let _ = writeln!(
         md,
         "\n**W3b burn-down**: {} pending commands preloaded, drained by one custodian (batch {}) in {} s: \
-         {} applied/s, {:.2} × L_raw; {} WAL syncs per command.",
+         {} applied/s, {:.2} × L_raw; {} WAL syncs per command; {:.0} % of the updates of `commands` HOT.",
         b["preloaded"],
         b["batch"],
         n(&b["seconds"]),
         n(&b["applied_per_s"]),
         f(&b["applied_per_s"]) / l_raw,
         n(&b["wal_syncs_per_command"]),
+        f(&b["hot_update_share"]) * 100.0,
     );
     let _ = writeln!(
         md,
@@ -369,15 +370,16 @@ pub(crate) fn markdown(r: &Value) -> String {
     let _ = writeln!(
         md,
         "\n**W4 ledger size** (terminal rows preloaded; 64 clients):\n\n\
-         | terminal rows | submit req/s | submit p99 ms | end-to-end applied/s | end-to-end p99 ms |\n|---|---|---|---|---|"
+         | terminal rows | submit req/s | submit p99 ms | end to end: submitted/s | applied/s | submit→applied p99 ms |\n|---|---|---|---|---|---|"
     );
     for p in r["w4"].as_array().into_iter().flatten() {
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} |",
             p["rows"],
             n(&p["submit_rps"]),
             n(&p["submit_p99_ms"]),
+            n(&p["e2e_submit_rps"]),
             n(&p["e2e_applied_per_s"]),
             n(&p["e2e_p99_ms"]),
         );

@@ -323,7 +323,9 @@ impl Bench {
         tokio::time::sleep(Duration::from_millis(1500)).await;
         let row = sqlx::query(
             "select wal_bytes::float8 as bytes, wal_sync::float8 as syncs, \
-             (select xact_commit::float8 from pg_stat_database where datname = current_database()) as commits \
+             (select xact_commit::float8 from pg_stat_database where datname = current_database()) as commits, \
+             (select n_tup_upd::float8 from pg_stat_user_tables where relname = 'commands') as updates, \
+             (select n_tup_hot_upd::float8 from pg_stat_user_tables where relname = 'commands') as hot_updates \
              from pg_stat_wal",
         )
         .fetch_one(self.pool())
@@ -332,6 +334,8 @@ impl Bench {
             bytes: row.get("bytes"),
             syncs: row.get("syncs"),
             commits: row.get("commits"),
+            updates: row.get("updates"),
+            hot_updates: row.get("hot_updates"),
         })
     }
 
@@ -591,6 +595,8 @@ impl Bench {
             "wall_seconds": started.elapsed().as_secs_f64(),
             "applied_per_s": n as f64 / seconds,
             "wal_syncs_per_command": (wal_after.syncs - wal_before.syncs) / n.max(1) as f64,
+            "hot_update_share": (wal_after.hot_updates - wal_before.hot_updates)
+                / (wal_after.updates - wal_before.updates).max(1.0),
             "serialization_retries": retries,
         }))
     }
@@ -654,8 +660,10 @@ impl Bench {
                     .await?;
             }
             let body = body("bench-w4");
+            // Keys of their own: the end-to-end run below uses the
+            // authority's name as its prefix, and must not replay these.
             let keys = Keys::Unique {
-                prefix: format!("w4-{size}"),
+                prefix: format!("w4-submit-{size}"),
             };
             let r = load::closed_loop(&self.target, CLIENTS, self.point, &keys, body).await;
             let e2e = self.end_to_end(&format!("w4-{size}"), batch).await?;
@@ -665,6 +673,8 @@ impl Bench {
                 "submit_rps": r.rps(),
                 "submit_p99_ms": r.ms(0.99),
                 "e2e_applied_per_s": e2e["applied_per_s"],
+                "e2e_submit_rps": e2e["submit_rps"],
+                "e2e_submit_errors": e2e["submit_errors"],
                 "e2e_p99_ms": e2e["p99_ms"],
                 "claim_plan": plan,
             }));
@@ -733,6 +743,9 @@ struct Wal {
     bytes: f64,
     syncs: f64,
     commits: f64,
+    /// Row updates of `commands`, and how many of them were HOT.
+    updates: f64,
+    hot_updates: f64,
 }
 
 async fn record_known(target: &Target, keys: &[String], body: &'static str) -> anyhow::Result<()> {
