@@ -34,6 +34,40 @@ async fn history(app: &TestApp, token: &str, id: &str) -> Vec<String> {
 
 const SECOND: Duration = Duration::from_secs(1);
 
+async fn lease_holder(app: &TestApp, authority: &str) -> Option<String> {
+    sqlx::query_scalar("select lease_holder from authorities where id = $1")
+        .bind(authority)
+        .fetch_one(&app.pool)
+        .await
+        .unwrap()
+}
+
+/// A custodian's long-lived loop in a task of its own, and the way to stop it.
+struct Running {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<Result<(), command_ledger::custodian::CustodianError>>,
+}
+
+impl Running {
+    fn start(c: &std::sync::Arc<command_ledger::custodian::Custodian>) -> Self {
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(std::sync::Arc::clone(c).run(async move {
+            let _ = stopped.await;
+        }));
+        Running { stop, task }
+    }
+
+    /// Asks for a shutdown; `run` must return within `limit`.
+    async fn stop(self, limit: Duration) {
+        self.stop.send(()).unwrap();
+        tokio::time::timeout(limit, self.task)
+            .await
+            .expect("the custodian stops in time")
+            .unwrap()
+            .unwrap();
+    }
+}
+
 /// The usual set-up: the API, a device token, a sink in `mode`, and a
 /// custodian of `payments` whose refunds go to the sink (5 s deadline).
 async fn rig(
@@ -499,10 +533,7 @@ async fn a_running_custodian_is_woken_by_a_submission_and_the_submitter_gets_the
         config,
         refund_effects(&sink.url, 5 * SECOND),
     ));
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(std::sync::Arc::clone(&c).run(async move {
-        let _ = stop_rx.await;
-    }));
+    let running = Running::start(&c);
     // Let the loop take its lease and start listening.
     for _ in 0..50 {
         if !c.held().is_empty() {
@@ -533,14 +564,12 @@ async fn a_running_custodian_is_woken_by_a_submission_and_the_submitter_gets_the
             "woken by NOTIFY, not the 60 s poll"
         );
     }
-    stop_tx.send(()).unwrap();
-    running.await.unwrap().unwrap();
-    let lease: (Option<String>,) =
-        sqlx::query_as("select lease_holder from authorities where id = 'payments'")
-            .fetch_one(&app.pool)
-            .await
-            .unwrap();
-    assert_eq!(lease.0, None, "the lease is released on shutdown");
+    running.stop(30 * SECOND).await;
+    assert_eq!(
+        lease_holder(&app, "payments").await,
+        None,
+        "the lease is released on shutdown"
+    );
     assert_eq!(sink.count("applied"), 3);
 }
 
@@ -616,10 +645,7 @@ async fn a_shutdown_records_what_answered_and_makes_the_rest_ambiguous() {
     charge["kind"] = json!("charge");
     let answered = app.create(&token, "answers", &charge).await;
 
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(std::sync::Arc::clone(&c).run(async move {
-        let _ = stop_rx.await;
-    }));
+    let running = Running::start(&c);
     for _ in 0..100 {
         if hanging.requests() == 1 && command(&app, &token, &answered).await["state"] == "applied" {
             break;
@@ -630,23 +656,18 @@ async fn a_shutdown_records_what_answered_and_makes_the_rest_ambiguous() {
         command(&app, &token, &hung).await["state"],
         "effect_started"
     );
-    stop_tx.send(()).unwrap();
-    tokio::time::timeout(10 * SECOND, running)
-        .await
-        .expect("the shutdown ends after its grace period")
-        .unwrap()
-        .unwrap();
+    // The shutdown ends after its one-second grace period.
+    running.stop(10 * SECOND).await;
 
     let cmd = command(&app, &token, &hung).await;
     assert_eq!(cmd["state"], "ambiguous", "{cmd}");
     assert_eq!(cmd["error"]["reason"], "shutdown");
     assert_eq!(command(&app, &token, &answered).await["state"], "applied");
-    let lease: (Option<String>,) =
-        sqlx::query_as("select lease_holder from authorities where id = 'payments'")
-            .fetch_one(&app.pool)
-            .await
-            .unwrap();
-    assert_eq!(lease.0, None, "the lease is released on shutdown");
+    assert_eq!(
+        lease_holder(&app, "payments").await,
+        None,
+        "the lease is released on shutdown"
+    );
     assert_eq!(hanging.requests(), 1, "dispatched once, never again");
 }
 
@@ -680,10 +701,7 @@ async fn a_full_backlog_starves_neither_the_heartbeat_nor_the_shutdown() {
         config,
         command_ledger::custodian::Effects::default(),
     ));
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(std::sync::Arc::clone(&c).run(async move {
-        let _ = stop_rx.await;
-    }));
+    let running = Running::start(&c);
     tokio::time::sleep(4 * SECOND).await;
     let busy = |states: &'static [&'static str]| {
         sqlx::query_scalar::<_, i64>(
@@ -701,12 +719,8 @@ async fn a_full_backlog_starves_neither_the_heartbeat_nor_the_shutdown() {
         "the custodian was working"
     );
 
-    stop_tx.send(()).unwrap();
-    tokio::time::timeout(5 * SECOND, running)
-        .await
-        .expect("the shutdown is noticed with work left")
-        .unwrap()
-        .unwrap();
+    // The shutdown is noticed with work left.
+    running.stop(5 * SECOND).await;
     let generation: i64 =
         sqlx::query_scalar("select generation from authorities where id = 'busy'")
             .fetch_one(&app.pool)
