@@ -348,7 +348,7 @@ impl Custodian {
     ) -> Result<Vec<Started>, CustodianError> {
         let holder = &self.config.holder;
         let actor = &self.actor;
-        let mut retry = txn::Serializable::new(
+        let mut retry = txn::Retrying::new(
             &self.pool,
             &self.stats.serialization_retries,
             "start",
@@ -528,7 +528,7 @@ impl Custodian {
         generation: i64,
         outcomes: &[(Uuid, EffectOutcome)],
     ) -> Result<Vec<Uuid>, CustodianError> {
-        let mut retry = txn::Serializable::new(
+        let mut retry = txn::Retrying::new(
             &self.pool,
             &self.stats.serialization_retries,
             "record",

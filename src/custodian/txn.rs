@@ -58,10 +58,11 @@ fn jitter(attempt: u32) -> Duration {
     Duration::from_millis(base_ms / 2 + random % base_ms)
 }
 
-/// One SERIALIZABLE transaction, retried on conflicts:
+/// One transaction at the custodian's isolation (SERIALIZABLE), retried on
+/// conflicts:
 ///
 /// ```ignore
-/// let mut retry = Serializable::new(pool, &stats.serialization_retries, "start", Isolation::Serializable);
+/// let mut retry = Retrying::new(pool, &stats.serialization_retries, "start", Isolation::Serializable);
 /// let rows = loop {
 ///     let mut tx = retry.begin().await?;
 ///     let result = db::custodian::start(&mut *tx, ...).await;
@@ -69,7 +70,7 @@ fn jitter(attempt: u32) -> Duration {
 /// };
 /// ```
 #[derive(Debug)]
-pub(super) struct Serializable<'a> {
+pub(super) struct Retrying<'a> {
     pool: &'a PgPool,
     retries: &'a AtomicU64,
     what: &'static str,
@@ -77,14 +78,14 @@ pub(super) struct Serializable<'a> {
     isolation: Isolation,
 }
 
-impl<'a> Serializable<'a> {
+impl<'a> Retrying<'a> {
     pub(super) fn new(
         pool: &'a PgPool,
         retries: &'a AtomicU64,
         what: &'static str,
         isolation: Isolation,
     ) -> Self {
-        Serializable {
+        Retrying {
             pool,
             retries,
             what,
