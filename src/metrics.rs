@@ -6,6 +6,9 @@ use std::fmt::Write as _;
 use std::sync::Mutex;
 use std::time::Duration;
 
+/// The content type of the text exposition format served at `/metrics`.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
 /// Upper bounds (seconds) of the effect latency buckets; `+Inf` follows.
 pub const LATENCY_BUCKETS: [f64; 12] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::Database;
-use crate::catalog::{Catalog, parse_duration};
+use super::{Database, duration};
+use crate::catalog::Catalog;
 use crate::custodian::recovery::Recovery;
 use crate::custodian::{Custodian, CustodianConfig, Effects};
 use crate::demo_sink;
@@ -38,18 +38,6 @@ pub struct CustodianArgs {
     /// How often the custodian runs a recovery pass.
     #[arg(long, env = "RECOVERY_INTERVAL", default_value = "5s", value_parser = duration)]
     pub recovery_interval: Duration,
-}
-
-/// A duration argument (500ms, 10s, 2m, 12h, 30d), for every subcommand.
-pub(super) fn duration(s: &str) -> Result<Duration, String> {
-    parse_duration(s).ok_or_else(|| format!("{s:?} is not a duration like 500ms, 10s, 2m or 30d"))
-}
-
-/// The operating-system user running this command, for audit actors.
-pub(super) fn os_user() -> String {
-    std::env::var("USER")
-        .or_else(|_| std::env::var("LOGNAME"))
-        .unwrap_or_else(|_| "unknown".to_owned())
 }
 
 pub(super) fn authority(s: &str) -> Result<String, String> {
@@ -177,7 +165,7 @@ pub(super) async fn run(
                     (
                         [(
                             axum::http::header::CONTENT_TYPE,
-                            "text/plain; version=0.0.4; charset=utf-8",
+                            crate::metrics::CONTENT_TYPE,
                         )],
                         e.finish(),
                     )

@@ -110,7 +110,7 @@ pub enum AuthoritiesCommand {
 }
 
 fn since(s: &str) -> Result<DateTime<Utc>, String> {
-    if let Ok(d) = super::custodian::duration(s) {
+    if let Ok(d) = super::duration(s) {
         let d = chrono::Duration::from_std(d).map_err(|e| e.to_string())?;
         return Ok(Utc::now() - d);
     }
@@ -121,7 +121,7 @@ fn since(s: &str) -> Result<DateTime<Utc>, String> {
 
 /// Who decides from the command line, as history and holds name them.
 fn actor() -> String {
-    format!("cli:{}", super::custodian::os_user())
+    format!("cli:{}", super::os_user())
 }
 
 pub(super) async fn commands(

@@ -20,6 +20,19 @@ pub use custodian::{CustodianArgs, spawn_custodian};
 pub use database::Database;
 pub use token::issue_token;
 
+/// A duration argument (500ms, 10s, 2m, 12h, 30d), for every subcommand.
+fn duration(s: &str) -> Result<std::time::Duration, String> {
+    crate::catalog::parse_duration(s)
+        .ok_or_else(|| format!("{s:?} is not a duration like 500ms, 10s, 2m or 30d"))
+}
+
+/// The operating-system user running this command, for audit actors.
+fn os_user() -> String {
+    std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .unwrap_or_else(|_| "unknown".to_owned())
+}
+
 #[derive(Debug, Parser)]
 #[command(
     name = "command-ledger",

@@ -8,8 +8,7 @@ use clap::Args;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::Database;
-use super::custodian::duration;
+use super::{Database, duration};
 
 #[derive(Debug, Args)]
 pub struct PruneArgs {
@@ -32,9 +31,8 @@ pub(super) async fn run(
 ) -> anyhow::Result<()> {
     let db = Database::open(url, state_dir).await?;
     let result = loop {
-        match prune_once(&db, &args).await {
-            Ok(_) => {}
-            Err(e) => break Err(e),
+        if let Err(e) = prune_once(&db, &args).await {
+            break Err(e);
         }
         let Some(every) = args.every else {
             break Ok(());
@@ -48,9 +46,9 @@ pub(super) async fn run(
     result
 }
 
-/// Batches until nothing is left to prune; returns how many were pruned.
-async fn prune_once(db: &Database, args: &PruneArgs) -> anyhow::Result<u64> {
-    let actor = format!("prune:{}", super::custodian::os_user());
+/// Batches until nothing is left to prune, then says how many went.
+async fn prune_once(db: &Database, args: &PruneArgs) -> anyhow::Result<()> {
+    let actor = format!("prune:{}", super::os_user());
     let started = Instant::now();
     let mut total = 0u64;
     loop {
@@ -70,5 +68,5 @@ async fn prune_once(db: &Database, args: &PruneArgs) -> anyhow::Result<u64> {
             started.elapsed().as_secs_f64()
         );
     }
-    Ok(total)
+    Ok(())
 }

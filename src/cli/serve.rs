@@ -56,7 +56,7 @@ pub struct ServeArgs {
     /// The replay window to advertise: how long after a command finishes
     /// its key is kept (run `prune --older-than` with the same value).
     /// Responses then carry `Idempotency-Key-Expires`.
-    #[arg(long, env = "RETENTION", value_parser = super::custodian::duration)]
+    #[arg(long, env = "RETENTION", value_parser = super::duration)]
     pub retention: Option<std::time::Duration>,
     /// Longest a request may wait for an outcome (`?wait=`, `Prefer: wait=`);
     /// longer asks are clamped to it.

@@ -12,9 +12,7 @@ use super::AppState;
 use super::error::{ApiError, Problem};
 use super::extract::Auth;
 use crate::db::{self, Role};
-use crate::metrics::{Exposition, load};
-
-const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+use crate::metrics::{CONTENT_TYPE, Exposition, load};
 
 /// The ledger's metrics (names and labels in docs/OPERATIONS.md). Operators only.
 #[utoipa::path(get, path = "/metrics", operation_id = "getMetrics", tag = "operations",
