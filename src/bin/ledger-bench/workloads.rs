@@ -341,12 +341,7 @@ impl Bench {
 
     // ---- W3 / W3b / W5 -----------------------------------------------------
 
-    async fn custodian(&self, authority: &str, batch: i64) -> anyhow::Result<RunningCustodian> {
-        self.custodian_at(authority, batch, Isolation::Serializable)
-            .await
-    }
-
-    async fn custodian_at(
+    async fn custodian(
         &self,
         authority: &str,
         batch: i64,
@@ -430,18 +425,13 @@ impl Bench {
 
     /// Submissions from 64 clients with a custodian of `batch` running:
     /// applied per second counted in the database over the measured window.
-    async fn end_to_end(&self, authority: &str, batch: i64) -> anyhow::Result<Value> {
-        self.end_to_end_at(authority, batch, Isolation::Serializable)
-            .await
-    }
-
-    async fn end_to_end_at(
+    async fn end_to_end(
         &self,
         authority: &str,
         batch: i64,
         isolation: Isolation,
     ) -> anyhow::Result<Value> {
-        let custodian = self.custodian_at(authority, batch, isolation).await?;
+        let custodian = self.custodian(authority, batch, isolation).await?;
         let body = body(authority);
         let warm = Keys::Unique {
             prefix: format!("{authority}-warm"),
@@ -498,7 +488,10 @@ impl Bench {
     pub(crate) async fn w3(&self, batches: &[i64]) -> anyhow::Result<Value> {
         let mut out = Vec::new();
         for &b in batches {
-            out.push(self.end_to_end(&format!("e2e-b{b}"), b).await?);
+            out.push(
+                self.end_to_end(&format!("e2e-b{b}"), b, Isolation::Serializable)
+                    .await?,
+            );
         }
         Ok(Value::Array(out))
     }
@@ -508,10 +501,10 @@ impl Bench {
     /// only the harness selects), to show what the stronger isolation costs.
     pub(crate) async fn w5(&self, batch: i64) -> anyhow::Result<Value> {
         let serializable = self
-            .end_to_end_at(&format!("w5-ser-b{batch}"), batch, Isolation::Serializable)
+            .end_to_end(&format!("w5-ser-b{batch}"), batch, Isolation::Serializable)
             .await?;
         let read_committed = self
-            .end_to_end_at(&format!("w5-rc-b{batch}"), batch, Isolation::ReadCommitted)
+            .end_to_end(&format!("w5-rc-b{batch}"), batch, Isolation::ReadCommitted)
             .await?;
         Ok(json!({
             "batch": batch,
@@ -571,7 +564,10 @@ impl Bench {
         let started = Instant::now();
         let mut custodians = Vec::new();
         for authority in authorities {
-            custodians.push(self.custodian(authority, batch).await?);
+            custodians.push(
+                self.custodian(authority, batch, Isolation::Serializable)
+                    .await?,
+            );
         }
         for authority in authorities {
             self.drain(authority, Duration::from_secs(3600)).await?;
@@ -607,7 +603,9 @@ impl Bench {
     /// (API, custodian and the load client together) is sampled each second.
     pub(crate) async fn memory(&self, duration: Duration, batch: i64) -> anyhow::Result<Value> {
         let authority = "memory";
-        let custodian = self.custodian(authority, batch).await?;
+        let custodian = self
+            .custodian(authority, batch, Isolation::Serializable)
+            .await?;
         let body = body(authority);
         let (done_tx, done_rx) = watch::channel(false);
         let sampler = tokio::spawn(async move {
@@ -666,7 +664,9 @@ impl Bench {
                 prefix: format!("w4-submit-{size}"),
             };
             let r = load::closed_loop(&self.target, CLIENTS, self.point, &keys, body).await;
-            let e2e = self.end_to_end(&format!("w4-{size}"), batch).await?;
+            let e2e = self
+                .end_to_end(&format!("w4-{size}"), batch, Isolation::Serializable)
+                .await?;
             let plan = self.claim_plan(&format!("w4-{size}"), batch).await?;
             out.push(json!({
                 "rows": size,
