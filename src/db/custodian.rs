@@ -26,72 +26,40 @@ pub async fn claim(
     stale_after: std::time::Duration,
     actor: &str,
 ) -> Result<Vec<CommandRow>, sqlx::Error> {
-    sqlx::query_as!(
+    // The statement lives in sql/claim.sql so that `explain_claim` plans
+    // exactly the text that runs here.
+    sqlx::query_file_as!(
         CommandRow,
-        r#"
-        with lease as (
-            -- Shared lock: a takeover of the lease waits until this claim commits,
-            -- so the new holder's adoption sees every row bound here.
-            select id, generation from authorities
-            where id = any($1) and lease_holder = $2 and lease_expires_at > now()
-            for share
-        ),
-        pending as (
-            -- Per leased authority, its oldest pending rows straight from the
-            -- partial index (authority_id, id) where pending: the cost does
-            -- not grow with the finished rows the ledger keeps.
-            select p.id, l.generation
-            from lease l
-            cross join lateral (
-                select c.id from commands c
-                where c.authority_id = l.id and c.state = 'pending'
-                order by c.id
-                limit $3
-                for update of c skip locked
-            ) p
-            limit $3
-        ),
-        stale as (
-            select c.id, l.generation
-            from commands c
-            join lease l on l.id = c.authority_id
-            where c.state = 'prepared' and c.authority_generation = l.generation
-              and c.updated_at < now() - make_interval(secs => $5)
-            order by c.id
-            limit $3
-            for update of c skip locked
-        ),
-        picked as (
-            select id, generation from pending
-            union all
-            select id, generation from stale
-        ),
-        verdict as (
-            select p.id, p.generation,
-                   case
-                       when c.deadline_at <= now() then 'deadline_passed'
-                       when c.pinned_generation < p.generation then 'authority_superseded'
-                       when c.pinned_generation > p.generation then 'generation_not_current'
-                   end as expiry
-            from picked p join commands c on c.id = p.id
-        )
-        update commands c
-        set state = case when v.expiry is null then 'prepared' else 'expired' end,
-            authority_generation = case when v.expiry is null then v.generation else c.authority_generation end,
-            error = case when v.expiry is not null then
-                        jsonb_build_object('reason', v.expiry, 'pinned_generation', c.pinned_generation,
-                                           'authority_generation', v.generation)
-                    end
-        from verdict v, (select set_config('command_ledger.actor', $4, true)) as ctx
-        where c.id = v.id
-        returning c.*
-        "#,
+        "src/db/sql/claim.sql",
         authorities,
         holder,
         limit,
         actor,
         stale_after.as_secs_f64(),
     )
+    .fetch_all(ex)
+    .await
+}
+
+/// The claim statement's text, as [`claim`] runs it.
+const CLAIM_SQL: &str = include_str!("sql/claim.sql");
+
+/// PostgreSQL's plan for [`claim`] with these arguments, as it would run it
+/// now (`explain (costs off)`, one line per row), without claiming anything:
+/// the benchmark reports it to show the claim does not scan finished rows.
+pub async fn explain_claim(
+    ex: impl PgExecutor<'_>,
+    authorities: &[String],
+    limit: i64,
+) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "explain (costs off) {CLAIM_SQL}"
+    )))
+    .bind(authorities)
+    .bind("explain:nobody")
+    .bind(limit)
+    .bind("explain")
+    .bind(10.0f64)
     .fetch_all(ex)
     .await
 }

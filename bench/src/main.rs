@@ -3,7 +3,8 @@
 //! in the same run, because absolute figures drift from machine to machine
 //! and from run to run.
 //!
-//! `cargo run --release --bin ledger-bench -- --help`; docs/PERFORMANCE.md
+//! `cargo run --release --bin ledger-bench -- --help` (this package is bench/ in the
+//! workspace; it reaches the service only through the library); docs/PERFORMANCE.md
 //! explains each workload and the targets.
 
 // A benchmark reports by printing.

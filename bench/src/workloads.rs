@@ -720,20 +720,11 @@ impl Bench {
         Ok(())
     }
 
-    /// The plan of the custodian's claim statement (the text of
-    /// `db::custodian::claim`, read from the source), as PostgreSQL would
-    /// run it now.
+    /// The plan of the custodian's claim statement, as PostgreSQL would run
+    /// it now.
     async fn claim_plan(&self, authority: &str, batch: i64) -> anyhow::Result<String> {
-        let sql = claim_sql()?;
-        let rows: Vec<String> =
-            sqlx::query_scalar(sqlx::AssertSqlSafe(format!("explain (costs off) {sql}")))
-                .bind(vec![authority.to_owned()])
-                .bind("nobody")
-                .bind(batch)
-                .bind("bench:explain")
-                .bind(10.0f64)
-                .fetch_all(self.pool())
-                .await?;
+        let rows =
+            db::custodian::explain_claim(self.pool(), &[authority.to_owned()], batch).await?;
         Ok(rows.join("\n"))
     }
 }
@@ -782,20 +773,4 @@ fn rss_kib() -> u64 {
                 .and_then(|n| n.parse().ok())
         })
         .unwrap_or(0)
-}
-
-/// The claim statement's text, taken from `src/db/custodian.rs` so the plan
-/// is of the statement the custodian runs.
-fn claim_sql() -> anyhow::Result<String> {
-    let source = include_str!("../../db/custodian.rs");
-    let after = source
-        .split_once("pub async fn claim(")
-        .context("db::custodian::claim exists")?
-        .1;
-    let body = after
-        .split_once("r#\"")
-        .and_then(|(_, rest)| rest.split_once("\"#"))
-        .context("claim has one raw SQL string")?
-        .0;
-    Ok(body.to_owned())
 }
