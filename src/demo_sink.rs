@@ -8,8 +8,10 @@
 //! copies of one request visibly overlap). Modes (the default from the
 //! command line, or `"mode"` in the args):
 //! `ok` applies and answers; `reject` refuses (422, nothing applied); `hang`
-//! applies and never answers; `reset-after-apply` applies and breaks the
-//! connection before the response body.
+//! applies and never answers; `stall` takes the request and sits on it,
+//! never applying it nor answering (a provider that went down before doing
+//! anything); `reset-after-apply` applies and breaks the connection before
+//! the response body.
 
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -35,6 +37,7 @@ pub enum Mode {
     Ok,
     Reject,
     Hang,
+    Stall,
     ResetAfterApply,
 }
 
@@ -176,6 +179,10 @@ async fn apply(State(sink): State<Sink>, headers: HeaderMap, body: Bytes) -> Res
     if !sink.latency.is_zero() {
         tokio::time::sleep(sink.latency).await;
     }
+    if mode == Mode::Stall {
+        // Nothing applied, nothing logged, no answer.
+        return std::future::pending().await;
+    }
     let (status, response) = {
         let mut ledger = sink.ledger.lock().expect("sink lock");
         let highest = ledger
@@ -222,7 +229,9 @@ async fn apply(State(sink): State<Sink>, headers: HeaderMap, body: Bytes) -> Res
             .header(header::CONTENT_LENGTH, "64")
             .body(Body::new(Broken))
             .expect("a valid response"),
-        Mode::Ok | Mode::Reject => (StatusCode::OK, axum::Json(response)).into_response(),
+        Mode::Ok | Mode::Reject | Mode::Stall => {
+            (StatusCode::OK, axum::Json(response)).into_response()
+        }
     }
 }
 

@@ -140,6 +140,12 @@ impl Cluster {
         self.started_here
     }
 
+    /// Takes over a server this process attached to, as if it had started
+    /// it: [`Cluster::stop`] then stops it. For a server whose starter died.
+    pub fn adopt(&mut self) {
+        self.started_here = true;
+    }
+
     /// Stops the server with a fast shutdown (clients disconnected, work
     /// committed so far kept), if this process started it.
     pub fn stop(&self) -> Result<(), EmbeddedError> {

@@ -20,6 +20,10 @@ pub struct Database {
     /// The URL to give `psql`.
     pub url: String,
     pub cluster: Option<Cluster>,
+    /// Held while this process owns the private cluster (see
+    /// [`Database::own_private_cluster`]); the OS releases it however the
+    /// process ends, `kill -9` included.
+    owner_lock: Option<fs::File>,
 }
 
 impl Database {
@@ -48,7 +52,51 @@ impl Database {
             .await
             .context("connecting to the ledger database")?;
         db::migrate(&pool).await.context("applying migrations")?;
-        Ok(Database { pool, url, cluster })
+        Ok(Database {
+            pool,
+            url,
+            cluster,
+            owner_lock: None,
+        })
+    }
+
+    /// For long-running processes (`serve`): becomes the private cluster's
+    /// owner, which stops it on exit, unless another live process already
+    /// owns it. A cluster left running by a process that died (`kill -9`)
+    /// has no owner, so the next `serve` adopts it instead of leaving it
+    /// running forever after its own Ctrl-C.
+    pub fn own_private_cluster(&mut self, state_dir: &Path) -> anyhow::Result<()> {
+        let Some(cluster) = self.cluster.as_mut() else {
+            return Ok(());
+        };
+        let path = state_dir.join("cluster.lock");
+        let file = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        match file.try_lock() {
+            Ok(()) => {
+                if !cluster.started_here() {
+                    tracing::info!(
+                        data_dir = %cluster.data_dir().display(),
+                        "no live process owns the running private cluster; this one adopts it and stops it on exit"
+                    );
+                    cluster.adopt();
+                }
+                self.owner_lock = Some(file);
+            }
+            Err(fs::TryLockError::WouldBlock) => {
+                tracing::info!(
+                    "another process owns the private cluster; it stops it, not this one"
+                );
+            }
+            Err(fs::TryLockError::Error(e)) => {
+                return Err(e).with_context(|| format!("locking {}", path.display()));
+            }
+        }
+        Ok(())
     }
 
     /// Closes the pool, then stops the private cluster if this process started it.
@@ -60,6 +108,8 @@ impl Database {
                 .context("stopping the private cluster")?
                 .context("stopping the private cluster")?;
         }
+        // Ownership ends only once the cluster is down.
+        drop(self.owner_lock);
         Ok(())
     }
 }

@@ -76,13 +76,14 @@ pub(super) async fn run(
         (Some(cert), Some(key)) => Some(http::TlsConfig::from_pem_files(cert, key)?),
         _ => None,
     };
-    let db = Database::open_with(
+    let mut db = Database::open_with(
         database_url,
         state_dir,
         args.max_connections,
         "command-ledger-api",
     )
     .await?;
+    db.own_private_cluster(state_dir)?;
     // Bind before announcing anything, so the printed URL is live.
     let listener = match TcpListener::bind(args.listen).await {
         Ok(l) => l,
@@ -123,9 +124,13 @@ pub(super) async fn run(
     if embedded && !args.no_demo_sink && effects.get("refund").is_none() {
         let url = start_demo_sink(state_dir, stopped()).await?;
         let timeout = std::time::Duration::from_secs(5);
+        // The sink answers "did this key run?", so recovery can settle a
+        // refund whose custodian died mid-effect instead of calling it
+        // ambiguous. Its port changes at every start; its log does not.
         effects.register(
             "refund",
-            HttpExecutor::new(format!("{url}/refunds"), Default::default(), timeout)?,
+            HttpExecutor::new(format!("{url}/refunds"), Default::default(), timeout)?
+                .with_reconcile_url(Some(format!("{url}/applied/{{key}}"))),
             timeout,
         );
         extras.push(format!(

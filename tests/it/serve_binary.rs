@@ -41,6 +41,35 @@ fn start_serve(state_dir: &Path) -> (Child, String) {
     (child, url)
 }
 
+/// A `serve` that is stopped with Ctrl-C if the test ends early (a failed
+/// assertion), so that neither it nor its cluster outlives the test.
+struct Stopped(Option<Child>);
+
+impl Stopped {
+    fn interrupt_and_wait(mut self) {
+        if let Some(child) = self.0.take() {
+            interrupt_and_wait(child);
+        }
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = Command::new("kill")
+                .args(["-INT", &child.id().to_string()])
+                .status();
+            for _ in 0..300 {
+                if child.try_wait().ok().flatten().is_some() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let _ = child.kill();
+        }
+    }
+}
+
 fn interrupt_and_wait(mut child: Child) {
     let pid = child.id().to_string();
     assert!(
@@ -289,4 +318,126 @@ fn interrupt_and_wait_term(mut child: Child) {
     }
     let _ = child.kill();
     panic!("the process did not stop within 30 s of SIGTERM");
+}
+
+/// The README's crash session: `serve` is killed (SIGKILL) while two refunds
+/// are `effect_started`, one the demo sink applied and one it never did.
+/// The next `serve` adopts the cluster the dead one left running, and its
+/// recovery settles both through the sink's reconcile probe instead of
+/// calling them ambiguous; its Ctrl-C then stops the adopted cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_serve_is_settled_by_the_probe_and_its_cluster_adopted() {
+    if command_ledger::embedded_pg::find_bin_dir().is_err() {
+        eprintln!("skipped: no PostgreSQL server binaries on this machine");
+        return;
+    }
+    let root = std::env::temp_dir().join(format!(
+        "command-ledger-crash-serve-{}",
+        uuid::Uuid::now_v7().simple()
+    ));
+    let state_dir = root.join("state");
+    let client = reqwest::Client::new();
+    let (serve, api) = start_serve(&state_dir);
+    let mut first = Stopped(Some(serve));
+    let operator = std::fs::read_to_string(state_dir.join("operator-token"))
+        .unwrap()
+        .trim()
+        .to_owned();
+    let submit = |key: &'static str, mode: &'static str| {
+        let (client, api, operator) = (client.clone(), api.clone(), operator.clone());
+        async move {
+            let body = json!({"kind": "refund", "authority": "payments",
+                              "args": {"to": "cy@example.com", "amount": "7.00 USD", "mode": mode}});
+            let r: Value = client
+                .post(format!("{api}/v1/commands"))
+                .bearer_auth(&operator)
+                .header("Idempotency-Key", key)
+                .json(&body)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            r["id"].as_str().unwrap().to_owned()
+        }
+    };
+    let hung = submit("crash-hang", "hang").await;
+    let stalled = submit("crash-stall", "stall").await;
+    let state = |id: String| {
+        let (client, api, operator) = (client.clone(), api.clone(), operator.clone());
+        async move {
+            let r: Value = client
+                .get(format!("{api}/v1/commands/{id}"))
+                .bearer_auth(&operator)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            r
+        }
+    };
+    // Kill only once both effects started and the hung one reached the sink.
+    let sink_log = state_dir.join("demo-sink.log");
+    let applied_at_sink = |key: &str| {
+        command_ledger::demo_sink::read_log(&sink_log)
+            .unwrap()
+            .iter()
+            .filter(|l| l.event == "applied" && l.key == key)
+            .count()
+    };
+    for _ in 0..100 {
+        let (h, s) = (state(hung.clone()).await, state(stalled.clone()).await);
+        if h["state"] == "effect_started"
+            && s["state"] == "effect_started"
+            && applied_at_sink(&format!("cl-{hung}")) == 1
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(state(hung.clone()).await["state"], "effect_started");
+    assert_eq!(state(stalled.clone()).await["state"], "effect_started");
+    let mut serve = first.0.take().expect("the first serve runs");
+    serve.kill().unwrap();
+    serve.wait().unwrap();
+    let data_dir = state_dir.join("pg");
+    assert!(
+        data_dir.join("postmaster.pid").exists(),
+        "SIGKILL left the cluster running"
+    );
+
+    let (serve, api) = start_serve(&state_dir);
+    let serve = Stopped(Some(serve));
+    let settled = |id: String| {
+        let (client, api, operator) = (client.clone(), api.clone(), operator.clone());
+        async move {
+            let r: Value = client
+                .get(format!("{api}/v1/commands/{id}?wait=40"))
+                .bearer_auth(&operator)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            r
+        }
+    };
+    let h = settled(hung.clone()).await;
+    assert_eq!(h["state"], "applied", "the probe found it applied: {h}");
+    assert_eq!(h["result"]["key"], format!("cl-{hung}"), "{h}");
+    let s = settled(stalled.clone()).await;
+    assert_eq!(s["state"], "failed", "the probe found it not applied: {s}");
+    assert_eq!(s["error"]["reason"], "not_applied", "{s}");
+    assert_eq!(applied_at_sink(&format!("cl-{hung}")), 1, "never run again");
+    assert_eq!(applied_at_sink(&format!("cl-{stalled}")), 0, "never run");
+    serve.interrupt_and_wait();
+    assert!(
+        !data_dir.join("postmaster.pid").exists(),
+        "the second serve adopted the cluster and its Ctrl-C stopped it"
+    );
+    let _ = std::fs::remove_dir_all(&root);
 }
