@@ -1018,6 +1018,12 @@ async fn pg_crash_campaign(crashes: usize, synchronous_commit: bool) -> Check {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_postgres_crash_under_load_loses_nothing_acknowledged() {
+    // Crashing and restarting PostgreSQL needs its server binaries here: a
+    // container backend (`--features testcontainers`) cannot be crashed.
+    if command_ledger::embedded_pg::find_bin_dir().is_err() {
+        eprintln!("skipped: no PostgreSQL server binaries on this machine to crash and restart");
+        return;
+    }
     let report = pg_crash_campaign(2, true).await;
     assert!(report.violations.is_empty(), "{:?}", report.violations);
 }

@@ -314,11 +314,19 @@ pub(crate) async fn problem(resp: reqwest::Response, status: u16, problem_type: 
     body
 }
 
-/// A demo sink on an ephemeral port, with its log in a temporary directory.
+/// A demo sink on an ephemeral port, with its log in a temporary directory
+/// that goes when the sink does.
 #[derive(Debug)]
 pub(crate) struct TestSink {
     pub(crate) url: String,
     pub(crate) log: std::path::PathBuf,
+    dir: std::path::PathBuf,
+}
+
+impl Drop for TestSink {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
 impl TestSink {
@@ -334,7 +342,7 @@ impl TestSink {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         tokio::spawn(async move { axum::serve(listener, router).await });
-        TestSink { url, log }
+        TestSink { url, log, dir }
     }
 
     /// How many log lines have this event (`applied`, `replayed`, `fenced`, `rejected`).
