@@ -317,22 +317,76 @@ async fn the_views_count_commands_by_state_and_age_the_oldest() {
     assert_eq!(in_flight_states, 3);
 }
 
+/// An authority at generation 6, taken twice by custodians (1, then 2) and
+/// moved on by hand.
+async fn authority_at_six(pool: &PgPool) {
+    use command_ledger::db::authorities;
+    let ttl = std::time::Duration::ZERO;
+    let first = authorities::acquire(pool, "payments", "custodian-a", ttl)
+        .await
+        .unwrap()
+        .unwrap();
+    let second = authorities::acquire(pool, "payments", "custodian-b", ttl)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((first.generation, second.generation), (1, 2));
+    sqlx::query("update authorities set generation = 6 where id = 'payments'")
+        .execute(pool)
+        .await
+        .unwrap();
+}
+
+/// The next custodian to take `payments` gets a generation above 6.
+async fn next_generation_is_new(pool: &PgPool) {
+    let next = command_ledger::db::authorities::acquire(
+        pool,
+        "payments",
+        "custodian-c",
+        std::time::Duration::from_secs(30),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(next.generation, 7, "a generation is never issued twice");
+}
+
 #[tokio::test]
 async fn an_authority_generation_never_goes_back() {
     let pool = fresh_pool().await;
-    sqlx::query("insert into authorities (id, generation) values ('payments', 5)")
-        .execute(&pool)
-        .await
-        .unwrap();
-    sqlx::query("update authorities set generation = 6 where id = 'payments'")
-        .execute(&pool)
-        .await
-        .unwrap();
+    authority_at_six(&pool).await;
     let err = sqlx::query("update authorities set generation = 4 where id = 'payments'")
         .execute(&pool)
         .await
         .unwrap_err();
     assert_eq!(sqlstate(&err), "CL005");
+    next_generation_is_new(&pool).await;
+}
+
+#[tokio::test]
+async fn deleting_an_authority_is_refused_so_its_generations_are_never_reissued() {
+    let pool = fresh_pool().await;
+    authority_at_six(&pool).await;
+    let err = sqlx::query("delete from authorities where id = 'payments'")
+        .execute(&pool)
+        .await
+        .expect_err("deleting an authority would let its generations be issued again");
+    assert_eq!(sqlstate(&err), "CL005", "{err}");
+    next_generation_is_new(&pool).await;
+}
+
+#[tokio::test]
+async fn truncating_authorities_is_refused_so_no_generation_is_reissued() {
+    let pool = fresh_pool().await;
+    authority_at_six(&pool).await;
+    for sql in ["truncate authorities", "truncate authorities cascade"] {
+        let err = sqlx::query(sql)
+            .execute(&pool)
+            .await
+            .expect_err("truncating authorities would let generations be issued again");
+        assert_eq!(sqlstate(&err), "CL005", "{sql}: {err}");
+    }
+    next_generation_is_new(&pool).await;
 }
 
 /// The inspection role reads everything but secrets, and writes nothing.
