@@ -548,3 +548,86 @@ async fn one_statement_changing_many_rows_audits_and_announces_each_row() {
         "no notification for the row that did not change, nor for {untouched}"
     );
 }
+
+/// Tables the ledger keeps no promise about, so truncating them is the
+/// owner's business. Every other table in the schema must refuse truncate
+/// with a trigger of its own; a new table lands here only with a reason.
+const TRUNCATE_ALLOWED: &[(&str, &str)] = &[
+    (
+        "_sqlx_migrations",
+        "sqlx's bookkeeping of applied migrations, not ledger data",
+    ),
+    (
+        "principals",
+        "deletable by the owner; one that has commands or holds cannot go (foreign keys, and truncating those is refused)",
+    ),
+    (
+        "api_tokens",
+        "deletable by the owner (revoking is the usual way); tokens hold no ledger history",
+    ),
+];
+
+#[tokio::test]
+async fn every_table_the_ledger_keeps_refuses_truncate_as_the_catalog_lists_them() {
+    let pool = fresh_pool().await;
+    // Every ordinary or partitioned table of the schema, with whether it has
+    // an enabled trigger that fires before truncate (tgtype: bit 5 truncate,
+    // bit 1 before).
+    let tables: Vec<(String, bool)> = sqlx::query_as(
+        "select c.relname::text, exists ( \
+             select 1 from pg_trigger t \
+             where t.tgrelid = c.oid and not t.tgisinternal and t.tgenabled <> 'D' \
+               and t.tgtype & 32 <> 0 and t.tgtype & 2 <> 0) \
+         from pg_class c join pg_namespace n on n.oid = c.relnamespace \
+         where n.nspname = current_schema() and c.relkind in ('r', 'p') \
+         order by 1",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    let names: BTreeSet<&str> = tables.iter().map(|(t, _)| t.as_str()).collect();
+    for (allowed, _why) in TRUNCATE_ALLOWED {
+        assert!(
+            names.contains(allowed),
+            "{allowed} is allow-listed but no longer exists: drop it from TRUNCATE_ALLOWED"
+        );
+    }
+    let kept: Vec<&str> = tables
+        .iter()
+        .map(|(t, _)| t.as_str())
+        .filter(|t| !TRUNCATE_ALLOWED.iter().any(|(a, _)| a == t))
+        .collect();
+    assert!(
+        kept.contains(&"commands") && kept.contains(&"holds"),
+        "{kept:?}"
+    );
+    let unguarded: Vec<&str> = tables
+        .iter()
+        .filter(|(t, guarded)| !guarded && kept.contains(&t.as_str()))
+        .map(|(t, _)| t.as_str())
+        .collect();
+    assert!(
+        unguarded.is_empty(),
+        "tables whose rows the ledger keeps but that accept truncate: {unguarded:?} \
+         (add a before-truncate trigger, or a reason in TRUNCATE_ALLOWED)"
+    );
+    // And they do refuse: with cascade (which takes the referencing tables
+    // along) a trigger answers; without it, a table other tables refer to
+    // may be refused by PostgreSQL's foreign-key check (0A000) first.
+    for table in kept {
+        for (sql, fk_check_may_answer) in [
+            (format!("truncate {table}"), true),
+            (format!("truncate {table} cascade"), false),
+        ] {
+            let err = sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
+                .execute(&pool)
+                .await
+                .expect_err(&sql);
+            let code = sqlstate(&err);
+            assert!(
+                code.starts_with("CL") || (fk_check_may_answer && code == "0A000"),
+                "{sql}: {code} {err}"
+            );
+        }
+    }
+}
