@@ -412,6 +412,7 @@ async fn the_inspector_role_reads_the_ledger_but_no_token_hash_and_writes_nothin
         "select count(*) from commands",
         "select count(*) from command_history",
         "select count(*) from holds",
+        "select count(*) from coalesced_requests",
         "select count(*) from command_counts_by_state",
         "select count(*) from command_oldest_in_flight",
         "select count(*) from holds_awaiting_decision",
