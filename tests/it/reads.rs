@@ -311,6 +311,17 @@ async fn a_header_with_control_bytes_is_a_400_problem_not_a_bare_400() {
         assert_eq!(body["status"], 400);
         assert!(body["title"].is_string() && body["detail"].is_string());
     }
+    // More headers than the HTTP layer takes: 431, a problem as well.
+    let mut many = String::from("GET /healthz HTTP/1.1\r\nHost: x\r\n");
+    for i in 0..150 {
+        many.push_str(&format!("X-Filler-{i}: {i}\r\n"));
+    }
+    many.push_str("\r\n");
+    let (status, head, body) = raw_request(&app, many.as_bytes()).await;
+    assert_eq!(status, 431, "{head}");
+    let body: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(body["type"], "/problems/headers-too-large", "{body}");
+
     // A well-formed request on a raw connection is answered as usual.
     let (status, _, _) = raw_request(
         &app,
