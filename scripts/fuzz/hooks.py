@@ -1,5 +1,5 @@
 """Schemathesis hooks for scripts/fuzz-api: a check that a rejected request
-changed nothing in the ledger.
+changed nothing in the ledger, and one that every error is a problem document.
 
 Before every call the ledger's fingerprint is read; after the call it is read
 again. The server under test runs without a custodian, so nothing but the
@@ -80,4 +80,38 @@ def rejected_requests_change_nothing(ctx, response, case):
             f"a rejected request ({response.status_code}) changed the ledger: "
             f"before [{before}], after [{after}]"
         )
+    return None
+
+
+def _header(response, name):
+    """A response header's (first) value, whatever the case of its name."""
+    for key, value in response.headers.items():
+        if key.lower() == name.lower():
+            return value[0] if isinstance(value, list) and value else value
+    return None
+
+
+@schemathesis.check
+def every_error_is_a_problem_document(ctx, response, case):
+    """A response of 400 or above is application/problem+json with the
+    standard members, the status matching; a 405 (schemathesis sends methods
+    the schema does not list) also says what is allowed."""
+    if response.status_code < 400:
+        return None
+    content_type = _header(response, "Content-Type") or ""
+    if content_type.split(";")[0].strip() != "application/problem+json":
+        raise AssertionError(
+            f"{response.status_code} sent as {content_type!r}, not application/problem+json"
+        )
+    try:
+        body = response.json()
+    except ValueError as e:
+        raise AssertionError(f"{response.status_code}: the problem body is not JSON ({e})")
+    for member in ("type", "title", "status", "detail"):
+        if member not in body:
+            raise AssertionError(f"{response.status_code}: the problem has no {member!r}: {body}")
+    if body["status"] != response.status_code:
+        raise AssertionError(f"problem status {body['status']} on a {response.status_code} response")
+    if response.status_code == 405 and not _header(response, "Allow"):
+        raise AssertionError("405 without an Allow header")
     return None

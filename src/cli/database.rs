@@ -37,6 +37,25 @@ impl Database {
         max_connections: u32,
         application_name: &str,
     ) -> anyhow::Result<Database> {
+        Self::open_with_timeout(
+            url,
+            state_dir,
+            max_connections,
+            application_name,
+            db::ACQUIRE_TIMEOUT,
+        )
+        .await
+    }
+
+    /// [`Database::open_with`], its pool giving up on a connection after
+    /// `acquire_timeout` (the API's is [`db::API_ACQUIRE_TIMEOUT`]).
+    pub async fn open_with_timeout(
+        url: Option<String>,
+        state_dir: &Path,
+        max_connections: u32,
+        application_name: &str,
+        acquire_timeout: std::time::Duration,
+    ) -> anyhow::Result<Database> {
         let (url, cluster) = match url {
             Some(url) => (url, None),
             None => {
@@ -48,9 +67,10 @@ impl Database {
                 (cluster.url(EMBEDDED_DATABASE), Some(cluster))
             }
         };
-        let pool = db::connect_as(&url, max_connections, application_name)
-            .await
-            .context("connecting to the ledger database")?;
+        let pool =
+            db::connect_with_timeout(&url, max_connections, application_name, acquire_timeout)
+                .await
+                .context("connecting to the ledger database")?;
         db::migrate(&pool).await.context("applying migrations")?;
         Ok(Database {
             pool,

@@ -76,11 +76,15 @@ pub(super) async fn run(
         (Some(cert), Some(key)) => Some(http::TlsConfig::from_pem_files(cert, key)?),
         _ => None,
     };
-    let mut db = Database::open_with(
+    // Requests fail fast (503, Retry-After: 1) when the database refuses
+    // connections; the in-process custodian, if any, shares this pool and
+    // retries what failed on its next turn.
+    let mut db = Database::open_with_timeout(
         database_url,
         state_dir,
         args.max_connections,
         "command-ledger-api",
+        crate::db::API_ACQUIRE_TIMEOUT,
     )
     .await?;
     db.own_private_cluster(state_dir)?;

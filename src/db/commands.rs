@@ -146,12 +146,16 @@ pub async fn find_by_key(
     .await
 }
 
-/// The newest command of an intent in a scope, its age by the database
+/// The command a request of an intent is compared with, in a scope: the
+/// newest one this very request (same run, same canonical request) was
+/// already answered with, as its own command or coalesced into another's;
+/// else the newest command of the intent. With its age by the database
 /// clock, and the highest epoch the intent has reached.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LatestIntent {
     pub id: Uuid,
-    pub request_digest: Vec<u8>,
+    /// This request was answered with this command before.
+    pub same_request: bool,
     pub age_seconds: f64,
     pub max_epoch: i32,
 }
@@ -159,25 +163,58 @@ pub struct LatestIntent {
 pub async fn latest_by_intent(
     ex: impl PgExecutor<'_>,
     scope: Uuid,
+    authority_id: &str,
     intent_digest: &[u8],
+    request_digest: &[u8],
 ) -> Result<Option<LatestIntent>, sqlx::Error> {
     sqlx::query_as!(
         LatestIntent,
         r#"
-        select c.id, c.request_digest,
+        select c.id,
+               (c.request_digest = $4 or r.command_id is not null) as "same_request!",
                extract(epoch from now() - c.created_at)::float8 as "age_seconds!",
                (select coalesce(max(e.intent_epoch), 0) from commands e
-                where e.scope = $1 and e.intent_digest = $2) as "max_epoch!"
+                where e.scope = $1 and e.intent_digest = $3) as "max_epoch!"
         from commands c
-        where c.scope = $1 and c.intent_digest = $2
-        order by c.created_at desc
+        left join coalesced_requests r
+               on r.authority_id = $2 and r.scope = $1 and r.request_digest = $4 and r.command_id = c.id
+        where c.scope = $1 and c.intent_digest = $3
+        order by (c.request_digest = $4 or r.command_id is not null) desc, c.created_at desc
         limit 1
         "#,
         scope,
+        authority_id,
         intent_digest,
+        request_digest,
     )
     .fetch_optional(ex)
     .await
+}
+
+/// Remembers that a request was answered with another request's command
+/// (coalesced into it, or given its outcome within the window), so that
+/// the same request retried later gets that command again.
+pub async fn remember_coalesced(
+    ex: impl PgExecutor<'_>,
+    command: &CommandRow,
+    request_digest: &[u8],
+    run_id: Option<&str>,
+) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        r#"
+        insert into coalesced_requests (authority_id, scope, request_digest, command_id, run_id)
+        values ($1, $2, $3, $4, $5)
+        on conflict do nothing
+        "#,
+        command.authority_id,
+        command.scope,
+        request_digest,
+        command.id,
+        run_id,
+    )
+    .execute(ex)
+    .await?;
+    Ok(())
 }
 
 /// Commands by state, every state listed.

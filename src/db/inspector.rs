@@ -1,4 +1,4 @@
-//! The read-only inspection role: sees commands, history, holds, the
+//! The read-only inspection role: sees commands, history, holds, coalesced requests, the
 //! archive of pruned commands, authorities, principals and the views, never a token hash, and cannot
 //! write. `command-ledger inspector-role --name NAME` creates (or refreshes)
 //! it; run it again after an upgrade that adds tables.
@@ -12,6 +12,7 @@ const READABLE: &[&str] = &[
     "command_states",
     "command_transitions",
     "holds",
+    "coalesced_requests",
     "pruned_commands",
     "authorities",
     "principals",

@@ -33,6 +33,21 @@ pub enum DbError {
     Sqlx(#[from] sqlx::Error),
 }
 
+/// How long a statement waits for a pooled connection (or for the database
+/// to accept a new one) before it fails, in custodians and the CLI.
+pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The same for the API: a request that cannot have a connection within
+/// about a second (the database refuses connections, is gone, or the pool
+/// stays exhausted that long) is answered `503` with `Retry-After: 1` then,
+/// instead of holding the client for [`ACQUIRE_TIMEOUT`]. Nothing was
+/// recorded, so the retry is safe.
+pub const API_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// How long opening a pool waits for a database that is still starting,
+/// whatever the pool's acquire timeout.
+pub const STARTUP_PATIENCE: Duration = Duration::from_secs(10);
+
 /// A pool for the service. Statements are logged at debug level only: the
 /// hot path must not pay for info-level statement logs.
 pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool, DbError> {
@@ -45,17 +60,37 @@ pub async fn connect_as(
     max_connections: u32,
     application_name: &str,
 ) -> Result<PgPool, DbError> {
+    connect_with_timeout(url, max_connections, application_name, ACQUIRE_TIMEOUT).await
+}
+
+/// [`connect_as`], with connections waited for at most `acquire_timeout`
+/// once the pool is open. Opening it waits up to [`STARTUP_PATIENCE`] for the
+/// first connection (a database that is still starting refuses them).
+pub async fn connect_with_timeout(
+    url: &str,
+    max_connections: u32,
+    application_name: &str,
+    acquire_timeout: Duration,
+) -> Result<PgPool, DbError> {
     let options = PgConnectOptions::from_str(url)
         .map_err(DbError::BadUrl)?
         .application_name(application_name)
         .log_statements(tracing::log::LevelFilter::Debug)
         .log_slow_statements(tracing::log::LevelFilter::Warn, Duration::from_secs(1));
-    PgPoolOptions::new()
+    let pool = PgPoolOptions::new()
         .max_connections(max_connections)
-        .acquire_timeout(Duration::from_secs(10))
-        .connect_with(options)
-        .await
-        .map_err(DbError::Connect)
+        .acquire_timeout(acquire_timeout)
+        .connect_lazy_with(options);
+    let deadline = tokio::time::Instant::now() + STARTUP_PATIENCE;
+    loop {
+        match pool.acquire().await {
+            Ok(_first) => return Ok(pool),
+            // Refused (or not yet accepting) for a whole acquire timeout: the
+            // server may still be starting; sqlx backs off between attempts.
+            Err(sqlx::Error::PoolTimedOut) if tokio::time::Instant::now() < deadline => {}
+            Err(e) => return Err(DbError::Connect(e)),
+        }
+    }
 }
 
 /// Applies pending migrations (serialised across processes by sqlx's advisory lock).

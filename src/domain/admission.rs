@@ -92,10 +92,14 @@ impl Default for KindPolicy {
     }
 }
 
-/// The latest command of the same intent in the principal's scope.
+/// The command of the same intent, in the principal's scope, that a request
+/// is compared with: the one this very request was already answered with
+/// (whoever executed it), else the latest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Latest {
-    /// Its request digest equals this request's (same run, same request).
+    /// This request (same run, same request) was answered with it before:
+    /// it is the request the command was recorded for, or one coalesced
+    /// into it. A retry is then the same command, however late.
     pub same_request: bool,
     /// How long ago it arrived.
     pub age: Duration,

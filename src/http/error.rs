@@ -16,6 +16,18 @@ pub enum ApiError {
     Forbidden(&'static str),
     #[error("not found")]
     NotFound,
+    #[error("{method} is not allowed here; the Allow header lists the methods that are")]
+    MethodNotAllowed { method: String },
+    /// A request the HTTP layer could not parse (a header with control
+    /// bytes, an unreadable request line); answered before any handler runs.
+    #[error(
+        "the request could not be parsed as HTTP (a header value with control bytes, or a malformed request line); nothing was read"
+    )]
+    Malformed,
+    #[error("the request's header section is larger than the server accepts")]
+    HeadersTooLarge,
+    #[error("the request target is longer than the server accepts")]
+    UriTooLong,
     #[error("{0}")]
     IdempotencyKey(#[from] KeyError),
     #[error("{0}")]
@@ -97,11 +109,15 @@ fn is_unstorable_text(e: &sqlx::Error) -> bool {
 }
 
 impl ApiError {
-    fn status(&self) -> StatusCode {
+    pub(super) fn status(&self) -> StatusCode {
         match self {
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::Malformed => StatusCode::BAD_REQUEST,
+            ApiError::HeadersTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            ApiError::UriTooLong => StatusCode::URI_TOO_LONG,
             ApiError::IdempotencyKey(_)
             | ApiError::InvalidBody(_)
             | ApiError::InvalidArgs(_)
@@ -126,6 +142,10 @@ impl ApiError {
             ApiError::Unauthorized(_) => "/problems/unauthorized",
             ApiError::Forbidden(_) => "/problems/forbidden",
             ApiError::NotFound => "/problems/not-found",
+            ApiError::MethodNotAllowed { .. } => "/problems/method-not-allowed",
+            ApiError::Malformed => "/problems/malformed-request",
+            ApiError::HeadersTooLarge => "/problems/headers-too-large",
+            ApiError::UriTooLong => "/problems/uri-too-long",
             ApiError::IdempotencyKey(KeyError::Missing) => "/problems/missing-idempotency-key",
             ApiError::IdempotencyKey(_) => "/problems/invalid-idempotency-key",
             ApiError::InvalidBody(_) => "/problems/invalid-body",
@@ -150,6 +170,10 @@ impl ApiError {
             ApiError::Unauthorized(_) => "Authentication required",
             ApiError::Forbidden(_) => "Forbidden",
             ApiError::NotFound => "Not found",
+            ApiError::MethodNotAllowed { .. } => "Method not allowed",
+            ApiError::Malformed => "Malformed request",
+            ApiError::HeadersTooLarge => "Request header fields too large",
+            ApiError::UriTooLong => "Request target too long",
             ApiError::IdempotencyKey(KeyError::Missing) => "Missing idempotency key",
             ApiError::IdempotencyKey(_) => "Invalid idempotency key",
             ApiError::InvalidBody(_) => "Invalid request body",
@@ -200,7 +224,9 @@ impl ApiError {
     }
 }
 
-/// The problem document; the standard members come first, in RFC order.
+/// The problem document (RFC 9457) every error is sent as, a 405 (with
+/// `Allow`) and a request the HTTP layer cannot parse (400) included; the
+/// standard members come first, in RFC order.
 #[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 pub(super) struct Problem {
     #[serde(rename = "type")]
@@ -214,10 +240,11 @@ pub(super) struct Problem {
     extensions: Map<String, Value>,
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
+impl ApiError {
+    /// The problem document for this error (causes of a 500 are logged here).
+    pub(super) fn problem(&self) -> Problem {
         let status = self.status();
-        let detail = match &self {
+        let detail = match self {
             ApiError::Unauthorized(why) => (*why).to_owned(),
             ApiError::Unavailable(e) => {
                 tracing::warn!(error = %e, "database unavailable");
@@ -230,14 +257,19 @@ impl IntoResponse for ApiError {
             }
             other => other.to_string(),
         };
-        let body = Problem {
+        Problem {
             problem_type: self.problem_type(),
             title: self.title(),
             status: status.as_u16(),
             detail,
             extensions: self.extensions(),
-        };
-        let mut response = (status, axum::Json(body)).into_response();
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut response = (self.status(), axum::Json(self.problem())).into_response();
         let headers = response.headers_mut();
         headers.insert(
             header::CONTENT_TYPE,

@@ -10,6 +10,7 @@ mod health;
 mod holds;
 pub mod limits;
 mod listener;
+mod malformed;
 mod metrics;
 pub mod openapi;
 pub mod state;
@@ -106,6 +107,13 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .fallback(|| async { error::ApiError::NotFound })
+        // After every route: a path that exists, with a method it does not
+        // have, is a 405 problem; axum adds the `Allow` header.
+        .method_not_allowed_fallback(|method: axum::http::Method| async move {
+            error::ApiError::MethodNotAllowed {
+                method: method.to_string(),
+            }
+        })
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .layer(TraceLayer::new_for_http().make_span_with(request_span))
         .layer(PropagateRequestIdLayer::x_request_id())
@@ -179,12 +187,13 @@ pub async fn serve_with(
     let app = router(state);
     match tls {
         None => {
-            axum::serve(listener, app)
+            axum::serve(malformed::ProblemListener(listener), app)
                 .with_graceful_shutdown(shutdown)
                 .await
         }
         Some(config) => {
-            axum::serve(tls::TlsListener::new(listener, &config)?, app)
+            let tls = tls::TlsListener::new(listener, &config)?;
+            axum::serve(malformed::ProblemListener(tls), app)
                 .with_graceful_shutdown(shutdown)
                 .await
         }

@@ -11,7 +11,10 @@ use utoipa::{Modify, OpenApi};
 
 #[derive(Debug, OpenApi)]
 #[openapi(
-    info(title = "command-ledger", description = "A durable command ledger: record before dispatch, at most once, honest outcomes."),
+    info(title = "command-ledger", description = "A durable command ledger: record before dispatch, at most once, honest outcomes. \
+Every error is `application/problem+json` (the `Problem` schema), including those no operation lists: \
+404 for a path that does not exist, 405 (with `Allow`) for a method a path does not have, \
+and 400, 414 or 431 for a request the HTTP layer cannot parse (a header value with control bytes, say)."),
     paths(
         super::submit::submit,
         super::submit::invoke,
@@ -53,7 +56,9 @@ impl Modify for Bearer {
 
 /// What every operation shares, said once here because it comes from the
 /// shared extractors and error type rather than from any one handler:
-/// - every error is `application/problem+json` (the `Problem` schema);
+/// - every error is `application/problem+json` (the `Problem` schema; the
+///   document's description names the errors no operation lists: 404, 405
+///   with `Allow`, and the HTTP layer's 400/414/431);
 /// - an operation behind a bearer token can answer 401 (no live token), 429
 ///   (rate limit) and 503 (database unreachable);
 /// - one with a path id, query parameters or a body answers 400 to a bad

@@ -382,11 +382,13 @@ async fn guarded(
         let latest = db::commands::latest_by_intent(
             &state.pool,
             principal.id,
+            sub.authority.id.as_str(),
             canonical.intent_digest.as_bytes(),
+            canonical.digest.as_bytes(),
         )
         .await?;
         let facts = latest.as_ref().map(|l| Latest {
-            same_request: l.request_digest == canonical.digest.as_bytes(),
+            same_request: l.same_request,
             age: Duration::from_secs_f64(l.age_seconds.max(0.0)),
             epoch: u32::try_from(l.max_epoch).unwrap_or(0),
         });
@@ -417,6 +419,18 @@ async fn guarded(
                 let row = db::commands::get(&state.pool, l.id, Some(principal.id))
                     .await?
                     .ok_or(ApiError::NotFound)?;
+                // Another run's command answers this request: remember it
+                // before answering, so that this request retried after the
+                // window is a replay of the same command, not a new run.
+                if !l.same_request {
+                    db::commands::remember_coalesced(
+                        &state.pool,
+                        &row,
+                        canonical.digest.as_bytes(),
+                        sub.run_id.as_deref(),
+                    )
+                    .await?;
+                }
                 let disposition = if row.state().is_terminal() {
                     Disposition::Replay
                 } else {

@@ -231,6 +231,96 @@ async fn three_spellings_from_three_workers_make_one_execution() {
     stop.send(()).unwrap();
 }
 
+/// The run: worker-a's request is coalesced into worker-b's
+/// command. Every caller that was given that command's result gets it again
+/// when it retries the same request after the window, whoever executed;
+/// only a new run of the intent is held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_coalesced_callers_retry_after_the_window_is_a_replay_not_a_hold() {
+    let app = TestApp::spawn_with(refund_policy(Duration::from_secs(1), NearDuplicate::Hold)).await;
+    let token = app.token("agent", Role::Device).await;
+    let operator = app.token("ops", Role::Operator).await;
+    let sink = TestSink::start(Mode::Ok).await;
+    let [worker_a, worker_b, _] = spellings();
+
+    let (_, executing) = invoke_nowait(&app, &token, &worker_b).await;
+    assert_eq!(executing["outcome"], "pending", "{executing}");
+    let command_id = executing["command_id"].clone();
+    let (_, coalesced) = invoke_nowait(&app, &token, &worker_a).await;
+    assert_eq!(coalesced["command_id"], command_id, "{coalesced}");
+    let (_c, stop) = start_custodian(&app, &sink).await;
+    // worker-a waits for the outcome (coalesced while it runs, or a replay
+    // if the custodian was quicker than this request).
+    let (status, done) = invoke(&app, &token, worker_a.clone()).await;
+    assert_eq!(
+        (status, done["state"].as_str()),
+        (200, Some("applied")),
+        "{done}"
+    );
+    assert_eq!(done["command_id"], command_id, "{done}");
+
+    // After the window, both callers' identical retries are replays.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    for (who, body) in [("worker-a", &worker_a), ("worker-b", &worker_b)] {
+        let (status, again) = invoke(&app, &token, body.clone()).await;
+        assert_eq!(
+            (status, again["outcome"].as_str()),
+            (200, Some("replay")),
+            "{who}: {again}"
+        );
+        assert_eq!(again["command_id"], command_id, "{who}");
+        assert!(again["hold_id"].is_null(), "{who}: {again}");
+    }
+
+    // A new run of the intent is held; released, it runs once more ...
+    let mut fresh = worker_b.clone();
+    fresh["runId"] = json!("worker-d");
+    let (status, held) = invoke(&app, &token, fresh).await;
+    assert_eq!(
+        (status, held["outcome"].as_str()),
+        (202, Some("held")),
+        "{held}"
+    );
+    let hold_id = held["hold_id"].as_str().unwrap();
+    let released = app
+        .post(&operator, &format!("/v1/holds/{hold_id}/release"))
+        .await;
+    assert_eq!(released.status(), 200);
+    let released: Value = released.json().await.unwrap();
+    let second = released["command"]["id"].clone();
+    let done: Value = app
+        .get(
+            &operator,
+            &format!("/v1/commands/{}?wait=20", second.as_str().unwrap()),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(done["state"], "applied");
+
+    // ... and the first callers still get the command they were given, not
+    // a hold against the newer one.
+    for (who, body) in [("worker-a", &worker_a), ("worker-b", &worker_b)] {
+        let (status, again) = invoke(&app, &token, body.clone()).await;
+        assert_eq!(
+            (status, again["outcome"].as_str(), &again["command_id"]),
+            (200, Some("replay"), &command_id),
+            "{who}: {again}"
+        );
+    }
+    let open: Value = app
+        .get(&operator, "/v1/holds?state=open")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(open["items"].as_array().unwrap().len(), 0, "{open}");
+    assert_eq!(sink.count("applied"), 2);
+    assert_eq!(app.command_count().await, 2);
+    stop.send(()).unwrap();
+}
+
 #[tokio::test]
 async fn a_near_duplicate_can_be_rejected_by_an_operator_or_by_policy() {
     let app = TestApp::spawn_with(refund_policy(Duration::ZERO, NearDuplicate::Hold)).await;

@@ -216,3 +216,117 @@ async fn responses_carry_the_request_id() {
     assert_eq!(refused.status(), 401);
     assert!(refused.headers().contains_key("x-request-id"));
 }
+
+/// A method a path does not have is a 405 problem with `Allow`, like every
+/// other error: not an empty body.
+#[tokio::test]
+async fn a_method_a_path_does_not_have_is_a_405_problem_with_allow() {
+    let app = TestApp::spawn().await;
+    let token = app.token("dev", Role::Device).await;
+    let id = app.create(&token, "k", &refund(1)).await;
+    for (method, path, allow) in [
+        (
+            reqwest::Method::DELETE,
+            format!("/v1/commands/{id}"),
+            "GET,HEAD",
+        ),
+        (
+            reqwest::Method::PUT,
+            "/v1/commands".to_owned(),
+            "GET,HEAD,POST",
+        ),
+        (reqwest::Method::GET, "/v1/invoke".to_owned(), "POST"),
+        (reqwest::Method::PATCH, "/readyz".to_owned(), "GET,HEAD"),
+    ] {
+        let resp = app
+            .client
+            .request(method.clone(), app.url(&path))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap();
+        let allowed = resp
+            .headers()
+            .get("allow")
+            .unwrap_or_else(|| panic!("{method} {path}: no Allow header"))
+            .to_str()
+            .unwrap()
+            .replace(' ', "");
+        let mut allowed: Vec<&str> = allowed.split(',').collect();
+        allowed.sort_unstable();
+        assert_eq!(allowed.join(","), allow, "{method} {path}");
+        let p = problem(resp, 405, "/problems/method-not-allowed").await;
+        assert!(
+            p["detail"].as_str().unwrap().contains(method.as_str()),
+            "{p}"
+        );
+    }
+}
+
+/// Sends raw bytes (a client library refuses to send what hyper refuses to
+/// parse) and returns the status, the head and the body of the answer.
+async fn raw_request(app: &TestApp, request: &[u8]) -> (u16, String, Vec<u8>) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let addr = app.base.trim_start_matches("http://");
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(request).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        stream.read_to_end(&mut answer),
+    )
+    .await
+    .expect("the server answers and closes")
+    .unwrap();
+    let split = answer
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a response head");
+    let head = String::from_utf8_lossy(&answer[..split]).into_owned();
+    let status = head[9..12].parse().unwrap();
+    (status, head, answer[split + 4..].to_vec())
+}
+
+/// Header values with control bytes never reach a handler: the HTTP layer
+/// refuses them. The answer is still the problem document.
+#[tokio::test]
+async fn a_header_with_control_bytes_is_a_400_problem_not_a_bare_400() {
+    let app = TestApp::spawn().await;
+    for request in [
+        &b"GET /v1/commands HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer a\x01b\r\n\r\n"[..],
+        b"POST /v1/commands HTTP/1.1\r\nHost: x\r\nIdempotency-Key: k\x7f\r\nContent-Length: 2\r\n\r\n{}",
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Trace: \x00\r\n\r\n",
+    ] {
+        let (status, head, body) = raw_request(&app, request).await;
+        let shown = String::from_utf8_lossy(request);
+        assert_eq!(status, 400, "{shown:?}: {head}");
+        assert!(
+            head.to_ascii_lowercase()
+                .contains("content-type: application/problem+json"),
+            "{shown:?}: {head}"
+        );
+        let body: Value = serde_json::from_slice(&body)
+            .unwrap_or_else(|e| panic!("{shown:?}: body is not JSON ({e}): {head}"));
+        assert_eq!(body["type"], "/problems/malformed-request", "{body}");
+        assert_eq!(body["status"], 400);
+        assert!(body["title"].is_string() && body["detail"].is_string());
+    }
+    // More headers than the HTTP layer takes: 431, a problem as well.
+    let mut many = String::from("GET /healthz HTTP/1.1\r\nHost: x\r\n");
+    for i in 0..150 {
+        many.push_str(&format!("X-Filler-{i}: {i}\r\n"));
+    }
+    many.push_str("\r\n");
+    let (status, head, body) = raw_request(&app, many.as_bytes()).await;
+    assert_eq!(status, 431, "{head}");
+    let body: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(body["type"], "/problems/headers-too-large", "{body}");
+
+    // A well-formed request on a raw connection is answered as usual.
+    let (status, _, _) = raw_request(
+        &app,
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert_eq!(status, 200);
+}

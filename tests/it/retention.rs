@@ -210,3 +210,69 @@ async fn the_replay_window_is_advertised_when_configured() {
     let resp = app.submit(&token, Some("k"), &refund(1)).await;
     assert!(!resp.headers().contains_key("idempotency-key-expires"));
 }
+
+/// What a command was given to (requests coalesced into it) is append-only,
+/// and leaves with its command into the archive when it is pruned.
+#[tokio::test]
+async fn coalesced_answers_are_kept_then_archived_with_their_command() {
+    use command_ledger::domain::admission::NearDuplicate;
+    let app = TestApp::spawn_with(crate::harness::refund_policy(
+        Duration::from_secs(60),
+        NearDuplicate::Hold,
+    ))
+    .await;
+    let token = app.token("agent", Role::Device).await;
+    let invoke = |run: &'static str| {
+        app.client
+            .post(app.url("/v1/invoke"))
+            .bearer_auth(&token)
+            .header("Prefer", "wait=0")
+            .json(&serde_json::json!({"tool": "refund", "runId": run,
+                                      "args": {"to": "ada@example.com", "amount": "3 EUR"}}))
+            .send()
+    };
+    let first: Value = invoke("run-1").await.unwrap().json().await.unwrap();
+    let id = first["command_id"].as_str().unwrap().to_owned();
+    let second: Value = invoke("run-2").await.unwrap().json().await.unwrap();
+    assert_eq!(second["command_id"], first["command_id"]);
+    let run: String =
+        sqlx::query_scalar("select run_id from coalesced_requests where command_id = $1::uuid")
+            .bind(&id)
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(run, "run-2");
+    for sql in [
+        "update coalesced_requests set run_id = 'forged'".to_owned(),
+        format!("delete from coalesced_requests where command_id = '{id}'"),
+        "truncate coalesced_requests".to_owned(),
+    ] {
+        assert_eq!(sqlstate(&app, &sql).await, "CL003", "{sql}");
+    }
+
+    let operator = app.token("ops", Role::Operator).await;
+    assert_eq!(
+        app.post(&operator, &format!("/v1/commands/{id}/cancel"))
+            .await
+            .status(),
+        200
+    );
+    age(&app, &id, 40).await;
+    let pruned: i32 = sqlx::query_scalar("select prune_commands(interval '30 days', 10)")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(pruned, 1);
+    let left: i64 = sqlx::query_scalar("select count(*) from coalesced_requests")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "the answers left with their command");
+    let record: Value =
+        sqlx::query_scalar("select record from pruned_commands where id = $1::uuid")
+            .bind(&id)
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(record["coalesced"][0]["run_id"], "run-2", "{record}");
+}

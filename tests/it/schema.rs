@@ -317,22 +317,76 @@ async fn the_views_count_commands_by_state_and_age_the_oldest() {
     assert_eq!(in_flight_states, 3);
 }
 
+/// An authority at generation 6, taken twice by custodians (1, then 2) and
+/// moved on by hand.
+async fn authority_at_six(pool: &PgPool) {
+    use command_ledger::db::authorities;
+    let ttl = std::time::Duration::ZERO;
+    let first = authorities::acquire(pool, "payments", "custodian-a", ttl)
+        .await
+        .unwrap()
+        .unwrap();
+    let second = authorities::acquire(pool, "payments", "custodian-b", ttl)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((first.generation, second.generation), (1, 2));
+    sqlx::query("update authorities set generation = 6 where id = 'payments'")
+        .execute(pool)
+        .await
+        .unwrap();
+}
+
+/// The next custodian to take `payments` gets a generation above 6.
+async fn next_generation_is_new(pool: &PgPool) {
+    let next = command_ledger::db::authorities::acquire(
+        pool,
+        "payments",
+        "custodian-c",
+        std::time::Duration::from_secs(30),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(next.generation, 7, "a generation is never issued twice");
+}
+
 #[tokio::test]
 async fn an_authority_generation_never_goes_back() {
     let pool = fresh_pool().await;
-    sqlx::query("insert into authorities (id, generation) values ('payments', 5)")
-        .execute(&pool)
-        .await
-        .unwrap();
-    sqlx::query("update authorities set generation = 6 where id = 'payments'")
-        .execute(&pool)
-        .await
-        .unwrap();
+    authority_at_six(&pool).await;
     let err = sqlx::query("update authorities set generation = 4 where id = 'payments'")
         .execute(&pool)
         .await
         .unwrap_err();
     assert_eq!(sqlstate(&err), "CL005");
+    next_generation_is_new(&pool).await;
+}
+
+#[tokio::test]
+async fn deleting_an_authority_is_refused_so_its_generations_are_never_reissued() {
+    let pool = fresh_pool().await;
+    authority_at_six(&pool).await;
+    let err = sqlx::query("delete from authorities where id = 'payments'")
+        .execute(&pool)
+        .await
+        .expect_err("deleting an authority would let its generations be issued again");
+    assert_eq!(sqlstate(&err), "CL005", "{err}");
+    next_generation_is_new(&pool).await;
+}
+
+#[tokio::test]
+async fn truncating_authorities_is_refused_so_no_generation_is_reissued() {
+    let pool = fresh_pool().await;
+    authority_at_six(&pool).await;
+    for sql in ["truncate authorities", "truncate authorities cascade"] {
+        let err = sqlx::query(sql)
+            .execute(&pool)
+            .await
+            .expect_err("truncating authorities would let generations be issued again");
+        assert_eq!(sqlstate(&err), "CL005", "{sql}: {err}");
+    }
+    next_generation_is_new(&pool).await;
 }
 
 /// The inspection role reads everything but secrets, and writes nothing.
@@ -358,6 +412,7 @@ async fn the_inspector_role_reads_the_ledger_but_no_token_hash_and_writes_nothin
         "select count(*) from commands",
         "select count(*) from command_history",
         "select count(*) from holds",
+        "select count(*) from coalesced_requests",
         "select count(*) from command_counts_by_state",
         "select count(*) from command_oldest_in_flight",
         "select count(*) from holds_awaiting_decision",
@@ -493,4 +548,87 @@ async fn one_statement_changing_many_rows_audits_and_announces_each_row() {
             .is_err(),
         "no notification for the row that did not change, nor for {untouched}"
     );
+}
+
+/// Tables the ledger keeps no promise about, so truncating them is the
+/// owner's business. Every other table in the schema must refuse truncate
+/// with a trigger of its own; a new table lands here only with a reason.
+const TRUNCATE_ALLOWED: &[(&str, &str)] = &[
+    (
+        "_sqlx_migrations",
+        "sqlx's bookkeeping of applied migrations, not ledger data",
+    ),
+    (
+        "principals",
+        "deletable by the owner; one that has commands or holds cannot go (foreign keys, and truncating those is refused)",
+    ),
+    (
+        "api_tokens",
+        "deletable by the owner (revoking is the usual way); tokens hold no ledger history",
+    ),
+];
+
+#[tokio::test]
+async fn every_table_the_ledger_keeps_refuses_truncate_as_the_catalog_lists_them() {
+    let pool = fresh_pool().await;
+    // Every ordinary or partitioned table of the schema, with whether it has
+    // an enabled trigger that fires before truncate (tgtype: bit 5 truncate,
+    // bit 1 before).
+    let tables: Vec<(String, bool)> = sqlx::query_as(
+        "select c.relname::text, exists ( \
+             select 1 from pg_trigger t \
+             where t.tgrelid = c.oid and not t.tgisinternal and t.tgenabled <> 'D' \
+               and t.tgtype & 32 <> 0 and t.tgtype & 2 <> 0) \
+         from pg_class c join pg_namespace n on n.oid = c.relnamespace \
+         where n.nspname = current_schema() and c.relkind in ('r', 'p') \
+         order by 1",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    let names: BTreeSet<&str> = tables.iter().map(|(t, _)| t.as_str()).collect();
+    for (allowed, _why) in TRUNCATE_ALLOWED {
+        assert!(
+            names.contains(allowed),
+            "{allowed} is allow-listed but no longer exists: drop it from TRUNCATE_ALLOWED"
+        );
+    }
+    let kept: Vec<&str> = tables
+        .iter()
+        .map(|(t, _)| t.as_str())
+        .filter(|t| !TRUNCATE_ALLOWED.iter().any(|(a, _)| a == t))
+        .collect();
+    assert!(
+        kept.contains(&"commands") && kept.contains(&"holds"),
+        "{kept:?}"
+    );
+    let unguarded: Vec<&str> = tables
+        .iter()
+        .filter(|(t, guarded)| !guarded && kept.contains(&t.as_str()))
+        .map(|(t, _)| t.as_str())
+        .collect();
+    assert!(
+        unguarded.is_empty(),
+        "tables whose rows the ledger keeps but that accept truncate: {unguarded:?} \
+         (add a before-truncate trigger, or a reason in TRUNCATE_ALLOWED)"
+    );
+    // And they do refuse: with cascade (which takes the referencing tables
+    // along) a trigger answers; without it, a table other tables refer to
+    // may be refused by PostgreSQL's foreign-key check (0A000) first.
+    for table in kept {
+        for (sql, fk_check_may_answer) in [
+            (format!("truncate {table}"), true),
+            (format!("truncate {table} cascade"), false),
+        ] {
+            let err = sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
+                .execute(&pool)
+                .await
+                .expect_err(&sql);
+            let code = sqlstate(&err);
+            assert!(
+                code.starts_with("CL") || (fk_check_may_answer && code == "0A000"),
+                "{sql}: {code} {err}"
+            );
+        }
+    }
 }

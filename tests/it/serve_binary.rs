@@ -320,6 +320,159 @@ fn interrupt_and_wait_term(mut child: Child) {
     panic!("the process did not stop within 30 s of SIGTERM");
 }
 
+/// With its database stopped (connections refused at once), `serve` fails
+/// closed fast: `503 /problems/unavailable` with `Retry-After: 1` within
+/// about a second, `/readyz` too, rather than after the pool's patience;
+/// and it recovers on its own when the database is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_its_database_stopped_serve_answers_503_within_a_second_and_recovers() {
+    use command_ledger::embedded_pg::{Cluster, ClusterOptions};
+    if command_ledger::embedded_pg::find_bin_dir().is_err() {
+        eprintln!("skipped: no PostgreSQL server binaries on this machine");
+        return;
+    }
+    let root = std::env::temp_dir().join(format!(
+        "command-ledger-down-{}",
+        uuid::Uuid::now_v7().simple()
+    ));
+    let options = ClusterOptions {
+        data_dir: root.join("pg"),
+        password: None,
+        durable: false,
+        port: None,
+    };
+    let cluster = tokio::task::spawn_blocking({
+        let options = options.clone();
+        move || Cluster::start(&options)
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    cluster.stop_when_process_exits(Some(&root)).unwrap();
+    let (db_url, port) = (cluster.url("postgres"), cluster.port());
+
+    let port_free = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let serve = KillOnDrop(Some(
+        Command::new(BIN)
+            .args(["serve", "--listen", &port_free.to_string()])
+            .env("DATABASE_URL", &db_url)
+            .env("COMMAND_LEDGER_STATE_DIR", root.join("state"))
+            .env("RUST_LOG", "error")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap(),
+    ));
+    let api = format!("http://{port_free}");
+    let client = reqwest::Client::new();
+    let mut up = false;
+    for _ in 0..600 {
+        if client.get(format!("{api}/healthz")).send().await.is_ok() {
+            up = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(up, "serve did not start listening on {api}");
+    let pool = command_ledger::db::connect(&db_url, 2).await.unwrap();
+    let token =
+        command_ledger::cli::issue_token(&pool, "dev", command_ledger::db::Role::Device, None)
+            .await
+            .unwrap();
+    pool.close().await;
+    let submit = |key: &'static str| {
+        client
+            .post(format!("{api}/v1/commands"))
+            .bearer_auth(&token)
+            .header("Idempotency-Key", key)
+            .json(&json!({"kind": "noop", "authority": "payments", "args": {}}))
+            .send()
+    };
+    assert_eq!(submit("before").await.unwrap().status(), 202);
+
+    tokio::task::spawn_blocking(move || cluster.stop())
+        .await
+        .unwrap()
+        .unwrap();
+    for attempt in 0..2 {
+        let started = std::time::Instant::now();
+        let resp = submit("while-down").await.unwrap();
+        let submit_took = started.elapsed();
+        assert_eq!(resp.headers()["retry-after"], "1");
+        crate::harness::problem(resp, 503, "/problems/unavailable").await;
+        let started = std::time::Instant::now();
+        let ready = client.get(format!("{api}/readyz")).send().await.unwrap();
+        let ready_took = started.elapsed();
+        assert_eq!(ready.status(), 503);
+        eprintln!(
+            "database down, attempt {attempt}: submit 503 in {submit_took:?}, /readyz 503 in {ready_took:?}"
+        );
+        for (what, took) in [("submit", submit_took), ("/readyz", ready_took)] {
+            assert!(
+                took < Duration::from_millis(2000),
+                "{what} answered 503 after {took:?}: the database refuses at once, so should we"
+            );
+        }
+    }
+
+    // The database comes back on the same port: serve recovers by itself.
+    let restarted = tokio::task::spawn_blocking(move || {
+        Cluster::start(&ClusterOptions {
+            port: Some(port),
+            ..options
+        })
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    let mut ready = false;
+    for _ in 0..150 {
+        let status = client
+            .get(format!("{api}/readyz"))
+            .send()
+            .await
+            .unwrap()
+            .status();
+        if status == 200 {
+            ready = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        ready,
+        "serve did not become ready again after the database returned"
+    );
+    assert_eq!(submit("after").await.unwrap().status(), 202);
+    interrupt_and_wait(serve.take());
+    tokio::task::spawn_blocking(move || restarted.stop())
+        .await
+        .unwrap()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// A child process killed if the test fails before it stops it.
+struct KillOnDrop(Option<Child>);
+
+impl KillOnDrop {
+    fn take(mut self) -> Child {
+        self.0.take().expect("taken once")
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 /// The README's crash session: `serve` is killed (SIGKILL) while two refunds
 /// are `effect_started`, one the demo sink applied and one it never did.
 /// The next `serve` adopts the cluster the dead one left running, and its
