@@ -6,7 +6,7 @@ async fn main() -> std::process::ExitCode {
     let args = cli::Cli::parse();
     telemetry::init(args.log_format);
     match cli::run(args).await {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
             std::process::ExitCode::FAILURE

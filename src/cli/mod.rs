@@ -9,6 +9,7 @@ mod database;
 mod inspect;
 mod prune;
 mod serve;
+mod submit;
 mod token;
 
 use clap::{Parser, Subcommand};
@@ -18,6 +19,7 @@ use crate::telemetry::LogFormat;
 
 pub use custodian::{CustodianArgs, spawn_custodian};
 pub use database::Database;
+pub use submit::exit as submit_exit;
 pub use token::issue_token;
 
 /// A duration argument (500ms, 10s, 2m, 12h, 30d), for every subcommand.
@@ -106,11 +108,36 @@ pub enum Command {
     /// Remove finished commands past the retention window, in bounded
     /// batches, archiving each with its history first.
     Prune(prune::PruneArgs),
+    /// Record a command through the HTTP API (safe to repeat: one key, one
+    /// command), optionally wait for its outcome; the exit status tells
+    /// applied (0), failed (2), ambiguous (3), still in flight (4),
+    /// cancelled or expired (5), held (6) and errors (1) apart.
+    Submit(submit::SubmitArgs),
 }
 
-pub async fn run(cli: Cli) -> anyhow::Result<()> {
+/// Runs a subcommand; the exit status is success unless it says otherwise
+/// (`submit` reports the command's outcome in it).
+pub async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
     match cli.command {
-        Command::Serve(args) => serve::run(cli.database_url, &cli.state_dir, args).await,
+        Command::Submit(args) => submit::run(args).await.map(std::process::ExitCode::from),
+        command => run_command(cli.database_url, &cli.state_dir, command)
+            .await
+            .map(|()| std::process::ExitCode::SUCCESS),
+    }
+}
+
+async fn run_command(
+    database_url: Option<String>,
+    state_dir: &std::path::Path,
+    command: Command,
+) -> anyhow::Result<()> {
+    let cli = CliContext {
+        database_url,
+        state_dir,
+    };
+    match command {
+        Command::Submit(_) => unreachable!("submit is run above"),
+        Command::Serve(args) => serve::run(cli.database_url, cli.state_dir, args).await,
         Command::InspectorRole { name, password_env } => {
             let password = match password_env {
                 Some(var) => {
@@ -118,7 +145,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 }
                 None => None,
             };
-            let db = Database::open(cli.database_url, &cli.state_dir).await?;
+            let db = Database::open(cli.database_url, cli.state_dir).await?;
             let mut conn = db.pool.acquire().await?;
             crate::db::inspector::grant(&mut conn, &name, password.as_deref()).await?;
             drop(conn);
@@ -126,21 +153,25 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             db.close().await
         }
         Command::Migrate => {
-            let db = Database::open(cli.database_url, &cli.state_dir).await?;
+            let db = Database::open(cli.database_url, cli.state_dir).await?;
             println!("migrations applied");
             db.close().await
         }
-        Command::Token(cmd) => token::run(cli.database_url, &cli.state_dir, cmd).await,
-        Command::Custodian(cmd) => custodian::run(cli.database_url, &cli.state_dir, cmd).await,
+        Command::Token(cmd) => token::run(cli.database_url, cli.state_dir, cmd).await,
+        Command::Custodian(cmd) => custodian::run(cli.database_url, cli.state_dir, cmd).await,
         Command::DemoSink(cmd) => custodian::run_demo_sink(cmd).await,
-        Command::Prune(args) => prune::run(cli.database_url, &cli.state_dir, args).await,
-        Command::Commands(cmd) => inspect::commands(cli.database_url, &cli.state_dir, cmd).await,
-        Command::Holds(cmd) => inspect::holds(cli.database_url, &cli.state_dir, cmd).await,
+        Command::Prune(args) => prune::run(cli.database_url, cli.state_dir, args).await,
+        Command::Commands(cmd) => inspect::commands(cli.database_url, cli.state_dir, cmd).await,
+        Command::Holds(cmd) => inspect::holds(cli.database_url, cli.state_dir, cmd).await,
         Command::Authorities(cmd) => {
-            inspect::authorities(cli.database_url, &cli.state_dir, cmd).await
+            inspect::authorities(cli.database_url, cli.state_dir, cmd).await
         }
-        Command::Recover(cmd) => {
-            custodian::run_recover(cli.database_url, &cli.state_dir, cmd).await
-        }
+        Command::Recover(cmd) => custodian::run_recover(cli.database_url, cli.state_dir, cmd).await,
     }
+}
+
+/// Where the database-backed subcommands find their database.
+struct CliContext<'a> {
+    database_url: Option<String>,
+    state_dir: &'a std::path::Path,
 }

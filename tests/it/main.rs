@@ -8,6 +8,7 @@
 mod admission;
 mod auth;
 mod cancel;
+mod client;
 mod crash;
 mod custodian;
 mod harness;

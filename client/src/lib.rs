@@ -1,0 +1,643 @@
+//! command-ledger-client: call the ledger's HTTP API so that a retry can
+//! never make a second command.
+//!
+//! Every submission carries an idempotency key (a UUIDv7 made here unless you
+//! give one) and is returned with it, so you can persist the key next to
+//! your own record. A request whose answer is lost (connection reset,
+//! timeout) or refused for the moment (`429`, `500`, `502`, `503`, `504`) is
+//! sent again with the **same key and body**, after an exponentially growing,
+//! fully jittered pause (at least the server's `Retry-After`), bounded in
+//! count and in time: the ledger answers a repeat with the one command it
+//! recorded (`replay`), never a second one. A definite refusal (`400`, `401`,
+//! `403`, `404`, `409`, `422`, ...) is returned at once as [`Error::Problem`].
+//! `409` is never retried: the ledger answers a copy that arrives while the
+//! first is in flight with that in-flight command, not with `409`; its
+//! `409`s are decisions (too late to cancel, a near-duplicate refused, a
+//! hold already decided).
+//!
+//! An outcome is read with [`Command::outcome`]: `ambiguous` is its own
+//! variant, [`Outcome::Ambiguous`], never an error, because retrying an
+//! ambiguous command blindly is exactly what must not happen (the effect may
+//! have run). A person, or a reconcile probe, decides; a new attempt is a new
+//! command, submitted knowingly with a new key.
+//!
+//! ```no_run
+//! use command_ledger_client::{Client, Outcome, Submission};
+//! use serde_json::json;
+//! use std::time::Duration;
+//!
+//! # async fn demo() -> Result<(), command_ledger_client::Error> {
+//! let client = Client::new("http://127.0.0.1:8080", "clt_…");
+//! let refund = Submission::new("refund", "payments")
+//!     .args(json!({"to": "ada@example.com", "amount": "12.00 USD"}))
+//!     .wait(Duration::from_secs(10));
+//! let submitted = client.submit(&refund).await?;
+//! // Persist submitted.key() before anything else: resubmitting with it is safe.
+//! if let Some(command) = submitted.command() {
+//!     match command.outcome() {
+//!         Outcome::Applied(result) => println!("refunded: {result}"),
+//!         Outcome::Failed(error) => println!("not refunded: {error}"),
+//!         Outcome::Ambiguous(error) => println!("unknown, ask a person: {error}"),
+//!         other => println!("not finished yet: {other:?}"),
+//!     }
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! Plain HTTP only (loopback, or behind a TLS-terminating proxy).
+
+use chrono::{DateTime, Utc};
+use reqwest::header::{HeaderMap, RETRY_AFTER};
+use reqwest::{Method, RequestBuilder, Response, StatusCode};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+use uuid::Uuid;
+
+/// The longest wait the server grants by default; longer waits are made of
+/// several requests.
+const SERVER_WAIT_CAP: Duration = Duration::from_secs(60);
+
+/// How retries are bounded and spaced.
+#[derive(Debug, Clone)]
+pub struct RetryPolicy {
+    /// Most attempts of one request, the first included.
+    pub max_attempts: u32,
+    /// No attempt starts after this much time since the first.
+    pub max_elapsed: Duration,
+    /// The pause before the second attempt is drawn from `[0, base_delay]`,
+    /// and the bound doubles with each attempt (full jitter) ...
+    pub base_delay: Duration,
+    /// ... up to this.
+    pub max_delay: Duration,
+    /// How long one attempt may take, beyond any wait it asks the server for.
+    pub attempt_timeout: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_attempts: 8,
+            max_elapsed: Duration::from_secs(60),
+            base_delay: Duration::from_millis(100),
+            max_delay: Duration::from_secs(10),
+            attempt_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Why a call did not produce an answer.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The server refused the request with a problem document (RFC 9457).
+    #[error("{status} {problem_type}: {detail}")]
+    Problem {
+        status: u16,
+        /// The stable problem type, such as `/problems/idempotency-key-conflict`.
+        problem_type: String,
+        detail: String,
+        /// The whole document (it may carry more, such as `command_id`).
+        body: Value,
+    },
+    /// Every attempt allowed failed for a reason worth retrying; `last` is
+    /// the last one. For a submission, the command may or may not have been
+    /// recorded: resubmit with the same key later to find out.
+    #[error("gave up after {attempts} attempts in {elapsed:?}: {last}")]
+    GaveUp {
+        attempts: u32,
+        elapsed: Duration,
+        last: Box<Error>,
+    },
+    /// The connection failed or the answer did not arrive.
+    #[error("transport: {0}")]
+    Transport(#[from] reqwest::Error),
+    /// A transient refusal (`429`, `5xx`) as the last attempt saw it.
+    #[error("{status} (retryable): {body}")]
+    Transient { status: u16, body: String },
+    /// The answer was not what the API documents.
+    #[error("unexpected answer ({status}): {body}")]
+    Unexpected { status: u16, body: String },
+}
+
+/// A command's state in the ledger.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum State {
+    Pending,
+    Prepared,
+    EffectStarted,
+    Applied,
+    Failed,
+    Ambiguous,
+    Cancelled,
+    Expired,
+}
+
+impl State {
+    pub fn is_terminal(self) -> bool {
+        !matches!(
+            self,
+            State::Pending | State::Prepared | State::EffectStarted
+        )
+    }
+}
+
+/// A command as the API shows it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Command {
+    pub id: Uuid,
+    pub kind: String,
+    pub state: State,
+    pub authority: AuthorityView,
+    pub idempotency_key: String,
+    pub run_id: Option<String>,
+    pub args: Value,
+    pub result: Option<Value>,
+    pub error: Option<Value>,
+    pub request_digest: String,
+    pub deadline: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+    /// On a submission's answer: `new`, `replay` or `coalesced`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disposition: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AuthorityView {
+    pub id: String,
+    pub generation: Option<i64>,
+    pub pinned: bool,
+}
+
+/// What a command's state means for the caller.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Outcome<'a> {
+    /// The effect ran; its result.
+    Applied(&'a Value),
+    /// The effect certainly did not happen (refused, never sent, or the
+    /// provider's probe says it never ran); why.
+    Failed(&'a Value),
+    /// Nobody can tell whether the effect ran. Never retry this blindly.
+    Ambiguous(&'a Value),
+    /// Cancelled before any effect.
+    Cancelled(&'a Value),
+    /// Expired before any effect (deadline passed, or its pinned generation
+    /// was superseded).
+    Expired(&'a Value),
+    /// Not finished yet.
+    InFlight(State),
+}
+
+impl Command {
+    pub fn outcome(&self) -> Outcome<'_> {
+        const NULL: &Value = &Value::Null;
+        let error = self.error.as_ref().unwrap_or(NULL);
+        match self.state {
+            State::Applied => Outcome::Applied(self.result.as_ref().unwrap_or(NULL)),
+            State::Failed => Outcome::Failed(error),
+            State::Ambiguous => Outcome::Ambiguous(error),
+            State::Cancelled => Outcome::Cancelled(error),
+            State::Expired => Outcome::Expired(error),
+            s @ (State::Pending | State::Prepared | State::EffectStarted) => Outcome::InFlight(s),
+        }
+    }
+}
+
+/// A near-duplicate held for a person's decision.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Hold {
+    pub id: Uuid,
+    pub state: String,
+    pub kind: String,
+    pub authority: String,
+    pub run_id: Option<String>,
+    pub args: Value,
+    /// The earlier command with the same intent.
+    pub resembles: Uuid,
+    /// The command recorded when the hold was released.
+    pub command_id: Option<Uuid>,
+    pub created_at: DateTime<Utc>,
+}
+
+/// The answer to a submission, with the key it was made under.
+#[derive(Debug, Clone)]
+pub enum Submitted {
+    /// Recorded (or found recorded: `disposition` says which).
+    Command { key: String, command: Command },
+    /// Held as a near-duplicate of an earlier command, for a person.
+    Held { key: String, hold: Hold },
+}
+
+impl Submitted {
+    /// The idempotency key the submission was made under (generated unless
+    /// given): resubmitting with it is always safe.
+    pub fn key(&self) -> &str {
+        match self {
+            Submitted::Command { key, .. } | Submitted::Held { key, .. } => key,
+        }
+    }
+
+    pub fn command(&self) -> Option<&Command> {
+        match self {
+            Submitted::Command { command, .. } => Some(command),
+            Submitted::Held { .. } => None,
+        }
+    }
+}
+
+/// A command to submit.
+#[derive(Debug, Clone)]
+pub struct Submission {
+    pub kind: String,
+    pub authority: String,
+    /// Pin the command to this generation of the authority.
+    pub generation: Option<i64>,
+    pub args: Value,
+    /// The idempotency key; `None` makes a UUIDv7 once, at the first attempt.
+    pub key: Option<String>,
+    pub run_id: Option<String>,
+    pub deadline: Option<DateTime<Utc>>,
+    /// Ask the server to answer once the command is terminal, or after this long.
+    pub wait: Option<Duration>,
+}
+
+impl Submission {
+    pub fn new(kind: impl Into<String>, authority: impl Into<String>) -> Self {
+        Submission {
+            kind: kind.into(),
+            authority: authority.into(),
+            generation: None,
+            args: json!({}),
+            key: None,
+            run_id: None,
+            deadline: None,
+            wait: None,
+        }
+    }
+
+    #[must_use]
+    pub fn args(mut self, args: Value) -> Self {
+        self.args = args;
+        self
+    }
+
+    #[must_use]
+    pub fn key(mut self, key: impl Into<String>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+
+    #[must_use]
+    pub fn run_id(mut self, run_id: impl Into<String>) -> Self {
+        self.run_id = Some(run_id.into());
+        self
+    }
+
+    #[must_use]
+    pub fn pinned(mut self, generation: i64) -> Self {
+        self.generation = Some(generation);
+        self
+    }
+
+    #[must_use]
+    pub fn deadline(mut self, deadline: DateTime<Utc>) -> Self {
+        self.deadline = Some(deadline);
+        self
+    }
+
+    #[must_use]
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = Some(wait);
+        self
+    }
+
+    fn body(&self) -> Value {
+        let authority = match self.generation {
+            Some(g) => json!({"id": self.authority, "generation": g}),
+            None => json!(self.authority),
+        };
+        let mut body = json!({"kind": self.kind, "authority": authority, "args": self.args});
+        if let Some(run_id) = &self.run_id {
+            body["run_id"] = json!(run_id);
+        }
+        if let Some(deadline) = &self.deadline {
+            body["deadline"] = json!(deadline);
+        }
+        body
+    }
+}
+
+/// One entry of a command's history.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HistoryEntry {
+    pub from: Option<String>,
+    pub to: String,
+    pub at: DateTime<Utc>,
+    pub actor: String,
+    pub generation: Option<i64>,
+    pub reason: Option<String>,
+}
+
+/// What `POST /v1/invoke` answered.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Invoked {
+    /// `executed`, `coalesced`, `replay`, `held` or `pending`.
+    pub outcome: String,
+    /// The intent digest: equal for every spelling of one intent.
+    pub fingerprint: String,
+    pub command_id: Option<Uuid>,
+    pub state: Option<State>,
+    pub result: Option<Value>,
+    pub error: Option<Value>,
+    pub hold_id: Option<Uuid>,
+}
+
+/// A client of one ledger API, with one bearer token.
+#[derive(Debug, Clone)]
+pub struct Client {
+    http: reqwest::Client,
+    base: String,
+    token: String,
+    retry: RetryPolicy,
+}
+
+impl Client {
+    /// `base` is the API's root, such as `http://127.0.0.1:8080`.
+    pub fn new(base: impl Into<String>, token: impl Into<String>) -> Self {
+        Client {
+            http: reqwest::Client::new(),
+            base: base.into().trim_end_matches('/').to_owned(),
+            token: token.into(),
+            retry: RetryPolicy::default(),
+        }
+    }
+
+    #[must_use]
+    pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// Records a command (`POST /v1/commands`), retrying safely: every
+    /// attempt carries the same key and body.
+    pub async fn submit(&self, s: &Submission) -> Result<Submitted, Error> {
+        let key = s.key.clone().unwrap_or_else(|| Uuid::now_v7().to_string());
+        let body = s.body();
+        let wait = s.wait.unwrap_or_default().min(SERVER_WAIT_CAP);
+        let response = self
+            .send(Method::POST, "/v1/commands", wait, |r| {
+                let r = r.header("Idempotency-Key", &key).json(&body);
+                if wait.is_zero() {
+                    r
+                } else {
+                    r.header("Prefer", format!("wait={}", wait.as_secs()))
+                }
+            })
+            .await?;
+        let value: Value = decode(response).await?;
+        if value.get("disposition").and_then(Value::as_str) == Some("held") {
+            let hold =
+                serde_json::from_value(value["hold"].clone()).map_err(|e| unexpected(200, &e))?;
+            return Ok(Submitted::Held { key, hold });
+        }
+        let command = serde_json::from_value(value).map_err(|e| unexpected(200, &e))?;
+        Ok(Submitted::Command { key, command })
+    }
+
+    /// One command as it is now.
+    pub async fn get(&self, id: Uuid) -> Result<Command, Error> {
+        decode(
+            self.send(
+                Method::GET,
+                &format!("/v1/commands/{id}"),
+                Duration::ZERO,
+                |r| r,
+            )
+            .await?,
+        )
+        .await
+    }
+
+    /// Waits until the command is terminal or `timeout` passes (the server
+    /// wakes the request when it finishes; no polling), and returns it as
+    /// it is then.
+    pub async fn wait(&self, id: Uuid, timeout: Duration) -> Result<Command, Error> {
+        let until = Instant::now() + timeout;
+        loop {
+            let left = until
+                .saturating_duration_since(Instant::now())
+                .min(SERVER_WAIT_CAP);
+            let path = format!("/v1/commands/{id}?wait={}", left.as_secs());
+            let command: Command =
+                decode(self.send(Method::GET, &path, left, |r| r).await?).await?;
+            if command.state.is_terminal() || Instant::now() + Duration::from_secs(1) > until {
+                return Ok(command);
+            }
+        }
+    }
+
+    /// Cancels a command before its effect starts (`409 cancel-too-late`
+    /// after). Repeating it is harmless.
+    pub async fn cancel(&self, id: Uuid) -> Result<Command, Error> {
+        let path = format!("/v1/commands/{id}/cancel");
+        decode(
+            self.send(Method::POST, &path, Duration::ZERO, |r| r)
+                .await?,
+        )
+        .await
+    }
+
+    /// Every state change of a command, oldest first.
+    pub async fn history(&self, id: Uuid) -> Result<Vec<HistoryEntry>, Error> {
+        #[derive(Deserialize)]
+        struct History {
+            entries: Vec<HistoryEntry>,
+        }
+        let path = format!("/v1/commands/{id}/history");
+        let h: History =
+            decode(self.send(Method::GET, &path, Duration::ZERO, |r| r).await?).await?;
+        Ok(h.entries)
+    }
+
+    /// Records an intent for an agent's tool call (`POST /v1/invoke`) and
+    /// waits (the server's default, 30 s) for its outcome. The same `run_id`
+    /// and arguments, retried, get the same answer.
+    pub async fn invoke(&self, tool: &str, run_id: &str, args: &Value) -> Result<Invoked, Error> {
+        let body = json!({"tool": tool, "runId": run_id, "args": args});
+        let wait = Duration::from_secs(30);
+        decode(
+            self.send(Method::POST, "/v1/invoke", wait, |r| r.json(&body))
+                .await?,
+        )
+        .await
+    }
+
+    /// Sends a request until it gets an answer worth returning, within the
+    /// retry policy. `wait` is how long the server may hold the request.
+    async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        wait: Duration,
+        build: impl Fn(RequestBuilder) -> RequestBuilder,
+    ) -> Result<Response, Error> {
+        let url = format!("{}{path}", self.base);
+        let started = Instant::now();
+        let mut attempt = 0u32;
+        loop {
+            attempt += 1;
+            let request = self
+                .http
+                .request(method.clone(), &url)
+                .bearer_auth(&self.token)
+                .timeout(self.retry.attempt_timeout + wait);
+            let (failure, retry_after) = match build(request).send().await {
+                Ok(response) if retryable(response.status()) => {
+                    let status = response.status().as_u16();
+                    let retry_after = retry_after(response.headers());
+                    let body = response.text().await.unwrap_or_default();
+                    (Error::Transient { status, body }, retry_after)
+                }
+                Ok(response) => return Ok(response),
+                Err(e) => (Error::Transport(e), None),
+            };
+            let pause = backoff(&self.retry, attempt).max(retry_after.unwrap_or_default());
+            let elapsed = started.elapsed();
+            if attempt >= self.retry.max_attempts || elapsed + pause > self.retry.max_elapsed {
+                return Err(Error::GaveUp {
+                    attempts: attempt,
+                    elapsed,
+                    last: Box::new(failure),
+                });
+            }
+            tokio::time::sleep(pause).await;
+        }
+    }
+}
+
+fn retryable(status: StatusCode) -> bool {
+    matches!(status.as_u16(), 429 | 500 | 502 | 503 | 504)
+}
+
+fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let seconds = headers
+        .get(RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse::<u64>()
+        .ok()?;
+    Some(Duration::from_secs(seconds))
+}
+
+/// Full jitter: a pause drawn uniformly from `[0, min(max, base * 2^(attempt-1))]`.
+fn backoff(policy: &RetryPolicy, attempt: u32) -> Duration {
+    let exp = attempt.saturating_sub(1).min(20);
+    let bound = policy
+        .base_delay
+        .saturating_mul(1u32 << exp)
+        .min(policy.max_delay);
+    let mut bytes = [0u8; 8];
+    let fraction = match getrandom::fill(&mut bytes) {
+        Ok(()) => (u64::from_le_bytes(bytes) >> 11) as f64 / (1u64 << 53) as f64,
+        Err(_) => 0.5,
+    };
+    bound.mul_f64(fraction)
+}
+
+async fn decode<T: DeserializeOwned>(response: Response) -> Result<T, Error> {
+    let status = response.status().as_u16();
+    let text = response.text().await?;
+    if status >= 400 {
+        let body: Value = serde_json::from_str(&text).unwrap_or(Value::String(text.clone()));
+        return Err(Error::Problem {
+            status,
+            problem_type: body["type"].as_str().unwrap_or("").to_owned(),
+            detail: body["detail"].as_str().unwrap_or(&text).to_owned(),
+            body,
+        });
+    }
+    serde_json::from_str(&text).map_err(|e| Error::Unexpected {
+        status,
+        body: format!("{e}: {text}"),
+    })
+}
+
+fn unexpected(status: u16, e: &serde_json::Error) -> Error {
+    Error::Unexpected {
+        status,
+        body: e.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_stays_within_its_exponential_bound() {
+        let policy = RetryPolicy::default();
+        for attempt in 1..30 {
+            let bound = policy
+                .base_delay
+                .saturating_mul(1 << (attempt - 1).min(20))
+                .min(policy.max_delay);
+            for _ in 0..50 {
+                assert!(backoff(&policy, attempt) <= bound);
+            }
+        }
+    }
+
+    #[test]
+    fn backoff_is_jittered() {
+        let policy = RetryPolicy::default();
+        let draws: std::collections::HashSet<Duration> =
+            (0..20).map(|_| backoff(&policy, 5)).collect();
+        assert!(draws.len() > 1, "twenty equal pauses: {draws:?}");
+    }
+
+    #[test]
+    fn only_transient_statuses_are_retried() {
+        for s in [429, 500, 502, 503, 504] {
+            assert!(retryable(StatusCode::from_u16(s).unwrap()), "{s}");
+        }
+        for s in [200, 202, 400, 401, 403, 404, 405, 408, 409, 413, 415, 422] {
+            assert!(!retryable(StatusCode::from_u16(s).unwrap()), "{s}");
+        }
+    }
+
+    #[test]
+    fn ambiguous_is_an_outcome_of_its_own() {
+        let mut command: Command = serde_json::from_value(json!({
+            "id": Uuid::now_v7(), "kind": "refund", "state": "ambiguous",
+            "authority": {"id": "payments", "generation": 1, "pinned": false},
+            "idempotency_key": "k", "run_id": null, "args": {}, "result": null,
+            "error": {"reason": "timeout"}, "request_digest": "d", "deadline": null,
+            "created_at": "2026-12-01T00:00:00Z", "updated_at": "2026-12-01T00:00:00Z",
+            "finished_at": "2026-12-01T00:00:00Z"
+        }))
+        .unwrap();
+        assert_eq!(
+            command.outcome(),
+            Outcome::Ambiguous(&json!({"reason": "timeout"}))
+        );
+        command.state = State::EffectStarted;
+        assert_eq!(command.outcome(), Outcome::InFlight(State::EffectStarted));
+    }
+
+    #[test]
+    fn a_submission_body_has_only_what_the_api_takes() {
+        let s = Submission::new("refund", "payments")
+            .args(json!({"amount": "12.00 USD"}))
+            .pinned(3)
+            .run_id("r1");
+        assert_eq!(
+            s.body(),
+            json!({"kind": "refund", "authority": {"id": "payments", "generation": 3},
+                   "args": {"amount": "12.00 USD"}, "run_id": "r1"})
+        );
+    }
+}
