@@ -44,7 +44,13 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Plain HTTP only (loopback, or behind a TLS-terminating proxy).
+//! Plain HTTP only (loopback, or behind a TLS-terminating proxy). With the
+//! `outbox` feature, [`outbox::Outbox`] keeps commands in a local SQLite
+//! file, written before they are sent, for devices that lose power or
+//! network.
+
+#[cfg(feature = "outbox")]
+pub mod outbox;
 
 use chrono::{DateTime, Utc};
 use reqwest::header::{HeaderMap, RETRY_AFTER};

@@ -7,6 +7,7 @@
 mod custodian;
 mod database;
 mod inspect;
+mod outbox;
 mod prune;
 mod serve;
 mod submit;
@@ -113,6 +114,10 @@ pub enum Command {
     /// applied (0), failed (2), ambiguous (3), still in flight (4),
     /// cancelled or expired (5), held (6) and errors (1) apart.
     Submit(submit::SubmitArgs),
+    /// A device's durable outbox (one SQLite file): `add` records a command
+    /// before anything is sent, `flush` sends what is unanswered and records
+    /// each answer, `list` shows both.
+    Outbox(outbox::OutboxCommand),
 }
 
 /// Runs a subcommand; the exit status is success unless it says otherwise
@@ -120,6 +125,9 @@ pub enum Command {
 pub async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
     match cli.command {
         Command::Submit(args) => submit::run(args).await.map(std::process::ExitCode::from),
+        Command::Outbox(cmd) => outbox::run(cmd)
+            .await
+            .map(|()| std::process::ExitCode::SUCCESS),
         command => run_command(cli.database_url, &cli.state_dir, command)
             .await
             .map(|()| std::process::ExitCode::SUCCESS),
@@ -136,7 +144,9 @@ async fn run_command(
         state_dir,
     };
     match command {
-        Command::Submit(_) => unreachable!("submit is run above"),
+        Command::Submit(_) | Command::Outbox(_) => {
+            unreachable!("the API's clients are run above, without a database")
+        }
         Command::Serve(args) => serve::run(cli.database_url, cli.state_dir, args).await,
         Command::InspectorRole { name, password_env } => {
             let password = match password_env {

@@ -60,7 +60,7 @@ pub struct SubmitArgs {
 }
 
 /// Parses `name=value` arguments into the command's args object.
-fn parse_args(pairs: &[String]) -> anyhow::Result<Value> {
+pub(super) fn parse_args(pairs: &[String]) -> anyhow::Result<Value> {
     let mut args = Map::new();
     for pair in pairs {
         let (name, value) = pair

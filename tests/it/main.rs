@@ -15,6 +15,7 @@ mod harness;
 mod inspect;
 mod matrix;
 mod metrics;
+mod outbox;
 mod reads;
 mod recovery;
 mod retention;
