@@ -1,4 +1,4 @@
-//! The command line: `serve`, `custodian`, `migrate`, `token ...`, and the
+//! The command line: `serve`, `custodian`, `migrate`, `token ...`, `verify`, and the
 //! operator's `commands`, `holds` and `authorities`. Every
 //! subcommand talks to `DATABASE_URL` when it is set, else to the private
 //! cluster under `--state-dir` (started on demand, stopped after if this
@@ -10,6 +10,7 @@ mod inspect;
 mod prune;
 mod serve;
 mod token;
+mod verify;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -106,6 +107,9 @@ pub enum Command {
     /// Remove finished commands past the retention window, in bounded
     /// batches, archiving each with its history first.
     Prune(prune::PruneArgs),
+    /// Recompute the history's hash chains (live and archived commands) and
+    /// name every break; write or check a published digest of the chain heads.
+    Verify(verify::VerifyArgs),
 }
 
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
@@ -134,6 +138,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Custodian(cmd) => custodian::run(cli.database_url, &cli.state_dir, cmd).await,
         Command::DemoSink(cmd) => custodian::run_demo_sink(cmd).await,
         Command::Prune(args) => prune::run(cli.database_url, &cli.state_dir, args).await,
+        Command::Verify(args) => verify::run(cli.database_url, &cli.state_dir, args).await,
         Command::Commands(cmd) => inspect::commands(cli.database_url, &cli.state_dir, cmd).await,
         Command::Holds(cmd) => inspect::holds(cli.database_url, &cli.state_dir, cmd).await,
         Command::Authorities(cmd) => {

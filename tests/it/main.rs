@@ -21,3 +21,4 @@ mod schema;
 mod serve_binary;
 mod submit;
 mod tls;
+mod verify;
