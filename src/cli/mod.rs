@@ -1,4 +1,4 @@
-//! The command line: `serve`, `custodian`, `migrate`, `token ...`, and the
+//! The command line: `serve`, `custodian`, `migrate`, `token ...`, `verify`, and the
 //! operator's `commands`, `holds` and `authorities`. Every
 //! subcommand talks to `DATABASE_URL` when it is set, else to the private
 //! cluster under `--state-dir` (started on demand, stopped after if this
@@ -12,6 +12,7 @@ mod prune;
 mod serve;
 mod submit;
 mod token;
+mod verify;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -118,6 +119,9 @@ pub enum Command {
     /// before anything is sent, `flush` sends what is unanswered and records
     /// each answer, `list` shows both.
     Outbox(outbox::OutboxCommand),
+    /// Recompute the history's hash chains (live and archived commands) and
+    /// name every break; write or check a published digest of the chain heads.
+    Verify(verify::VerifyArgs),
 }
 
 /// Runs a subcommand; the exit status is success unless it says otherwise
@@ -171,6 +175,7 @@ async fn run_command(
         Command::Custodian(cmd) => custodian::run(cli.database_url, cli.state_dir, cmd).await,
         Command::DemoSink(cmd) => custodian::run_demo_sink(cmd).await,
         Command::Prune(args) => prune::run(cli.database_url, cli.state_dir, args).await,
+        Command::Verify(args) => verify::run(cli.database_url, cli.state_dir, args).await,
         Command::Commands(cmd) => inspect::commands(cli.database_url, cli.state_dir, cmd).await,
         Command::Holds(cmd) => inspect::holds(cli.database_url, cli.state_dir, cmd).await,
         Command::Authorities(cmd) => {

@@ -9,6 +9,7 @@ pub mod holds;
 pub mod inspector;
 pub mod principals;
 pub mod recovery;
+pub mod verify;
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions as _, Connection as _, PgPool};

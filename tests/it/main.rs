@@ -23,3 +23,4 @@ mod schema;
 mod serve_binary;
 mod submit;
 mod tls;
+mod verify;
