@@ -7,105 +7,34 @@
 //! whole step (leases, claim, start, effects, outcomes) for tests; `run` is
 //! the long-lived loop with wake-ups, bounded concurrency and a drain.
 
+mod config;
 pub mod effects;
+mod executors;
 pub mod http_executor;
 mod leases;
 pub mod recovery;
-mod txn;
 
 use sqlx::PgPool;
-use sqlx::postgres::PgListener;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 use tokio::sync::{Notify, Semaphore, mpsc};
 use uuid::Uuid;
 
 use crate::crash::{self, CrashPoint};
-use crate::db::{self, CommandRow};
+use crate::db::notify::{self, PENDING_CHANNEL};
+pub use crate::db::txn::{Isolation, TxError};
+use crate::db::{self, CommandRow, txn};
 use crate::domain::{EffectOutcome, State};
+/// The custodian's counters live with the metrics that expose them.
+pub use crate::metrics::CustodianStats as Stats;
+pub use config::{CustodianConfig, default_holder, defaults};
 pub use effects::{Effect, EffectCall, Effects};
 pub use leases::HeldLease;
-pub use txn::{Isolation, TxError};
 
 /// Commands started but not recorded, per effect slot: claiming goes on
 /// while earlier outcomes are being written, up to this many batches' worth.
 const UNRECORDED_PER_EFFECT: usize = 16;
-
-/// The channel API processes notify when new pending rows exist (payload:
-/// the authority id). Sent outside the submit transaction, debounced.
-pub const PENDING_CHANNEL: &str = "command_ledger_pending";
-
-#[derive(Debug, Clone)]
-pub struct CustodianConfig {
-    /// This process's identity as a lease holder; unique per process.
-    pub holder: String,
-    pub authorities: Vec<String>,
-    pub lease_ttl: Duration,
-    /// How often leases are renewed; well inside the TTL.
-    pub heartbeat: Duration,
-    /// Most commands claimed by one statement.
-    pub batch_size: i64,
-    /// Most effects in flight at once.
-    pub max_in_flight: usize,
-    /// Fallback wake-up when no notification arrives.
-    pub poll_interval: Duration,
-    /// How long a shutdown waits for effects in flight.
-    pub shutdown_grace: Duration,
-    /// How often the custodian runs a recovery pass.
-    pub recovery_interval: Duration,
-    /// SERIALIZABLE, except in the benchmark's comparison (see [`Isolation`]).
-    #[doc(hidden)]
-    pub isolation: Isolation,
-}
-
-impl CustodianConfig {
-    pub fn new(authorities: Vec<String>) -> Self {
-        CustodianConfig {
-            holder: default_holder(),
-            authorities,
-            lease_ttl: Duration::from_secs(10),
-            heartbeat: Duration::from_secs(3),
-            batch_size: 32,
-            max_in_flight: 64,
-            poll_interval: Duration::from_secs(1),
-            shutdown_grace: Duration::from_secs(10),
-            recovery_interval: Duration::from_secs(5),
-            isolation: Isolation::Serializable,
-        }
-    }
-}
-
-/// `host:pid:random`, so a restarted process is a new holder (and takes a new generation).
-pub fn default_holder() -> String {
-    let host = std::fs::read_to_string("/etc/hostname")
-        .ok()
-        .map(|h| h.trim().to_owned())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "host".to_owned());
-    let random = getrandom::u32().unwrap_or(0);
-    format!("{host}:{}:{random:08x}", std::process::id())
-}
-
-/// Counters since start; the benchmark and the metrics read them.
-#[derive(Debug, Default)]
-pub struct Stats {
-    pub claimed: AtomicU64,
-    pub started: AtomicU64,
-    pub applied: AtomicU64,
-    pub failed: AtomicU64,
-    pub ambiguous: AtomicU64,
-    pub expired: AtomicU64,
-    pub adopted: AtomicU64,
-    /// Writes refused because the authority moved on (or the row did).
-    pub fenced: AtomicU64,
-    pub serialization_retries: AtomicU64,
-    pub leases_acquired: AtomicU64,
-    pub leases_lost: AtomicU64,
-    /// How long effects took, by kind and outcome.
-    pub effect_latency: crate::metrics::EffectLatency,
-}
 
 /// Runs one effect and records how long it took, by kind and outcome.
 async fn timed_effect(effects: &Effects, call: &EffectCall, stats: &Stats) -> EffectOutcome {
@@ -215,10 +144,6 @@ impl Custodian {
         &self.stats
     }
 
-    pub fn config(&self) -> &CustodianConfig {
-        &self.config
-    }
-
     /// One whole step: renew or take leases, claim, start, run the effects,
     /// record their outcomes. Tests drive the custodian with this.
     pub async fn run_once(&self) -> Result<StepReport, CustodianError> {
@@ -291,7 +216,7 @@ impl Custodian {
         )
         .await?;
         if !claimed.is_empty() {
-            crash::point(CrashPoint::Cp1);
+            crash::point(CrashPoint::AfterPrepared);
         }
         report.claimed += claimed.len();
         self.stats
@@ -380,7 +305,7 @@ impl Custodian {
             Err(e) => return Err(e.into()),
         };
         if !rows.is_empty() {
-            crash::point(CrashPoint::Cp2);
+            crash::point(CrashPoint::AfterEffectStarted);
         }
         let mut started = Vec::with_capacity(rows.len());
         for row in rows {
@@ -478,7 +403,7 @@ impl Custodian {
                 .push((d.id, d.outcome));
         }
         for ((authority, generation), outcomes) in groups {
-            crash::point(CrashPoint::Cp3);
+            crash::point(CrashPoint::AfterEffect);
             let recorded = match self.record_group(&authority, generation, &outcomes).await {
                 Ok(recorded) => recorded,
                 Err(e) => {
@@ -497,7 +422,7 @@ impl Custodian {
                     continue;
                 }
             };
-            crash::point(CrashPoint::Cp4);
+            crash::point(CrashPoint::AfterOutcome);
             for (id, outcome) in &outcomes {
                 if !recorded.contains(id) {
                     report.fenced += 1;
@@ -592,19 +517,8 @@ impl Custodian {
             mpsc::unbounded_channel::<(Done, tokio::sync::OwnedSemaphorePermit)>();
         let recorder = tokio::spawn(Arc::clone(&self).recorder(done_rx, Arc::clone(&capacity)));
 
-        let mut listener = match PgListener::connect_with(&self.pool).await {
-            Ok(mut l) => match l.listen(PENDING_CHANNEL).await {
-                Ok(()) => Some(l),
-                Err(e) => {
-                    tracing::warn!(error = %e, "LISTEN failed; polling only");
-                    None
-                }
-            },
-            Err(e) => {
-                tracing::warn!(error = %e, "no listener connection; polling only");
-                None
-            }
-        };
+        // Woken by submissions (and, after a gap in listening, once more).
+        let mut listener = notify::Listener::new(self.pool.clone(), PENDING_CHANNEL);
         let mut heartbeat = tokio::time::interval(self.config.heartbeat);
         heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut poll = tokio::time::interval(self.config.poll_interval);
@@ -651,14 +565,9 @@ impl Custodian {
             }
 
             let listen = async {
-                match listener.as_mut() {
-                    Some(l) => {
-                        if let Err(e) = l.recv().await {
-                            tracing::warn!(error = %e, "notification listener failed; polling until it recovers");
-                            tokio::time::sleep(self.config.poll_interval).await;
-                        }
-                    }
-                    None => std::future::pending::<()>().await,
+                if listener.recv().await.is_none() {
+                    // The pool is closed: only the shutdown is left to wait for.
+                    std::future::pending::<()>().await;
                 }
             };
             tokio::select! {

@@ -7,8 +7,10 @@ pub mod commands;
 pub mod custodian;
 pub mod holds;
 pub mod inspector;
+pub mod notify;
 pub mod principals;
 pub mod recovery;
+pub mod txn;
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions as _, Connection as _, PgPool};

@@ -60,7 +60,7 @@ pub struct AppState {
     /// Most HTTP connections held at once; more wait in the backlog.
     pub max_connections: usize,
     /// The counters of the custodian running in this process, if any, for `/metrics`.
-    pub custodian_stats: Option<Arc<crate::custodian::Stats>>,
+    pub custodian_stats: Option<Arc<crate::metrics::CustodianStats>>,
     /// The advertised replay window: how long a finished command's key is
     /// kept before pruning may remove it.
     pub retention: Option<Duration>,

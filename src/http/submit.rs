@@ -355,7 +355,7 @@ async fn under_key(
 
 fn recorded(state: &AppState, row: CommandRow) -> Admitted {
     tracing::info!(command.id = %row.id, kind = %row.kind, authority = %row.authority_id, "command recorded");
-    crate::crash::point(crate::crash::CrashPoint::Cp0);
+    crate::crash::point(crate::crash::CrashPoint::AfterInsert);
     state.wake.pending(&row.authority_id);
     Admitted::Command {
         row,

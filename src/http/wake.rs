@@ -8,7 +8,7 @@ use sqlx::PgPool;
 use std::collections::BTreeSet;
 use tokio::sync::mpsc;
 
-use crate::custodian::PENDING_CHANNEL;
+use crate::db;
 
 #[derive(Debug, Clone)]
 pub struct PendingWake {
@@ -25,12 +25,7 @@ impl PendingWake {
                     authorities.insert(next);
                 }
                 for authority in authorities {
-                    if let Err(e) = sqlx::query("select pg_notify($1, $2)")
-                        .bind(PENDING_CHANNEL)
-                        .bind(&authority)
-                        .execute(&pool)
-                        .await
-                    {
+                    if let Err(e) = db::notify::pending(&pool, &authority).await {
                         // Custodians also poll; a lost wake-up only costs latency.
                         tracing::debug!(error = %e, "pending wake-up not sent");
                     }
