@@ -21,5 +21,6 @@ pub mod demo_sink;
 pub mod domain;
 pub mod embedded_pg;
 pub mod http;
+pub mod ledger;
 pub mod metrics;
 pub mod telemetry;

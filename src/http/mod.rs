@@ -17,7 +17,6 @@ pub mod state;
 mod submit;
 mod tls;
 pub mod wait;
-pub mod wake;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -52,7 +51,7 @@ pub struct AppState {
     pub policies: Arc<Policies>,
     pub counters: Arc<state::Counters>,
     pub waiters: wait::Waiters,
-    pub wake: wake::PendingWake,
+    pub wake: crate::ledger::PendingWake,
     pub max_wait: Duration,
     pub body_timeout: Duration,
     /// Per-principal request rate limit.
@@ -71,7 +70,7 @@ impl AppState {
     pub fn new(pool: PgPool, policies: Policies) -> Self {
         let waiters = wait::Waiters::default();
         waiters.spawn_listener(pool.clone());
-        let wake = wake::PendingWake::spawn(pool.clone());
+        let wake = crate::ledger::PendingWake::spawn(pool.clone());
         AppState {
             pool,
             policies: Arc::new(policies),
