@@ -411,10 +411,10 @@ impl Custodian {
                     "adopted prepared commands of an older generation"
                 );
             }
-            self.adopted.lock().expect("adopted lock").extend(
-                rows.into_iter()
-                    .filter(|r| r.state() == State::Prepared),
-            );
+            self.adopted
+                .lock()
+                .expect("adopted lock")
+                .extend(rows.into_iter().filter(|r| r.state() == State::Prepared));
             if (count as i64) < ADOPT_BATCH {
                 return Ok(());
             }

@@ -18,6 +18,7 @@ mod reads;
 mod recovery;
 mod retention;
 mod schema;
+mod schema_file;
 mod serve_binary;
 mod submit;
 mod tls;
