@@ -183,7 +183,7 @@ pub(super) async fn run(
             }
         });
     }
-    super::serve::shutdown_signal().await;
+    super::shutdown_signal().await;
     let _ = stop_tx.send(());
     let result = task.await.context("custodian task")?;
     db.close().await?;
@@ -203,7 +203,7 @@ pub(super) async fn run_demo_sink(cmd: DemoSinkCommand) -> anyhow::Result<()> {
     let router =
         demo_sink::router(&cmd.log, cmd.mode, cmd.latency).context("opening the sink log")?;
     axum::serve(listener, router)
-        .with_graceful_shutdown(super::serve::shutdown_signal())
+        .with_graceful_shutdown(super::shutdown_signal())
         .await?;
     Ok(())
 }

@@ -4,6 +4,7 @@
 mod authorities;
 mod commands;
 mod console;
+pub mod counters;
 pub mod error;
 mod extract;
 mod health;
@@ -13,7 +14,6 @@ mod listener;
 mod malformed;
 mod metrics;
 pub mod openapi;
-pub mod state;
 mod submit;
 mod tls;
 pub mod wait;
@@ -49,7 +49,7 @@ pub struct AppState {
     pub pool: PgPool,
     /// Admission policies by kind (from the catalog).
     pub policies: Arc<Policies>,
-    pub counters: Arc<state::Counters>,
+    pub counters: Arc<counters::Counters>,
     pub waiters: wait::Waiters,
     pub wake: crate::ledger::PendingWake,
     pub max_wait: Duration,
@@ -95,7 +95,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/holds/{id}", get(holds::get_one))
         .route("/v1/holds/{id}/release", post(holds::release))
         .route("/v1/holds/{id}/reject", post(holds::reject))
-        .route("/v1/state", get(state::get))
+        .route("/v1/state", get(counters::get))
         .route("/v1/commands/{id}", get(commands::get_one))
         .route("/v1/commands/{id}/history", get(commands::history))
         .route("/v1/commands/{id}/cancel", post(commands::cancel))

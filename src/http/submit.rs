@@ -2,6 +2,7 @@
 //! request, hand it to admission (`ledger::submit`, where it becomes a row),
 //! then answer: the command (waiting for its outcome when asked) or the hold.
 
+use crate::domain::names::AUTHORITY_ID_PATTERN;
 use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -81,12 +82,17 @@ impl<'de> Deserialize<'de> for AuthorityField {
 #[serde(transparent)]
 pub(super) struct AuthorityName(String);
 
+/// The schema of an authority id wherever the document shows one.
+pub(super) fn authority_id_schema() -> utoipa::openapi::Object {
+    utoipa::openapi::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::Type::String)
+        .pattern(Some(AUTHORITY_ID_PATTERN))
+        .build()
+}
+
 impl utoipa::PartialSchema for AuthorityName {
     fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
-        utoipa::openapi::ObjectBuilder::new()
-            .schema_type(utoipa::openapi::Type::String)
-            .pattern(Some(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$"))
-            .into()
+        authority_id_schema().into()
     }
 }
 
@@ -95,7 +101,7 @@ impl utoipa::ToSchema for AuthorityName {}
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct PinnedAuthority {
-    #[schema(pattern = r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$")]
+    #[schema(schema_with = authority_id_schema)]
     id: String,
     #[schema(minimum = 1)]
     #[serde(deserialize_with = "generation")]
@@ -206,8 +212,8 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<IdempotencyKey>, ApiErr
     request_body = SubmitBody,
     params(("Idempotency-Key" = String, Header, description = "1-255 printable ASCII, bare or as an RFC 8941 quoted string. Kinds whose policy lets the intent stand in for a key (`key = \"fingerprint\"` in ledger.toml) may omit it", pattern = r"^[!#-~][!-~]{0,254}$"),
            ("Prefer" = Option<String>, Header, description = "wait=N: answer once the command is terminal, at most N seconds")),
-    responses((status = 202, description = "new (a command), or held (a hold)", body = Submitted<'static>, headers(("Idempotency-Key-Expires" = String, description = "with serve --retention: the earliest HTTP date at which pruning may forget this command and its key"))),
-              (status = 200, description = "replay or coalesced", body = CommandView<'static>, headers(("Idempotency-Key-Expires" = String, description = "with serve --retention: the earliest HTTP date at which pruning may forget this command and its key"))),
+    responses((status = 202, description = "new (a command), or held (a hold)", body = Submitted<'static>),
+              (status = 200, description = "replay or coalesced", body = CommandView<'static>),
               (status = 400, body = Problem), (status = 401, body = Problem), (status = 408, body = Problem),
               (status = 409, body = Problem), (status = 413, body = Problem), (status = 415, body = Problem),
               (status = 422, body = Problem), (status = 429, body = Problem), (status = 503, body = Problem)),
