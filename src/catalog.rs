@@ -1,5 +1,7 @@
 //! The catalog (`ledger.toml`): which kinds exist, how each is executed,
-//! and how its requests are admitted.
+//! and how its requests are admitted. The admission policies are built
+//! here; the executors in `custodian/executors.rs`, so that the API, which
+//! needs only the policies, does not depend on the executors.
 //!
 //! ```toml
 //! [kinds.refund]

@@ -1,5 +1,5 @@
-//! `command-ledger custodian` and `command-ledger demo-sink`, and the options
-//! `serve` shares with them for its in-process custodian.
+//! `command-ledger custodian`, `demo-sink` and `recover`, the catalog they
+//! load, and the custodian options `serve` shares for its in-process custodian.
 
 use anyhow::Context as _;
 use clap::Args;

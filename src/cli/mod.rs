@@ -1,8 +1,10 @@
-//! The command line: `serve`, `custodian`, `migrate`, `token ...`, and the
-//! operator's `commands`, `holds` and `authorities`. Every
-//! subcommand talks to `DATABASE_URL` when it is set, else to the private
-//! cluster under `--state-dir` (started on demand, stopped after if this
-//! process started it).
+//! The command line: `serve` (serve.rs), `custodian`, `demo-sink` and
+//! `recover` (custodian.rs), `migrate` and `inspector-role` (here), `token`
+//! (token.rs), `prune` (prune.rs), and the operator's `commands`, `holds`
+//! and `authorities` (inspect.rs); plus what they share: the database
+//! (database.rs), durations and the shutdown signal. Every subcommand talks
+//! to `DATABASE_URL` when it is set, else to the private cluster under
+//! `--state-dir` (started on demand, stopped after if this process started it).
 
 mod custodian;
 mod database;

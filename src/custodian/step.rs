@@ -74,7 +74,7 @@ impl Custodian {
             return Ok(Vec::new());
         }
         let ids: Vec<String> = held.keys().cloned().collect();
-        let claimed = db::custodian::claim(
+        let claimed = db::lifecycle::claim(
             &self.pool,
             &ids,
             &self.config.holder,
@@ -153,7 +153,7 @@ impl Custodian {
                 Err(e) => break Err(e),
             };
             let attempt =
-                db::custodian::start(&mut *tx, ids, authority, holder, generation, actor).await;
+                db::lifecycle::start(&mut *tx, ids, authority, holder, generation, actor).await;
             match retry.finish(tx, attempt).await {
                 Ok(Some(rows)) => break Ok(rows),
                 Ok(None) => continue,
@@ -214,7 +214,7 @@ impl Custodian {
         ids: &[Uuid],
         report: &mut StepReport,
     ) {
-        let states = match db::custodian::states(&self.pool, ids).await {
+        let states = match db::lifecycle::states(&self.pool, ids).await {
             Ok(s) => s,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot re-read after an unknown commit; will retry");
@@ -330,14 +330,14 @@ impl Custodian {
         loop {
             let mut tx = retry.begin().await?;
             let attempt =
-                db::custodian::record(&mut *tx, outcomes, authority, generation, &self.actor).await;
+                db::lifecycle::record(&mut *tx, outcomes, authority, generation, &self.actor).await;
             match retry.finish(tx, attempt).await {
                 Ok(Some(ids)) => return Ok(ids),
                 Ok(None) => {}
                 Err(TxError::CommitUnknown(e)) => {
                     tracing::warn!(authority, generation, error = %e, "outcome commit unknown; re-reading");
                     let ids: Vec<Uuid> = outcomes.iter().map(|(id, _)| *id).collect();
-                    let states = db::custodian::states(&self.pool, &ids).await?;
+                    let states = db::lifecycle::states(&self.pool, &ids).await?;
                     let done: Vec<Uuid> = states
                         .into_iter()
                         .filter(|(id, state, _)| {
@@ -390,7 +390,7 @@ impl Custodian {
         generation: i64,
     ) -> Result<(), CustodianError> {
         loop {
-            let rows = db::custodian::adopt_prepared(
+            let rows = db::lifecycle::adopt_prepared(
                 &self.pool,
                 authority,
                 &self.config.holder,

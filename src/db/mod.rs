@@ -13,10 +13,10 @@
 //! | function | from → to | called by |
 //! |---|---|---|
 //! | [`commands::insert_pending`] | (new row) → `pending` | admission (`ledger::submit`), hold release ([`holds::release`]) |
-//! | [`custodian::claim`] (`sql/claim.sql`) | `pending` → `prepared` \| `expired` | custodian: claim |
-//! | [`custodian::adopt_prepared`] | `prepared` (older generation) → `prepared` (rebound) \| `expired` | custodian: a newly taken lease |
-//! | [`custodian::start`] | `prepared` → `effect_started` \| `expired` | custodian: start (SERIALIZABLE) |
-//! | [`custodian::record`] | `effect_started` → `applied` \| `failed` \| `ambiguous` | custodian: record (SERIALIZABLE) |
+//! | [`lifecycle::claim`] (`sql/claim.sql`) | `pending` → `prepared` \| `expired` | custodian: claim |
+//! | [`lifecycle::adopt_prepared`] | `prepared` (older generation) → `prepared` (rebound) \| `expired` | custodian: a newly taken lease |
+//! | [`lifecycle::start`] | `prepared` → `effect_started` \| `expired` | custodian: start (SERIALIZABLE) |
+//! | [`lifecycle::record`] | `effect_started` → `applied` \| `failed` \| `ambiguous` | custodian: record (SERIALIZABLE) |
 //! | [`recovery::expire`] | `pending` \| `prepared` → `expired` | recovery |
 //! | [`recovery::adopt`] | `prepared` → `prepared` (rebound to the current generation) | recovery |
 //! | [`recovery::resolve`] | `effect_started` → `applied` \| `failed` \| `ambiguous` | recovery |
@@ -27,9 +27,9 @@
 
 pub mod authorities;
 pub mod commands;
-pub mod custodian;
 pub mod holds;
 pub mod inspector;
+pub mod lifecycle;
 pub mod notify;
 pub mod principals;
 pub mod recovery;

@@ -65,7 +65,7 @@ fn jitter(attempt: u32) -> Duration {
 /// let mut retry = Retrying::new(pool, &stats.serialization_retries, "start", Isolation::Serializable);
 /// let rows = loop {
 ///     let mut tx = retry.begin().await?;
-///     let result = db::custodian::start(&mut *tx, ...).await;
+///     let result = db::lifecycle::start(&mut *tx, ...).await;
 ///     if let Some(rows) = retry.finish(tx, result).await? { break rows; }
 /// };
 /// ```

@@ -1,5 +1,6 @@
-//! `/v1/commands`: record a submission (new / replay / conflict), read one,
-//! list, history, cancel.
+//! `/v1/commands` reads and cancels: one command, the list, its history,
+//! cancel; and the answer helpers `submit.rs` shares (waiting for the
+//! outcome, `Location`, `Idempotency-Key-Expires`). Recording is `submit.rs`.
 
 use axum::Json;
 use axum::extract::{Path, State};

@@ -1,5 +1,6 @@
-//! The HTTP API. Handlers parse, consult the pure domain, call the database and
-//! answer; they record intents and read outcomes, and never run an effect.
+//! The HTTP API: the router, what every handler shares ([`AppState`]), and
+//! handlers that parse, call the use cases (`ledger`) or read the database,
+//! and answer; they record intents and read outcomes, and never run an effect.
 
 mod authorities;
 mod commands;
