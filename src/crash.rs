@@ -8,40 +8,49 @@
 //! Production never sets these variables;
 //! an unarmed point costs one load of a lazily initialised static.
 //!
-//! - CP0: API, after the submission's insert committed, before the response.
-//! - CP1: custodian, after the `prepared` commit.
-//! - CP2: custodian, after the `effect_started` commit, before dispatch.
-//! - CP3: custodian, after the effect returned, before the outcome commit.
-//! - CP4: custodian, after the outcome commit.
+//! Each point is named by its place in the code; its environment name
+//! (CP0..CP4) is what the campaign and the docs use:
+//!
+//! - `AfterInsert` (CP0): API, after the submission's insert committed, before the response.
+//! - `AfterPrepared` (CP1): custodian, after the `prepared` commit.
+//! - `AfterEffectStarted` (CP2): custodian, after the `effect_started` commit, before dispatch.
+//! - `AfterEffect` (CP3): custodian, after the effect returned, before the outcome commit.
+//! - `AfterOutcome` (CP4): custodian, after the outcome commit.
 
 use std::sync::Mutex;
 use std::sync::OnceLock;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CrashPoint {
-    Cp0,
-    Cp1,
-    Cp2,
-    Cp3,
-    Cp4,
+    /// CP0: API, after the submission's insert committed, before the response.
+    AfterInsert,
+    /// CP1: custodian, after the `prepared` commit.
+    AfterPrepared,
+    /// CP2: custodian, after the `effect_started` commit, before dispatch.
+    AfterEffectStarted,
+    /// CP3: custodian, after the effect returned, before the outcome commit.
+    AfterEffect,
+    /// CP4: custodian, after the outcome commit.
+    AfterOutcome,
 }
 
 impl CrashPoint {
     pub const ALL: [CrashPoint; 5] = [
-        CrashPoint::Cp0,
-        CrashPoint::Cp1,
-        CrashPoint::Cp2,
-        CrashPoint::Cp3,
-        CrashPoint::Cp4,
+        CrashPoint::AfterInsert,
+        CrashPoint::AfterPrepared,
+        CrashPoint::AfterEffectStarted,
+        CrashPoint::AfterEffect,
+        CrashPoint::AfterOutcome,
     ];
 
+    /// The name `COMMAND_LEDGER_CRASH_AT` uses for this point.
     pub fn name(self) -> &'static str {
         match self {
-            CrashPoint::Cp0 => "CP0",
-            CrashPoint::Cp1 => "CP1",
-            CrashPoint::Cp2 => "CP2",
-            CrashPoint::Cp3 => "CP3",
-            CrashPoint::Cp4 => "CP4",
+            CrashPoint::AfterInsert => "CP0",
+            CrashPoint::AfterPrepared => "CP1",
+            CrashPoint::AfterEffectStarted => "CP2",
+            CrashPoint::AfterEffect => "CP3",
+            CrashPoint::AfterOutcome => "CP4",
         }
     }
 }

@@ -5,11 +5,23 @@
 //! it; repeating a request is always safe because the record, not the
 //! response, decides.
 //!
-//! - [`domain`]: the pure core (state machine, request digest, dispositions).
-//! - [`db`]: all SQL, as small functions over an executor.
-//! - [`http`]: the axum API: parse, consult the domain, call the database, answer.
+//! - [`domain`]: the pure core (state machine, canonical intent, digests,
+//!   admission policies, recovery decisions); no I/O.
+//! - [`ledger`]: the use cases both front ends call (admission, hold
+//!   decisions, waking custodians); no axum, no clap.
+//! - [`db`]: all SQL, as small functions over an executor, plus the
+//!   notification channels and the retrying transaction; its module doc
+//!   indexes every statement that changes a command's state.
+//! - [`http`]: the axum API: parse, call `ledger` or read `db`, answer
+//!   (problem+json errors, waiting for outcomes, OpenAPI, the console).
+//! - [`custodian`]: leases, the fenced steps (claim, start, record), the one
+//!   pipeline that drives them, effects and executors, recovery.
+//! - [`catalog`]: `ledger.toml`, the kinds and their admission policies.
+//! - [`metrics`]: the Prometheus text format, and the custodian's counters.
+//! - [`crash`]: the crash points the crash campaign arms.
+//! - [`demo_sink`]: the demo payments provider, an effect target with a durable log.
 //! - [`embedded_pg`]: the private PostgreSQL cluster used when no `DATABASE_URL` is set.
-//! - [`cli`]: the command line (`serve`, `migrate`, `token ...`).
+//! - [`cli`]: the command line, one file per subcommand group.
 //! - [`telemetry`]: logging setup.
 
 pub mod catalog;
@@ -21,5 +33,6 @@ pub mod demo_sink;
 pub mod domain;
 pub mod embedded_pg;
 pub mod http;
+pub mod ledger;
 pub mod metrics;
 pub mod telemetry;

@@ -1,3 +1,6 @@
+//! The binary, thin: parse the command line, set up logging, run the
+//! subcommand. Everything else is the library (`src/lib.rs`).
+
 use clap::Parser as _;
 use command_ledger::{cli, telemetry};
 

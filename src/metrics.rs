@@ -1,9 +1,12 @@
 //! Prometheus text exposition (format 0.0.4), written by hand: a few
-//! counters and gauges, and one histogram family, need no registry.
+//! counters and gauges, and one histogram family, need no registry. The
+//! custodian's counters live here too, so the API can expose an in-process
+//! custodian's without depending on it.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Mutex;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 /// The content type of the text exposition format served at `/metrics`.
@@ -55,6 +58,25 @@ impl EffectLatency {
     pub fn snapshot(&self) -> BTreeMap<(String, &'static str), Histogram> {
         self.by.lock().expect("latency lock").clone()
     }
+}
+
+/// The custodian's counters since start; `/metrics` and the benchmark read them.
+#[derive(Debug, Default)]
+pub struct CustodianStats {
+    pub claimed: AtomicU64,
+    pub started: AtomicU64,
+    pub applied: AtomicU64,
+    pub failed: AtomicU64,
+    pub ambiguous: AtomicU64,
+    pub expired: AtomicU64,
+    pub adopted: AtomicU64,
+    /// Writes refused because the authority moved on (or the row did).
+    pub fenced: AtomicU64,
+    pub serialization_retries: AtomicU64,
+    pub leases_acquired: AtomicU64,
+    pub leases_lost: AtomicU64,
+    /// How long effects took, by kind and outcome.
+    pub effect_latency: EffectLatency,
 }
 
 /// A text exposition being written.
@@ -132,7 +154,7 @@ impl Exposition {
 
 /// The families a custodian's counters give (its transitions, adoptions,
 /// fenced writes, retries, lease changes and effect latencies).
-pub fn custodian(e: &mut Exposition, s: &crate::custodian::Stats) {
+pub fn custodian(e: &mut Exposition, s: &CustodianStats) {
     e.counter(
         "ledger_transitions_total",
         "State changes made by this process's custodian.",
@@ -195,7 +217,7 @@ pub fn custodian(e: &mut Exposition, s: &crate::custodian::Stats) {
 
 /// A counter's value as a sample.
 #[allow(clippy::cast_precision_loss)]
-pub fn load(a: &std::sync::atomic::AtomicU64) -> f64 {
+pub fn load(a: &AtomicU64) -> f64 {
     a.load(std::sync::atomic::Ordering::Relaxed) as f64
 }
 

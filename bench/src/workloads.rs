@@ -724,7 +724,7 @@ impl Bench {
     /// it now.
     async fn claim_plan(&self, authority: &str, batch: i64) -> anyhow::Result<String> {
         let rows =
-            db::custodian::explain_claim(self.pool(), &[authority.to_owned()], batch).await?;
+            db::lifecycle::explain_claim(self.pool(), &[authority.to_owned()], batch).await?;
         Ok(rows.join("\n"))
     }
 }

@@ -1,5 +1,5 @@
-//! `command-ledger custodian` and `command-ledger demo-sink`, and the options
-//! `serve` shares with them for its in-process custodian.
+//! `command-ledger custodian`, `demo-sink` and `recover`, the catalog they
+//! load, and the custodian options `serve` shares for its in-process custodian.
 
 use anyhow::Context as _;
 use clap::Args;
@@ -12,7 +12,7 @@ use std::time::Duration;
 use super::{Database, duration};
 use crate::catalog::Catalog;
 use crate::custodian::recovery::Recovery;
-use crate::custodian::{Custodian, CustodianConfig, Effects};
+use crate::custodian::{Custodian, CustodianConfig, Effects, defaults};
 use crate::demo_sink;
 
 #[derive(Debug, Clone, Args)]
@@ -21,23 +21,39 @@ pub struct CustodianArgs {
     #[arg(long, env = "LEDGER_CATALOG")]
     pub catalog: Option<PathBuf>,
     /// Lease time-to-live.
-    #[arg(long, env = "LEASE_TTL", default_value = "10s", value_parser = duration)]
+    #[arg(long, env = "LEASE_TTL", default_value = defaults::LEASE_TTL, value_parser = duration)]
     pub lease_ttl: Duration,
     /// Lease renewal interval (well inside the TTL).
-    #[arg(long, env = "LEASE_HEARTBEAT", default_value = "3s", value_parser = duration)]
+    #[arg(long, env = "LEASE_HEARTBEAT", default_value = defaults::HEARTBEAT, value_parser = duration)]
     pub heartbeat: Duration,
     /// Most commands claimed per statement.
-    #[arg(long, env = "CLAIM_BATCH", default_value_t = 32)]
+    #[arg(long, env = "CLAIM_BATCH", default_value_t = defaults::BATCH_SIZE)]
     pub batch_size: u16,
     /// Most effects in flight at once.
-    #[arg(long, env = "MAX_IN_FLIGHT", default_value_t = 64)]
+    #[arg(long, env = "MAX_IN_FLIGHT", default_value_t = defaults::MAX_IN_FLIGHT)]
     pub max_in_flight: u16,
     /// Fallback polling interval when no wake-up arrives.
-    #[arg(long, env = "POLL_INTERVAL", default_value = "1s", value_parser = duration)]
+    #[arg(long, env = "POLL_INTERVAL", default_value = defaults::POLL_INTERVAL, value_parser = duration)]
     pub poll_interval: Duration,
     /// How often the custodian runs a recovery pass.
-    #[arg(long, env = "RECOVERY_INTERVAL", default_value = "5s", value_parser = duration)]
+    #[arg(long, env = "RECOVERY_INTERVAL", default_value = defaults::RECOVERY_INTERVAL, value_parser = duration)]
     pub recovery_interval: Duration,
+}
+
+/// The catalog at `path`, else `ledger.toml` when it exists, else empty.
+fn load_catalog(path: Option<&Path>) -> anyhow::Result<Catalog> {
+    let path = match path {
+        Some(p) => Some(p.to_path_buf()),
+        None => Some(PathBuf::from("ledger.toml")).filter(|p| p.exists()),
+    };
+    match path {
+        Some(p) => {
+            let catalog = Catalog::load(&p)?;
+            tracing::info!(catalog = %p.display(), kinds = catalog.kinds.len(), "catalog loaded");
+            Ok(catalog)
+        }
+        None => Ok(Catalog::default()),
+    }
 }
 
 pub(super) fn authority(s: &str) -> Result<String, String> {
@@ -83,18 +99,7 @@ fn duration_or_zero(s: &str) -> Result<Duration, String> {
 impl CustodianArgs {
     /// The catalog: `--catalog`, else `ledger.toml` when it exists, else empty.
     pub fn catalog(&self) -> anyhow::Result<Catalog> {
-        let path = match &self.catalog {
-            Some(p) => Some(p.clone()),
-            None => Some(PathBuf::from("ledger.toml")).filter(|p| p.exists()),
-        };
-        match path {
-            Some(p) => {
-                let catalog = Catalog::load(&p)?;
-                tracing::info!(catalog = %p.display(), kinds = catalog.kinds.len(), "catalog loaded");
-                Ok(catalog)
-            }
-            None => Ok(Catalog::default()),
-        }
+        load_catalog(self.catalog.as_deref())
     }
 
     /// The effects of the catalog (and the built-in `noop`).
@@ -178,7 +183,7 @@ pub(super) async fn run(
             }
         });
     }
-    super::serve::shutdown_signal().await;
+    super::shutdown_signal().await;
     let _ = stop_tx.send(());
     let result = task.await.context("custodian task")?;
     db.close().await?;
@@ -198,7 +203,7 @@ pub(super) async fn run_demo_sink(cmd: DemoSinkCommand) -> anyhow::Result<()> {
     let router =
         demo_sink::router(&cmd.log, cmd.mode, cmd.latency).context("opening the sink log")?;
     axum::serve(listener, router)
-        .with_graceful_shutdown(super::serve::shutdown_signal())
+        .with_graceful_shutdown(super::shutdown_signal())
         .await?;
     Ok(())
 }
@@ -216,16 +221,7 @@ pub(super) async fn run_recover(
     state_dir: &Path,
     cmd: RecoverCommand,
 ) -> anyhow::Result<()> {
-    let options = CustodianArgs {
-        catalog: cmd.catalog,
-        lease_ttl: Duration::from_secs(10),
-        heartbeat: Duration::from_secs(3),
-        batch_size: 32,
-        max_in_flight: 64,
-        poll_interval: Duration::from_secs(1),
-        recovery_interval: Duration::from_secs(5),
-    };
-    let effects = Arc::new(options.effects()?);
+    let effects = Arc::new(load_catalog(cmd.catalog.as_deref())?.effects()?);
     let db = Database::open(database_url, state_dir).await?;
     let actor = format!("recovery:{}", crate::custodian::default_holder());
     let outcome = Recovery::new(db.pool.clone(), effects, actor)

@@ -3,7 +3,6 @@
 //! by default, `--json` for scripts. Hold decisions go through the same
 //! transaction as the API's and are audited under `cli:<user>`.
 
-use anyhow::Context as _;
 use chrono::{DateTime, Utc};
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
@@ -230,11 +229,12 @@ async fn holds_on(db: &Database, cmd: HoldsCommand) -> anyhow::Result<()> {
             }
         }
         HoldsCommand::Release { id, reason, output } => {
-            let mut conn = db.pool.acquire().await?;
+            // Recorded, then the authority's custodians woken, as the API does.
+            let wake = crate::ledger::PendingWake::direct(db.pool.clone());
             let (hold, command) =
-                crate::db::holds::release(&mut conn, id, &actor(), reason.as_deref())
-                    .await?
-                    .with_context(|| not_open(id))?;
+                crate::ledger::holds::release(&db.pool, &wake, id, &actor(), reason.as_deref())
+                    .await
+                    .map_err(|e| undecided(e, id))?;
             if output.json {
                 print_json(
                     &json!({"hold": crate::http::json::hold(&hold), "command": command_json(&command)}),
@@ -247,16 +247,9 @@ async fn holds_on(db: &Database, cmd: HoldsCommand) -> anyhow::Result<()> {
             }
         }
         HoldsCommand::Reject { id, reason, output } => {
-            let hold = crate::db::holds::decide(
-                &db.pool,
-                id,
-                "rejected",
-                None,
-                &actor(),
-                reason.as_deref(),
-            )
-            .await?
-            .with_context(|| not_open(id))?;
+            let hold = crate::ledger::holds::reject(&db.pool, id, &actor(), reason.as_deref())
+                .await
+                .map_err(|e| undecided(e, id))?;
             if output.json {
                 print_json(&json!({"hold": crate::http::json::hold(&hold)}));
             } else {
@@ -265,6 +258,16 @@ async fn holds_on(db: &Database, cmd: HoldsCommand) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// A decision that did not happen: the hold is not open (as before), or the
+/// database failed.
+fn undecided(e: crate::ledger::LedgerError, id: Uuid) -> anyhow::Error {
+    use crate::ledger::LedgerError;
+    match e {
+        LedgerError::NotFound | LedgerError::HoldDecided { .. } => anyhow::anyhow!(not_open(id)),
+        e => e.into(),
+    }
 }
 
 fn not_open(id: Uuid) -> String {

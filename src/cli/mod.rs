@@ -1,8 +1,12 @@
-//! The command line: `serve`, `custodian`, `migrate`, `token ...`, `verify`, and the
-//! operator's `commands`, `holds` and `authorities`. Every
-//! subcommand talks to `DATABASE_URL` when it is set, else to the private
-//! cluster under `--state-dir` (started on demand, stopped after if this
-//! process started it).
+//! The command line: `serve` (serve.rs), `custodian`, `demo-sink` and
+//! `recover` (custodian.rs), `migrate` and `inspector-role` (here), `token`
+//! (token.rs), `prune` (prune.rs), `verify` (verify.rs), the operator's
+//! `commands`, `holds` and `authorities` (inspect.rs), and the API's clients
+//! `submit` (submit.rs) and `outbox` (outbox.rs); plus what they share: the
+//! database (database.rs), durations and the shutdown signal. Every
+//! subcommand but the API's clients talks to `DATABASE_URL` when it is set,
+//! else to the private cluster under `--state-dir` (started on demand,
+//! stopped after if this process started it).
 
 mod custodian;
 mod database;
@@ -189,4 +193,24 @@ async fn run_command(
 struct CliContext<'a> {
     database_url: Option<String>,
     state_dir: &'a std::path::Path,
+}
+
+/// Resolves at Ctrl-C or SIGTERM: every long-running subcommand stops on it.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        () = ctrl_c => {},
+        () = terminate => {},
+    }
+    tracing::info!("shutdown requested");
 }

@@ -39,7 +39,7 @@ pub(super) async fn run(
         };
         tokio::select! {
             () = tokio::time::sleep(every) => {}
-            () = super::serve::shutdown_signal() => break Ok(()),
+            () = super::shutdown_signal() => break Ok(()),
         }
     };
     db.close().await?;

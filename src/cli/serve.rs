@@ -176,7 +176,7 @@ pub(super) async fn run(
     } else {
         tracing::info!(%api, extras = ?extras, "command-ledger listening");
     }
-    shutdown_signal().await;
+    super::shutdown_signal().await;
     let _ = stop_tx.send(true);
     let served = api_task.await.context("API task")?;
     if let Some((custodian, _)) = custodian {
@@ -271,23 +271,4 @@ fn announce_embedded(
         tf = token_file.display(),
     ));
     println!("{text}");
-}
-
-pub(super) async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    tokio::select! {
-        () = ctrl_c => {},
-        () = terminate => {},
-    }
-    tracing::info!("shutdown requested");
 }

@@ -125,19 +125,16 @@ pub async fn issue_token(
     let mut random = [0u8; 32];
     getrandom::fill(&mut random).map_err(|e| anyhow::anyhow!("no randomness available: {e}"))?;
     let token = format_token(&random);
-    let mut tx = pool.begin().await?;
-    let id = db::principals::ensure_principal(&mut *tx, principal, role)
-        .await
-        .with_context(|| format!("creating principal {principal}"))?;
-    db::principals::insert_token(
-        &mut *tx,
-        id,
+    db::principals::issue_token(
+        pool,
+        principal,
+        role,
         &token_hash(&token),
         listed_prefix(&token),
         expires_at,
     )
-    .await?;
-    tx.commit().await?;
+    .await
+    .with_context(|| format!("creating principal {principal}"))?;
     Ok(token)
 }
 

@@ -1,11 +1,15 @@
-//! The custodian's leases: take each authority's lease, renew it on every
-//! heartbeat, and stop using it the moment a renewal fails. A newly taken
-//! generation first adopts the prepared rows of the one before it.
+//! The custodian's leases, and only them: take each authority's lease, renew
+//! it on every heartbeat, and stop using it the moment a renewal fails or
+//! its time runs out by the local clock. What a newly taken generation does
+//! first (adopt the prepared rows of the one before) is the custodian's.
 
+use sqlx::PgPool;
+use std::collections::HashMap;
+use std::sync::Mutex;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use super::{Custodian, CustodianError};
+use super::Stats;
 use crate::db;
 
 /// A lease this process holds.
@@ -17,14 +21,17 @@ pub struct HeldLease {
     pub valid_until: Instant,
 }
 
-/// Most prepared rows adopted per statement.
-const ADOPT_BATCH: i64 = 500;
+/// The leases this process holds, by authority.
+#[derive(Debug, Default)]
+pub(super) struct Leases {
+    held: Mutex<HashMap<String, HeldLease>>,
+}
 
-impl Custodian {
-    /// The leases still valid by the local clock, by authority.
-    pub fn held(&self) -> std::collections::HashMap<String, HeldLease> {
+impl Leases {
+    /// The leases still valid by the local clock; lapsed ones are dropped.
+    pub(super) fn valid(&self) -> HashMap<String, HeldLease> {
         let now = Instant::now();
-        let mut leases = self.leases.lock().expect("lease lock");
+        let mut leases = self.held.lock().expect("lease lock");
         leases.retain(|authority, lease| {
             let valid = lease.valid_until > now;
             if !valid {
@@ -39,123 +46,78 @@ impl Custodian {
         leases.clone()
     }
 
-    /// Renews held leases and tries to take the others.
-    pub async fn heartbeat(&self) -> Result<(), CustodianError> {
-        let ttl = self.config.lease_ttl;
-        let holder = &self.config.holder;
-        for authority in &self.config.authorities {
-            let held = self
-                .leases
-                .lock()
-                .expect("lease lock")
-                .get(authority)
-                .copied();
-            let asked_at = Instant::now();
-            match held {
-                Some(lease) => {
-                    match db::authorities::renew(
-                        &self.pool,
-                        authority,
-                        holder,
-                        lease.generation,
-                        ttl,
-                    )
-                    .await?
-                    {
-                        Some(_) => {
-                            self.leases.lock().expect("lease lock").insert(
-                                authority.clone(),
-                                HeldLease {
-                                    generation: lease.generation,
-                                    valid_until: asked_at + ttl,
-                                },
-                            );
-                        }
-                        None => {
-                            self.leases.lock().expect("lease lock").remove(authority);
-                            self.stats.leases_lost.fetch_add(1, Ordering::Relaxed);
-                            tracing::warn!(
-                                authority,
-                                generation = lease.generation,
-                                "lease lost; stopped claiming"
-                            );
-                        }
-                    }
-                }
-                None => {
-                    if let Some(granted) =
-                        db::authorities::acquire(&self.pool, authority, holder, ttl).await?
-                    {
-                        self.stats.leases_acquired.fetch_add(1, Ordering::Relaxed);
-                        tracing::info!(
-                            authority,
-                            generation = granted.generation,
-                            holder,
-                            "lease acquired"
-                        );
-                        self.leases.lock().expect("lease lock").insert(
-                            authority.clone(),
+    /// Renews the lease on `authority` when held, else tries to take it.
+    /// Returns the generation when it was taken now.
+    pub(super) async fn beat(
+        &self,
+        pool: &PgPool,
+        authority: &str,
+        holder: &str,
+        ttl: Duration,
+        stats: &Stats,
+    ) -> Result<Option<i64>, sqlx::Error> {
+        let held = self
+            .held
+            .lock()
+            .expect("lease lock")
+            .get(authority)
+            .copied();
+        let asked_at = Instant::now();
+        match held {
+            Some(lease) => {
+                match db::authorities::renew(pool, authority, holder, lease.generation, ttl).await?
+                {
+                    Some(_) => {
+                        self.held.lock().expect("lease lock").insert(
+                            authority.to_owned(),
                             HeldLease {
-                                generation: granted.generation,
+                                generation: lease.generation,
                                 valid_until: asked_at + ttl,
                             },
                         );
-                        self.adopt(authority, granted.generation).await?;
+                    }
+                    None => {
+                        self.held.lock().expect("lease lock").remove(authority);
+                        stats.leases_lost.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(
+                            authority,
+                            generation = lease.generation,
+                            "lease lost; stopped claiming"
+                        );
                     }
                 }
+                Ok(None)
             }
-        }
-        self.retry_leftovers().await;
-        Ok(())
-    }
-
-    /// Rebinds the authority's prepared rows of older generations to ours.
-    async fn adopt(&self, authority: &str, generation: i64) -> Result<(), CustodianError> {
-        loop {
-            let rows = db::custodian::adopt_prepared(
-                &self.pool,
-                authority,
-                &self.config.holder,
-                generation,
-                ADOPT_BATCH,
-                &self.actor,
-            )
-            .await?;
-            let count = rows.len();
-            if count > 0 {
-                self.stats
-                    .adopted
-                    .fetch_add(count as u64, Ordering::Relaxed);
+            None => {
+                let Some(granted) = db::authorities::acquire(pool, authority, holder, ttl).await?
+                else {
+                    return Ok(None);
+                };
+                stats.leases_acquired.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(
                     authority,
-                    generation,
-                    count,
-                    "adopted prepared commands of an older generation"
+                    generation = granted.generation,
+                    holder,
+                    "lease acquired"
                 );
-            }
-            self.adopted.lock().expect("adopted lock").extend(
-                rows.into_iter()
-                    .filter(|r| r.state() == crate::domain::State::Prepared),
-            );
-            if (count as i64) < ADOPT_BATCH {
-                return Ok(());
+                self.held.lock().expect("lease lock").insert(
+                    authority.to_owned(),
+                    HeldLease {
+                        generation: granted.generation,
+                        valid_until: asked_at + ttl,
+                    },
+                );
+                Ok(Some(granted.generation))
             }
         }
     }
 
     /// Gives every lease up (graceful shutdown).
-    pub async fn release_leases(&self) {
+    pub(super) async fn release_all(&self, pool: &PgPool, holder: &str) {
         let leases: Vec<(String, HeldLease)> =
-            self.leases.lock().expect("lease lock").drain().collect();
+            self.held.lock().expect("lease lock").drain().collect();
         for (authority, lease) in leases {
-            match db::authorities::release(
-                &self.pool,
-                &authority,
-                &self.config.holder,
-                lease.generation,
-            )
-            .await
-            {
+            match db::authorities::release(pool, &authority, holder, lease.generation).await {
                 Ok(true) => {
                     tracing::info!(authority, generation = lease.generation, "lease released");
                 }

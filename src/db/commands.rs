@@ -61,7 +61,25 @@ pub struct HistoryRow {
     pub reason: Option<String>,
 }
 
-/// What a submission records.
+/// A request as the ledger records it, for a command and for a hold alike:
+/// who asked, for what, under which authority, in canonical form.
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    pub scope: Uuid,
+    pub kind: &'a str,
+    pub authority_id: &'a str,
+    pub pinned_generation: Option<i64>,
+    pub run_id: Option<&'a str>,
+    pub args: &'a Value,
+    pub canonical: &'a Value,
+    pub canonical_rules: &'a [String],
+    pub request_digest: &'a [u8],
+    pub intent_digest: &'a [u8],
+    pub digest_version: i16,
+    pub deadline_at: Option<DateTime<Utc>>,
+}
+
+/// What a submission records. Assembled only by [`NewCommand::new`].
 #[derive(Debug, Clone)]
 pub struct NewCommand<'a> {
     pub id: Uuid,
@@ -81,6 +99,37 @@ pub struct NewCommand<'a> {
     pub canonical: &'a Value,
     pub deadline_at: Option<DateTime<Utc>>,
     pub actor: &'a str,
+}
+
+impl<'a> NewCommand<'a> {
+    /// The one place a command to record is assembled: a fresh id, the
+    /// request, the key it is recorded under, its intent epoch (under the
+    /// intent guard) and the actor history names.
+    pub fn new(
+        request: &Request<'a>,
+        idempotency_key: &'a str,
+        intent_epoch: Option<i32>,
+        actor: &'a str,
+    ) -> Self {
+        NewCommand {
+            id: Uuid::now_v7(),
+            scope: request.scope,
+            idempotency_key,
+            request_digest: request.request_digest,
+            digest_version: request.digest_version,
+            kind: request.kind,
+            authority_id: request.authority_id,
+            pinned_generation: request.pinned_generation,
+            intent_digest: request.intent_digest,
+            intent_epoch,
+            canonical_rules: request.canonical_rules,
+            run_id: request.run_id,
+            args: request.args,
+            canonical: request.canonical,
+            deadline_at: request.deadline_at,
+            actor,
+        }
+    }
 }
 
 /// Inserts the pending row, or returns `None` when the scope already holds
@@ -122,12 +171,12 @@ pub async fn insert_pending(
     .await
 }
 
-/// The command stored under `(scope, key)`.
 /// Whether an insert failed because another command took the same intent epoch.
 pub fn is_epoch_conflict(e: &sqlx::Error) -> bool {
     e.as_database_error().and_then(|d| d.constraint()) == Some("commands_scope_intent_epoch_unique")
 }
 
+/// The command stored under `(scope, key)`.
 pub async fn find_by_key(
     ex: impl PgExecutor<'_>,
     scope: Uuid,

@@ -5,7 +5,7 @@ use serde_json::Value;
 use sqlx::{Acquire as _, PgExecutor};
 use uuid::Uuid;
 
-use super::commands::{self, CommandRow, NewCommand};
+use super::commands::{self, CommandRow, NewCommand, Request};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct HoldRow {
@@ -31,6 +31,26 @@ pub struct HoldRow {
     pub command_id: Option<Uuid>,
 }
 
+impl HoldRow {
+    /// The held request, as a command would record it.
+    pub fn request(&self) -> Request<'_> {
+        Request {
+            scope: self.scope,
+            kind: &self.kind,
+            authority_id: &self.authority_id,
+            pinned_generation: self.pinned_generation,
+            run_id: self.run_id.as_deref(),
+            args: &self.args,
+            canonical: &self.canonical,
+            canonical_rules: &self.canonical_rules,
+            request_digest: &self.request_digest,
+            intent_digest: &self.intent_digest,
+            digest_version: self.digest_version,
+            deadline_at: self.deadline_at,
+        }
+    }
+}
+
 /// What a hold records.
 #[derive(Debug, Clone)]
 pub struct NewHold<'a> {
@@ -48,6 +68,28 @@ pub struct NewHold<'a> {
     pub digest_version: i16,
     pub deadline_at: Option<DateTime<Utc>>,
     pub resembles: Uuid,
+}
+
+impl<'a> NewHold<'a> {
+    /// A hold of `request`, which resembles the command `resembles`.
+    pub fn new(request: &Request<'a>, resembles: Uuid) -> Self {
+        NewHold {
+            id: Uuid::now_v7(),
+            scope: request.scope,
+            kind: request.kind,
+            authority_id: request.authority_id,
+            pinned_generation: request.pinned_generation,
+            run_id: request.run_id,
+            args: request.args,
+            canonical: request.canonical,
+            canonical_rules: request.canonical_rules,
+            request_digest: request.request_digest,
+            intent_digest: request.intent_digest,
+            digest_version: request.digest_version,
+            deadline_at: request.deadline_at,
+            resembles,
+        }
+    }
 }
 
 /// Records an open hold, or returns the open hold of the same request (a retry).
@@ -168,24 +210,7 @@ pub async fn release(
         return Ok(None);
     };
     let key = format!("hold:{}", hold.id);
-    let new = NewCommand {
-        id: Uuid::now_v7(),
-        scope: hold.scope,
-        idempotency_key: &key,
-        request_digest: &hold.request_digest,
-        digest_version: hold.digest_version,
-        kind: &hold.kind,
-        authority_id: &hold.authority_id,
-        pinned_generation: hold.pinned_generation,
-        intent_digest: &hold.intent_digest,
-        intent_epoch: None,
-        canonical_rules: &hold.canonical_rules,
-        run_id: hold.run_id.as_deref(),
-        args: &hold.args,
-        canonical: &hold.canonical,
-        deadline_at: hold.deadline_at,
-        actor,
-    };
+    let new = NewCommand::new(&hold.request(), &key, None, actor);
     let command = match commands::insert_pending(&mut *tx, &new).await? {
         Some(row) => row,
         None => match commands::find_by_key(&mut *tx, hold.scope, &key).await? {

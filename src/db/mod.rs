@@ -1,14 +1,39 @@
 //! All SQL lives here, as small functions over an executor or a pool. Queries
 //! are checked at compile time against the migrations (`.sqlx/` holds the
-//! offline data for builds without a database).
+//! offline data for builds without a database). The schema they run against,
+//! as `pg_dump --schema-only` prints it after every migration, is
+//! `docs/schema.sql` (a test keeps it current).
+//!
+//! # Every statement that changes `commands.state`
+//!
+//! Each is a compare-and-set on the state it expects (and, from `prepared`
+//! on, the generation); the `commands_guard` trigger refuses any edge not in
+//! `command_transitions`, and `command_history` records every change.
+//!
+//! | function | from → to | called by |
+//! |---|---|---|
+//! | [`commands::insert_pending`] | (new row) → `pending` | admission (`ledger::submit`), hold release ([`holds::release`]) |
+//! | [`lifecycle::claim`] (`sql/claim.sql`) | `pending` → `prepared` \| `expired` | custodian: claim |
+//! | [`lifecycle::adopt_prepared`] | `prepared` (older generation) → `prepared` (rebound) \| `expired` | custodian: a newly taken lease |
+//! | [`lifecycle::start`] | `prepared` → `effect_started` \| `expired` | custodian: start (SERIALIZABLE) |
+//! | [`lifecycle::record`] | `effect_started` → `applied` \| `failed` \| `ambiguous` | custodian: record (SERIALIZABLE) |
+//! | [`recovery::expire`] | `pending` \| `prepared` → `expired` | recovery |
+//! | [`recovery::adopt`] | `prepared` → `prepared` (rebound to the current generation) | recovery |
+//! | [`recovery::resolve`] | `effect_started` → `applied` \| `failed` \| `ambiguous` | recovery |
+//! | [`commands::cancel`] | `pending` \| `prepared` → `cancelled` | API and CLI cancel |
+//!
+//! Nothing else updates `commands`; `prune` (migration 0007, 0011) deletes
+//! terminal rows after archiving them, and changes no state.
 
 pub mod authorities;
 pub mod commands;
-pub mod custodian;
 pub mod holds;
 pub mod inspector;
+pub mod lifecycle;
+pub mod notify;
 pub mod principals;
 pub mod recovery;
+pub mod txn;
 pub mod verify;
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -16,7 +41,7 @@ use sqlx::{ConnectOptions as _, Connection as _, PgPool};
 use std::str::FromStr as _;
 use std::time::Duration;
 
-pub use commands::{CancelOutcome, CommandRow, HistoryRow, ListFilter, NewCommand};
+pub use commands::{CancelOutcome, CommandRow, HistoryRow, ListFilter, NewCommand, Request};
 pub use principals::{Principal, Role, TokenRow};
 
 /// The schema migrations, embedded in the binary.

@@ -119,6 +119,23 @@ pub async fn insert_token(
     .await
 }
 
+/// Creates `name` (with `role`) unless it exists, and gives it a token,
+/// in one transaction.
+pub async fn issue_token(
+    pool: &sqlx::PgPool,
+    name: &str,
+    role: Role,
+    token_hash: &[u8],
+    prefix: &str,
+    expires_at: Option<DateTime<Utc>>,
+) -> Result<Uuid, PrincipalError> {
+    let mut tx = pool.begin().await?;
+    let id = ensure_principal(&mut *tx, name, role).await?;
+    insert_token(&mut *tx, id, token_hash, prefix, expires_at).await?;
+    tx.commit().await?;
+    Ok(id)
+}
+
 /// The principal a live (unrevoked, unexpired) token hash belongs to.
 pub async fn authenticate(
     ex: impl PgExecutor<'_>,

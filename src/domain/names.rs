@@ -26,6 +26,10 @@ pub struct Kind(String);
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct AuthorityId(String);
 
+/// [`AuthorityId`]'s rule as a regular expression, for the OpenAPI document
+/// (every place it shows an authority id uses this one copy).
+pub const AUTHORITY_ID_PATTERN: &str = r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$";
+
 impl Kind {
     pub const MAX_LEN: usize = 64;
 

@@ -22,7 +22,7 @@ pub(super) struct AuthorityStatus {
 }
 
 #[utoipa::path(get, path = "/v1/authorities/{id}", operation_id = "getAuthority", tag = "authorities",
-    params(("id" = String, Path, description = "authority id", pattern = r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$")),
+    params(("id" = inline(super::submit::AuthorityName), Path, description = "authority id")),
     responses((status = 200, body = AuthorityStatus), (status = 400, body = super::error::Problem),
               (status = 401, body = super::error::Problem), (status = 404, body = super::error::Problem)),
     security(("bearer" = [])))]

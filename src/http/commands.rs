@@ -1,5 +1,6 @@
-//! `/v1/commands`: record a submission (new / replay / conflict), read one,
-//! list, history, cancel.
+//! `/v1/commands` reads and cancels: one command, the list, its history,
+//! cancel; and the answer helpers `submit.rs` shares (waiting for the
+//! outcome, `Location`, `Idempotency-Key-Expires`). Recording is `submit.rs`.
 
 use axum::Json;
 use axum::extract::{Path, State};
@@ -106,7 +107,7 @@ const WAIT_LIMIT: u64 = 86_400;
 /// terminal, or with its current state when the wait ends.
 #[utoipa::path(get, path = "/v1/commands/{id}", operation_id = "getCommand", tag = "commands",
     params(("id" = Uuid, Path, description = "command id"), GetQuery),
-    responses((status = 200, body = CommandView<'static>, headers(("Idempotency-Key-Expires" = String, description = "with serve --retention: the earliest HTTP date at which pruning may forget this command and its key"))), (status = 400, body = Problem), (status = 401, body = Problem),
+    responses((status = 200, body = CommandView<'static>), (status = 400, body = Problem), (status = 401, body = Problem),
               (status = 404, body = Problem), (status = 429, body = Problem)),
     security(("bearer" = [])))]
 pub(super) async fn get_one(
@@ -167,6 +168,13 @@ pub(super) async fn settle(
     }
 }
 
+/// The header [`key_expiry`] sets.
+pub(super) const KEY_EXPIRES: &str = "Idempotency-Key-Expires";
+
+/// What [`KEY_EXPIRES`] means, for the OpenAPI document (which adds it to
+/// every response that carries the header).
+pub(super) const KEY_EXPIRES_DESCRIPTION: &str = "with serve --retention: the earliest HTTP date at which pruning may forget this command and its key";
+
 /// `Idempotency-Key-Expires` (an HTTP date): the earliest instant pruning
 /// may forget this command and its key, its finish plus the retention
 /// window; for a live command, now plus the window (a lower bound, since it
@@ -178,9 +186,10 @@ pub(super) fn key_expiry(response: &mut Response, row: &CommandRow, retention: O
     let at = row.finished_at.unwrap_or_else(Utc::now) + window;
     let value = HeaderValue::from_str(&at.format("%a, %d %b %Y %H:%M:%S GMT").to_string())
         .expect("an HTTP date is a valid header");
-    response
-        .headers_mut()
-        .insert("idempotency-key-expires", value);
+    response.headers_mut().insert(
+        header::HeaderName::from_bytes(KEY_EXPIRES.as_bytes()).expect("a valid header name"),
+        value,
+    );
 }
 
 pub(super) fn applied_wait(response: &mut Response, waited: Option<Duration>) {
@@ -217,7 +226,7 @@ pub(super) struct ListQuery {
         pattern = "^(pending|prepared|effect_started|applied|failed|ambiguous|cancelled|expired)$"
     )]
     state: Option<String>,
-    #[param(pattern = r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$")]
+    #[param(schema_with = super::submit::authority_id_schema)]
     authority: Option<String>,
     /// Page size, 1-500 (default 50).
     #[param(minimum = 1, maximum = 500)]

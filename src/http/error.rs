@@ -7,6 +7,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 
 use crate::domain::{CanonError, KeyError, State};
+use crate::ledger::LedgerError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -69,6 +70,31 @@ pub enum ApiError {
     Unavailable(#[source] sqlx::Error),
     #[error("internal error")]
     Internal(#[source] anyhow::Error),
+}
+
+impl From<LedgerError> for ApiError {
+    fn from(e: LedgerError) -> Self {
+        match e {
+            LedgerError::NotFound => ApiError::NotFound,
+            LedgerError::Key(e) => ApiError::IdempotencyKey(e),
+            LedgerError::InvalidArgs(e) => ApiError::InvalidArgs(e),
+            LedgerError::KeyConflict {
+                command_id,
+                stored_digest,
+                incoming_digest,
+                differences,
+            } => ApiError::KeyConflict {
+                command_id,
+                stored_digest,
+                incoming_digest,
+                differences,
+            },
+            LedgerError::NearDuplicate { command_id } => ApiError::NearDuplicate { command_id },
+            LedgerError::HoldDecided { hold_id, state } => ApiError::HoldDecided { hold_id, state },
+            LedgerError::Db(e) => e.into(),
+            LedgerError::Internal(e) => ApiError::Internal(e),
+        }
+    }
 }
 
 impl From<sqlx::Error> for ApiError {

@@ -1,6 +1,6 @@
-//! `/v1/holds`: near-duplicates waiting for an operator. Releasing one
-//! records its command (durably, before any dispatch, like every command);
-//! rejecting one records nothing else. Each decision keeps who, when and why.
+//! `/v1/holds`: near-duplicates waiting for an operator, listed, shown and
+//! decided over HTTP; the decisions themselves are `ledger::holds`, which
+//! the command line calls too.
 
 use axum::Json;
 use axum::body::Bytes;
@@ -17,6 +17,7 @@ use super::error::{ApiError, Problem};
 use super::extract::{AppQuery, Auth};
 use crate::db::holds::HoldRow;
 use crate::db::{self, Principal, Role};
+use crate::ledger;
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(super) struct HoldView<'a> {
@@ -178,17 +179,6 @@ fn deciding(
     Ok((parse_id(id)?, decision(body)?, principal.actor()))
 }
 
-async fn decided_or_missing(state: &AppState, id: Uuid) -> ApiError {
-    match db::holds::get(&state.pool, id).await {
-        Ok(Some(h)) => ApiError::HoldDecided {
-            hold_id: h.id,
-            state: h.state,
-        },
-        Ok(None) => ApiError::NotFound,
-        Err(e) => e.into(),
-    }
-}
-
 /// `GET /v1/holds/{id}`: a device sees its own holds (another's is 404),
 /// an operator every hold; the device learns here whether it was released.
 #[utoipa::path(get, path = "/v1/holds/{id}", operation_id = "getHold", tag = "holds",
@@ -233,15 +223,8 @@ pub(super) async fn release(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let (id, d, actor) = deciding(&principal, &id, &body)?;
-    let mut conn = state.pool.acquire().await?;
-    let Some((hold, command)) =
-        db::holds::release(&mut conn, id, &actor, d.reason.as_deref()).await?
-    else {
-        drop(conn);
-        return Err(decided_or_missing(&state, id).await);
-    };
-    tracing::info!(hold.id = %hold.id, command.id = %command.id, actor, "hold released");
-    state.wake.pending(&command.authority_id);
+    let (hold, command) =
+        ledger::holds::release(&state.pool, &state.wake, id, &actor, d.reason.as_deref()).await?;
     Ok(Json(HoldAnswer {
         hold: hold_view(&hold),
         command: Some(view(&command, None)),
@@ -264,24 +247,10 @@ pub(super) async fn reject(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let (id, d, actor) = deciding(&principal, &id, &body)?;
-    match db::holds::decide(
-        &state.pool,
-        id,
-        "rejected",
-        None,
-        &actor,
-        d.reason.as_deref(),
-    )
-    .await?
-    {
-        Some(hold) => {
-            tracing::info!(hold.id = %hold.id, actor, "hold rejected");
-            Ok(Json(HoldAnswer {
-                hold: hold_view(&hold),
-                command: None,
-            })
-            .into_response())
-        }
-        None => Err(decided_or_missing(&state, id).await),
-    }
+    let hold = ledger::holds::reject(&state.pool, id, &actor, d.reason.as_deref()).await?;
+    Ok(Json(HoldAnswer {
+        hold: hold_view(&hold),
+        command: None,
+    })
+    .into_response())
 }

@@ -1,9 +1,11 @@
-//! The HTTP API. Handlers parse, consult the pure domain, call the database and
-//! answer; they record intents and read outcomes, and never run an effect.
+//! The HTTP API: the router, what every handler shares ([`AppState`]), and
+//! handlers that parse, call the use cases (`ledger`) or read the database,
+//! and answer; they record intents and read outcomes, and never run an effect.
 
 mod authorities;
 mod commands;
 mod console;
+pub mod counters;
 pub mod error;
 mod extract;
 mod health;
@@ -13,11 +15,9 @@ mod listener;
 mod malformed;
 mod metrics;
 pub mod openapi;
-pub mod state;
 mod submit;
 mod tls;
 pub mod wait;
-pub mod wake;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -50,9 +50,9 @@ pub struct AppState {
     pub pool: PgPool,
     /// Admission policies by kind (from the catalog).
     pub policies: Arc<Policies>,
-    pub counters: Arc<state::Counters>,
+    pub counters: Arc<counters::Counters>,
     pub waiters: wait::Waiters,
-    pub wake: wake::PendingWake,
+    pub wake: crate::ledger::PendingWake,
     pub max_wait: Duration,
     pub body_timeout: Duration,
     /// Per-principal request rate limit.
@@ -60,7 +60,7 @@ pub struct AppState {
     /// Most HTTP connections held at once; more wait in the backlog.
     pub max_connections: usize,
     /// The counters of the custodian running in this process, if any, for `/metrics`.
-    pub custodian_stats: Option<Arc<crate::custodian::Stats>>,
+    pub custodian_stats: Option<Arc<crate::metrics::CustodianStats>>,
     /// The advertised replay window: how long a finished command's key is
     /// kept before pruning may remove it.
     pub retention: Option<Duration>,
@@ -71,7 +71,7 @@ impl AppState {
     pub fn new(pool: PgPool, policies: Policies) -> Self {
         let waiters = wait::Waiters::default();
         waiters.spawn_listener(pool.clone());
-        let wake = wake::PendingWake::spawn(pool.clone());
+        let wake = crate::ledger::PendingWake::spawn(pool.clone());
         AppState {
             pool,
             policies: Arc::new(policies),
@@ -96,7 +96,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/holds/{id}", get(holds::get_one))
         .route("/v1/holds/{id}/release", post(holds::release))
         .route("/v1/holds/{id}/reject", post(holds::reject))
-        .route("/v1/state", get(state::get))
+        .route("/v1/state", get(counters::get))
         .route("/v1/commands/{id}", get(commands::get_one))
         .route("/v1/commands/{id}/history", get(commands::history))
         .route("/v1/commands/{id}/cancel", post(commands::cancel))

@@ -3,10 +3,11 @@
 //! committed copy; a test fails when the two drift apart.
 
 use axum::Json;
+use utoipa::openapi::header::Header;
 use utoipa::openapi::link::Link;
 use utoipa::openapi::path::{Operation, ParameterIn};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
-use utoipa::openapi::{Content, Ref, RefOr, Response};
+use utoipa::openapi::{Content, Object, Ref, RefOr, Response, Type};
 use utoipa::{Modify, OpenApi};
 
 #[derive(Debug, OpenApi)]
@@ -27,7 +28,7 @@ and 400, 414 or 431 for a request the HTTP layer cannot parse (a header value wi
         super::holds::get_one,
         super::holds::release,
         super::holds::reject,
-        super::state::get,
+        super::counters::get,
         super::metrics::get,
         super::health::healthz,
         super::health::readyz,
@@ -93,6 +94,13 @@ impl Modify for Uniform {
                 if op.operation_id.as_deref() == Some("submitCommand") {
                     link_submitted(op);
                 }
+                if let Some(statuses) = match op.operation_id.as_deref() {
+                    Some("submitCommand") => Some(&["200", "202"][..]),
+                    Some("getCommand") => Some(&["200"][..]),
+                    _ => None,
+                } {
+                    key_expires(op, statuses);
+                }
             }
         }
     }
@@ -133,6 +141,22 @@ fn problem_response(status: &str) -> Response {
             Content::new(Some(Ref::from_schema_name("Problem"))),
         )
         .build()
+}
+
+/// `Idempotency-Key-Expires` on the responses that carry it (the header
+/// `commands::key_expiry` sets), described once.
+fn key_expires(op: &mut Operation, statuses: &[&str]) {
+    for status in statuses {
+        if let Some(RefOr::T(response)) = op.responses.responses.get_mut(*status) {
+            let header = Header::builder()
+                .schema(Some(Object::with_type(Type::String)))
+                .description(Some(super::commands::KEY_EXPIRES_DESCRIPTION))
+                .build();
+            response
+                .headers
+                .insert(super::commands::KEY_EXPIRES.to_owned(), header.into());
+        }
+    }
 }
 
 fn link_submitted(op: &mut Operation) {

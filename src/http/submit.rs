@@ -1,10 +1,8 @@
-//! Where a request becomes a row: `POST /v1/commands` and `POST /v1/invoke`.
-//! The request is validated and canonicalized (the pure domain), then
-//! admitted: under its key (new / replay / conflict), or, keyless, under its
-//! intent (new / the same command: coalesced or replay / held / refused).
-//! The unique index on (scope, key) decides every race; keyless commands are
-//! recorded under a key derived from the intent, so racing copies collide.
+//! `POST /v1/commands` and `POST /v1/invoke`: parse and validate the
+//! request, hand it to admission (`ledger::submit`, where it becomes a row),
+//! then answer: the command (waiting for its outcome when asked) or the hold.
 
+use crate::domain::names::AUTHORITY_ID_PATTERN;
 use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -21,15 +19,9 @@ use super::commands::{CommandView, applied_wait, key_expiry, location, prefer_wa
 use super::error::{ApiError, Problem};
 use super::extract::{AppJson, Auth};
 use super::holds::HeldAnswer;
-use crate::db::holds::{HoldRow, NewHold};
-use crate::db::{self, CommandRow, NewCommand, Principal};
-use crate::domain::admission::{
-    IntentVerdict, KeyMode, KindPolicy, Latest, derived_key, intent_verdict,
-};
-use crate::domain::{
-    AuthorityId, AuthorityRef, CanonicalRequest, Disposition, IdempotencyKey, KeyError, Kind,
-    RequestDigest, canonical_request, differences, disposition, request_digest_v1,
-};
+use crate::domain::admission::KeyMode;
+use crate::domain::{AuthorityId, AuthorityRef, Disposition, IdempotencyKey, KeyError, Kind};
+use crate::ledger::submit::{Admitted, Submission, admit};
 
 const IDEMPOTENCY_KEY: &str = "idempotency-key";
 const REPLAYED: &str = "idempotent-replayed";
@@ -90,12 +82,17 @@ impl<'de> Deserialize<'de> for AuthorityField {
 #[serde(transparent)]
 pub(super) struct AuthorityName(String);
 
+/// The schema of an authority id wherever the document shows one.
+pub(super) fn authority_id_schema() -> utoipa::openapi::Object {
+    utoipa::openapi::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::Type::String)
+        .pattern(Some(AUTHORITY_ID_PATTERN))
+        .build()
+}
+
 impl utoipa::PartialSchema for AuthorityName {
     fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
-        utoipa::openapi::ObjectBuilder::new()
-            .schema_type(utoipa::openapi::Type::String)
-            .pattern(Some(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$"))
-            .into()
+        authority_id_schema().into()
     }
 }
 
@@ -104,21 +101,11 @@ impl utoipa::ToSchema for AuthorityName {}
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct PinnedAuthority {
-    #[schema(pattern = r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$")]
+    #[schema(schema_with = authority_id_schema)]
     id: String,
     #[schema(minimum = 1)]
     #[serde(deserialize_with = "generation")]
     generation: i64,
-}
-
-/// A validated submission.
-#[derive(Debug)]
-struct Submission {
-    kind: Kind,
-    authority: AuthorityRef,
-    args: Value,
-    run_id: Option<String>,
-    deadline: Option<DateTime<Utc>>,
 }
 
 fn invalid(e: &dyn std::fmt::Display) -> ApiError {
@@ -220,267 +207,13 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<IdempotencyKey>, ApiErr
     }
 }
 
-/// What admission did with a request.
-#[derive(Debug)]
-enum Admitted {
-    Command {
-        row: CommandRow,
-        disposition: Disposition,
-    },
-    Held(HoldRow),
-}
-
-/// Admits a validated submission: records it, or finds what it repeats.
-async fn admit(
-    state: &AppState,
-    principal: &Principal,
-    key: Option<IdempotencyKey>,
-    sub: &Submission,
-    policy: &KindPolicy,
-) -> Result<(Admitted, CanonicalRequest), ApiError> {
-    let canonical = canonical_request(
-        sub.kind.as_str(),
-        &sub.authority.canonical(),
-        &sub.args,
-        sub.run_id.as_deref(),
-        &policy.canonical,
-    )
-    .map_err(ApiError::InvalidArgs)?;
-    let admitted = match key {
-        Some(key) if policy.guard_keyed => {
-            match under_key(state, principal, &key, sub, &canonical).await? {
-                Some(admitted) => admitted,
-                None => guarded(state, principal, Some(&key), sub, &canonical, policy).await?,
-            }
-        }
-        Some(key) => keyed(state, principal, &key, sub, &canonical).await?,
-        None if policy.key == KeyMode::Fingerprint => {
-            guarded(state, principal, None, sub, &canonical, policy).await?
-        }
-        None => return Err(KeyError::Missing.into()),
-    };
-    Ok((admitted, canonical))
-}
-
-fn new_command<'a>(
-    principal: &'a Principal,
-    key: &'a str,
-    sub: &'a Submission,
-    canonical: &'a CanonicalRequest,
-    intent_epoch: Option<i32>,
-    actor: &'a str,
-) -> NewCommand<'a> {
-    NewCommand {
-        id: Uuid::now_v7(),
-        scope: principal.id,
-        idempotency_key: key,
-        request_digest: canonical.digest.as_bytes(),
-        digest_version: canonical.version,
-        kind: sub.kind.as_str(),
-        authority_id: sub.authority.id.as_str(),
-        pinned_generation: sub.authority.pinned_generation,
-        intent_digest: canonical.intent_digest.as_bytes(),
-        intent_epoch,
-        canonical_rules: &canonical.rules,
-        run_id: sub.run_id.as_deref(),
-        args: &sub.args,
-        canonical: &canonical.form,
-        deadline_at: sub.deadline,
-        actor,
-    }
-}
-
-/// Under a client key: the unique index decides.
-async fn keyed(
-    state: &AppState,
-    principal: &Principal,
-    key: &IdempotencyKey,
-    sub: &Submission,
-    canonical: &CanonicalRequest,
-) -> Result<Admitted, ApiError> {
-    let actor = principal.actor();
-    let new = new_command(principal, key.as_str(), sub, canonical, None, &actor);
-    // If the stored row vanished in between (retention), insert again.
-    for _ in 0..3 {
-        if let Some(row) = db::commands::insert_pending(&state.pool, &new).await? {
-            return Ok(recorded(state, row));
-        }
-        if let Some(admitted) = under_key(state, principal, key, sub, canonical).await? {
-            return Ok(admitted);
-        }
-    }
-    Err(ApiError::Internal(anyhow::anyhow!(
-        "idempotency key {key} kept disappearing between insert and lookup"
-    )))
-}
-
-/// What the ledger already holds under `key`: the same request (replay,
-/// compared at the stored row's digest version) or a conflict; `None` when
-/// the key is unused.
-async fn under_key(
-    state: &AppState,
-    principal: &Principal,
-    key: &IdempotencyKey,
-    sub: &Submission,
-    canonical: &CanonicalRequest,
-) -> Result<Option<Admitted>, ApiError> {
-    let Some(stored) = db::commands::find_by_key(&state.pool, principal.id, key.as_str()).await?
-    else {
-        return Ok(None);
-    };
-    let incoming = match stored.digest_version {
-        1 => request_digest_v1(sub.kind.as_str(), &sub.authority.canonical(), &sub.args),
-        _ => canonical.digest,
-    };
-    match disposition(
-        RequestDigest::from_slice(&stored.request_digest).as_ref(),
-        &incoming,
-    ) {
-        Disposition::Replay => Ok(Some(Admitted::Command {
-            row: stored,
-            disposition: Disposition::Replay,
-        })),
-        _ => Err(ApiError::KeyConflict {
-            command_id: stored.id,
-            stored_digest: hex::encode(&stored.request_digest),
-            incoming_digest: incoming.to_string(),
-            differences: if stored.digest_version == canonical.version {
-                differences(&stored.canonical, &canonical.form)
-            } else {
-                Vec::new()
-            },
-        }),
-    }
-}
-
-fn recorded(state: &AppState, row: CommandRow) -> Admitted {
-    tracing::info!(command.id = %row.id, kind = %row.kind, authority = %row.authority_id, "command recorded");
-    crate::crash::point(crate::crash::CrashPoint::Cp0);
-    state.wake.pending(&row.authority_id);
-    Admitted::Command {
-        row,
-        disposition: Disposition::New,
-    }
-}
-
-/// Under the intent guard: keyless submissions (recorded under a key
-/// derived from the intent), and keyed ones of kinds that opt in. Copies
-/// within the window are one command; each new command of an intent takes
-/// the next epoch, and the unique index on (scope, intent, epoch) makes
-/// racing copies collide whatever their keys; a near-duplicate after the
-/// window is held, allowed or refused as the kind says.
-async fn guarded(
-    state: &AppState,
-    principal: &Principal,
-    key: Option<&IdempotencyKey>,
-    sub: &Submission,
-    canonical: &CanonicalRequest,
-    policy: &KindPolicy,
-) -> Result<Admitted, ApiError> {
-    let actor = principal.actor();
-    for _ in 0..4 {
-        let latest = db::commands::latest_by_intent(
-            &state.pool,
-            principal.id,
-            sub.authority.id.as_str(),
-            canonical.intent_digest.as_bytes(),
-            canonical.digest.as_bytes(),
-        )
-        .await?;
-        let facts = latest.as_ref().map(|l| Latest {
-            same_request: l.same_request,
-            age: Duration::from_secs_f64(l.age_seconds.max(0.0)),
-            epoch: u32::try_from(l.max_epoch).unwrap_or(0),
-        });
-        match (intent_verdict(facts, policy), latest) {
-            (IntentVerdict::New { epoch }, _) => {
-                let derived = derived_key(&canonical.intent_digest, epoch);
-                let key_str = key.map_or(derived.as_str(), IdempotencyKey::as_str);
-                let epoch = i32::try_from(epoch)
-                    .map_err(|_| ApiError::Internal(anyhow::anyhow!("intent epoch overflow")))?;
-                let new = new_command(principal, key_str, sub, canonical, Some(epoch), &actor);
-                match db::commands::insert_pending(&state.pool, &new).await {
-                    Ok(Some(row)) => return Ok(recorded(state, row)),
-                    // The client's key was taken meanwhile: the key decides. (A
-                    // derived key taken means another copy won this epoch.)
-                    Ok(None) => {
-                        if let Some(key) = key
-                            && let Some(admitted) =
-                                under_key(state, principal, key, sub, canonical).await?
-                        {
-                            return Ok(admitted);
-                        }
-                    }
-                    Err(e) if db::commands::is_epoch_conflict(&e) => {}
-                    Err(e) => return Err(e.into()),
-                }
-            }
-            (IntentVerdict::Same, Some(l)) => {
-                let row = db::commands::get(&state.pool, l.id, Some(principal.id))
-                    .await?
-                    .ok_or(ApiError::NotFound)?;
-                // Another run's command answers this request: remember it
-                // before answering, so that this request retried after the
-                // window is a replay of the same command, not a new run.
-                if !l.same_request {
-                    db::commands::remember_coalesced(
-                        &state.pool,
-                        &row,
-                        canonical.digest.as_bytes(),
-                        sub.run_id.as_deref(),
-                    )
-                    .await?;
-                }
-                let disposition = if row.state().is_terminal() {
-                    Disposition::Replay
-                } else {
-                    Disposition::Coalesced
-                };
-                return Ok(Admitted::Command { row, disposition });
-            }
-            (IntentVerdict::Held, Some(l)) => {
-                let mut conn = state.pool.acquire().await?;
-                let hold = db::holds::hold(
-                    &mut conn,
-                    &NewHold {
-                        id: Uuid::now_v7(),
-                        scope: principal.id,
-                        kind: sub.kind.as_str(),
-                        authority_id: sub.authority.id.as_str(),
-                        pinned_generation: sub.authority.pinned_generation,
-                        run_id: sub.run_id.as_deref(),
-                        args: &sub.args,
-                        canonical: &canonical.form,
-                        canonical_rules: &canonical.rules,
-                        request_digest: canonical.digest.as_bytes(),
-                        intent_digest: canonical.intent_digest.as_bytes(),
-                        digest_version: canonical.version,
-                        deadline_at: sub.deadline,
-                        resembles: l.id,
-                    },
-                )
-                .await?;
-                tracing::info!(hold.id = %hold.id, resembles = %l.id, "near-duplicate held");
-                return Ok(Admitted::Held(hold));
-            }
-            (IntentVerdict::Refused, Some(l)) => {
-                return Err(ApiError::NearDuplicate { command_id: l.id });
-            }
-            (_, None) => {}
-        }
-    }
-    Err(ApiError::Internal(anyhow::anyhow!(
-        "admission under the intent guard did not settle after four attempts"
-    )))
-}
-
 /// `POST /v1/commands`: the pending row is committed before any 2xx is sent.
 #[utoipa::path(post, path = "/v1/commands", operation_id = "submitCommand", tag = "commands",
     request_body = SubmitBody,
     params(("Idempotency-Key" = String, Header, description = "1-255 printable ASCII, bare or as an RFC 8941 quoted string. Kinds whose policy lets the intent stand in for a key (`key = \"fingerprint\"` in ledger.toml) may omit it", pattern = r"^[!#-~][!-~]{0,254}$"),
            ("Prefer" = Option<String>, Header, description = "wait=N: answer once the command is terminal, at most N seconds")),
-    responses((status = 202, description = "new (a command), or held (a hold)", body = Submitted<'static>, headers(("Idempotency-Key-Expires" = String, description = "with serve --retention: the earliest HTTP date at which pruning may forget this command and its key"))),
-              (status = 200, description = "replay or coalesced", body = CommandView<'static>, headers(("Idempotency-Key-Expires" = String, description = "with serve --retention: the earliest HTTP date at which pruning may forget this command and its key"))),
+    responses((status = 202, description = "new (a command), or held (a hold)", body = Submitted<'static>),
+              (status = 200, description = "replay or coalesced", body = CommandView<'static>),
               (status = 400, body = Problem), (status = 401, body = Problem), (status = 408, body = Problem),
               (status = 409, body = Problem), (status = 413, body = Problem), (status = 415, body = Problem),
               (status = 422, body = Problem), (status = 429, body = Problem), (status = 503, body = Problem)),
@@ -496,8 +229,9 @@ pub(super) async fn submit(
     let wait = prefer_wait(&headers).map(|w| w.min(state.max_wait));
     let sub = validate(body)?;
     let policy = state.policies.get(sub.kind.as_str()).clone();
-    let (admitted, _) = admit(&state, &principal, key, &sub, &policy)
+    let (admitted, _) = admit(&state.pool, &state.wake, &principal, key, &sub, &policy)
         .await
+        .map_err(ApiError::from)
         .inspect_err(|e| state.counters.refused(e))?;
     match admitted {
         Admitted::Held(hold) => {
@@ -624,8 +358,9 @@ pub(super) async fn invoke(
         run_id: run_id(body.run_id)?,
         deadline: body.deadline,
     };
-    let (admitted, canonical) = admit(&state, &principal, key, &sub, &policy)
+    let (admitted, canonical) = admit(&state.pool, &state.wake, &principal, key, &sub, &policy)
         .await
+        .map_err(ApiError::from)
         .inspect_err(|e| state.counters.refused(e))?;
     let fingerprint = canonical.intent_digest.to_string();
     match admitted {

@@ -5,14 +5,12 @@
 //! every concurrent waiter gets the same outcome.
 
 use sqlx::PgPool;
-use sqlx::postgres::PgListener;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 use tokio::sync::watch;
 use uuid::Uuid;
 
-pub const OUTCOME_CHANNEL: &str = "command_ledger_outcome";
+use crate::db::notify::{self, Heard, OUTCOME_CHANNEL};
 
 /// The registry of waiters, by command id.
 #[derive(Debug, Clone, Default)]
@@ -59,47 +57,24 @@ impl Waiters {
         }
     }
 
-    pub fn waiting(&self) -> usize {
-        self.slots.lock().expect("waiters lock").len()
-    }
-
     /// Runs the process's one listener until the pool closes.
     pub fn spawn_listener(&self, pool: PgPool) -> tokio::task::JoinHandle<()> {
         let waiters = self.clone();
         tokio::spawn(async move {
-            loop {
-                if pool.is_closed() {
-                    return;
-                }
-                match listen(&pool, &waiters).await {
-                    Ok(()) => return,
-                    Err(_) if pool.is_closed() => return,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "outcome listener failed; reconnecting");
-                        waiters.wake_all();
-                        tokio::time::sleep(Duration::from_millis(500)).await;
-                    }
+            let mut listener = notify::Listener::new(pool, OUTCOME_CHANNEL);
+            while let Some(heard) = listener.recv().await {
+                match heard {
+                    Heard::Notified(payload) => match Uuid::parse_str(&payload) {
+                        Ok(id) => waiters.wake(id),
+                        Err(_) => {
+                            tracing::warn!(payload, "unexpected outcome notification");
+                        }
+                    },
+                    // Anything that finished while we were not listening.
+                    Heard::Gap => waiters.wake_all(),
                 }
             }
         })
-    }
-}
-
-async fn listen(pool: &PgPool, waiters: &Waiters) -> Result<(), sqlx::Error> {
-    let mut listener = PgListener::connect_with(pool).await?;
-    listener.listen(OUTCOME_CHANNEL).await?;
-    // Anything that finished while we were not listening.
-    waiters.wake_all();
-    loop {
-        match listener.try_recv().await? {
-            Some(n) => match Uuid::parse_str(n.payload()) {
-                Ok(id) => waiters.wake(id),
-                Err(_) => tracing::warn!(payload = n.payload(), "unexpected outcome notification"),
-            },
-            // The connection was lost and will be re-established by the next
-            // call; notifications in between are lost.
-            None => waiters.wake_all(),
-        }
     }
 }
 

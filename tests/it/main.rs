@@ -20,6 +20,7 @@ mod reads;
 mod recovery;
 mod retention;
 mod schema;
+mod schema_file;
 mod serve_binary;
 mod submit;
 mod tls;

@@ -1,3 +1,5 @@
+//! The canonicalizer's tests: examples, and properties over many spellings.
+
 use super::*;
 use crate::domain::digest::canonical_json;
 use proptest::prelude::*;

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Attempts before a serialization failure is given up on.
-pub(super) const MAX_ATTEMPTS: u32 = 8;
+pub const MAX_ATTEMPTS: u32 = 8;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TxError {
@@ -65,12 +65,12 @@ fn jitter(attempt: u32) -> Duration {
 /// let mut retry = Retrying::new(pool, &stats.serialization_retries, "start", Isolation::Serializable);
 /// let rows = loop {
 ///     let mut tx = retry.begin().await?;
-///     let result = db::custodian::start(&mut *tx, ...).await;
+///     let result = db::lifecycle::start(&mut *tx, ...).await;
 ///     if let Some(rows) = retry.finish(tx, result).await? { break rows; }
 /// };
 /// ```
 #[derive(Debug)]
-pub(super) struct Retrying<'a> {
+pub struct Retrying<'a> {
     pool: &'a PgPool,
     retries: &'a AtomicU64,
     what: &'static str,
@@ -79,7 +79,7 @@ pub(super) struct Retrying<'a> {
 }
 
 impl<'a> Retrying<'a> {
-    pub(super) fn new(
+    pub fn new(
         pool: &'a PgPool,
         retries: &'a AtomicU64,
         what: &'static str,
@@ -94,7 +94,7 @@ impl<'a> Retrying<'a> {
         }
     }
 
-    pub(super) async fn begin(&mut self) -> Result<Transaction<'static, Postgres>, TxError> {
+    pub async fn begin(&mut self) -> Result<Transaction<'static, Postgres>, TxError> {
         if self.attempt >= MAX_ATTEMPTS {
             tracing::warn!(
                 what = self.what,
@@ -110,7 +110,7 @@ impl<'a> Retrying<'a> {
     }
 
     /// Commits when the work succeeded. `Ok(None)`: a conflict, begin again.
-    pub(super) async fn finish<T>(
+    pub async fn finish<T>(
         &mut self,
         tx: Transaction<'static, Postgres>,
         result: Result<T, sqlx::Error>,

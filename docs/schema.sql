@@ -1,0 +1,1615 @@
+-- The ledger's schema after every migration in migrations/, as
+-- `pg_dump --schema-only --no-owner` prints it, normalised: the version
+-- lines, session SETs and \restrict lines are left out.
+--
+-- Generated; do not edit. `cargo test` (tests/it/schema_file.rs) fails when
+-- this file differs from what the migrations make; rewrite it with
+--   COMMAND_LEDGER_WRITE_SCHEMA=1 cargo test --test it schema_file
+-- pg_dump major version: 15
+
+--
+-- PostgreSQL database dump
+--
+
+--
+-- Name: authorities_guard(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.authorities_guard() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+begin
+    if new.generation < old.generation then
+        raise exception 'authority % generation cannot decrease (% -> %)', old.id, old.generation, new.generation
+            using errcode = 'CL005';
+    end if;
+    new.updated_at := now();
+    return new;
+end;
+$$;
+
+--
+-- Name: coalesced_requests_delete_guard(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.coalesced_requests_delete_guard() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+begin
+    if exists (select 1 from commands where id = old.command_id) then
+        raise exception 'coalesced_requests is append-only'
+            using errcode = 'CL003';
+    end if;
+    return old;
+end;
+$$;
+
+--
+-- Name: command_history_delete_guard(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.command_history_delete_guard() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+begin
+    if exists (select 1 from commands where id = old.command_id) then
+        raise exception 'command_history is append-only'
+            using errcode = 'CL003';
+    end if;
+    return old;
+end;
+$$;
+
+--
+-- Name: commands_guard(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.commands_guard() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+begin
+    if tg_op = 'INSERT' then
+        if new.state <> 'pending' then
+            raise exception 'a command is created pending, not %', new.state
+                using errcode = 'CL001';
+        end if;
+        new.updated_at := new.created_at;
+        return new;
+    end if;
+
+    if tg_op = 'DELETE' then
+        if old.state in (select state from command_states where not terminal) then
+            raise exception 'command % is % and cannot be deleted before it is terminal', old.id, old.state
+                using errcode = 'CL002';
+        end if;
+        return old;
+    end if;
+
+    -- UPDATE
+    if (select terminal from command_states where state = old.state) then
+        raise exception 'command % is % (terminal) and cannot change', old.id, old.state
+            using errcode = 'CL002';
+    end if;
+    if new.id <> old.id or new.scope <> old.scope or new.idempotency_key <> old.idempotency_key
+       or new.request_digest <> old.request_digest or new.digest_version <> old.digest_version
+       or new.kind <> old.kind or new.authority_id <> old.authority_id
+       or new.run_id is distinct from old.run_id or new.args <> old.args
+       or new.canonical <> old.canonical or new.created_at <> old.created_at then
+        raise exception 'command % identity columns are immutable', old.id
+            using errcode = 'CL003';
+    end if;
+    if new.intent_digest is distinct from old.intent_digest
+       or new.canonical_rules is distinct from old.canonical_rules
+       or new.intent_epoch is distinct from old.intent_epoch then
+        raise exception 'command % intent columns are immutable', old.id
+            using errcode = 'CL003';
+    end if;
+    if new.pinned_generation is distinct from old.pinned_generation then
+        raise exception 'command % pinned generation is immutable', old.id
+            using errcode = 'CL003';
+    end if;
+    -- The generation is bound when the command is prepared. Afterwards it may
+    -- only move forward, and only while no effect was attempted (a prepared row
+    -- adopted by a newer generation of its authority).
+    if old.authority_generation is not null
+       and new.authority_generation is distinct from old.authority_generation then
+        if new.authority_generation is null or new.authority_generation < old.authority_generation
+           or old.state <> 'prepared' or new.state <> 'prepared' then
+            raise exception 'command % generation % cannot change to % (% -> %)', old.id,
+                old.authority_generation, new.authority_generation, old.state, new.state
+                using errcode = 'CL003';
+        end if;
+    end if;
+    if new.state <> old.state then
+        if not exists (select 1 from command_transitions
+                       where from_state = old.state and to_state = new.state) then
+            raise exception 'illegal transition % -> % for command %', old.state, new.state, old.id
+                using errcode = 'CL001';
+        end if;
+        if (select terminal from command_states where state = new.state) then
+            new.finished_at := coalesce(new.finished_at, now());
+        end if;
+    end if;
+    new.updated_at := now();
+    return new;
+end;
+$$;
+
+--
+-- Name: commands_guard_delete(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.commands_guard_delete() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+begin
+    if not exists (select 1 from pruned_commands where id = old.id) then
+        raise exception 'command % is deleted only by prune_commands(), which archives it first', old.id
+            using errcode = 'CL002';
+    end if;
+    return old;
+end;
+$$;
+
+--
+-- Name: commands_record_changes(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.commands_record_changes() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+begin
+    insert into command_history (command_id, from_state, to_state, actor, authority_generation, reason)
+    select n.id, o.state, n.state, ledger_actor(), n.authority_generation,
+           coalesce(ledger_reason(),
+                    case when n.state <> o.state then n.error ->> 'reason' end,
+                    case when n.state = o.state then 'adopted by generation ' || n.authority_generation end)
+    from new_rows n join old_rows o on o.id = n.id
+    where n.state <> o.state or n.authority_generation is distinct from o.authority_generation
+    order by n.id;
+
+    perform pg_notify('command_ledger_outcome', n.id::text)
+    from new_rows n join old_rows o on o.id = n.id
+    where n.state <> o.state
+      and n.state in ('applied', 'failed', 'ambiguous', 'cancelled', 'expired');
+    return null;
+end;
+$$;
+
+--
+-- Name: FUNCTION commands_record_changes(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.commands_record_changes() IS 'After each update statement on commands: one history entry per changed row (state or generation), and NOTIFY command_ledger_outcome with the command id for each row that became terminal.';
+
+--
+-- Name: commands_record_history(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.commands_record_history() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+begin
+    if tg_op = 'INSERT' then
+        insert into command_history (command_id, from_state, to_state, actor, authority_generation, reason)
+        values (new.id, null, new.state, ledger_actor(), new.authority_generation, ledger_reason());
+    elsif new.state <> old.state
+          or new.authority_generation is distinct from old.authority_generation then
+        insert into command_history (command_id, from_state, to_state, actor, authority_generation, reason)
+        values (new.id, old.state, new.state, ledger_actor(), new.authority_generation,
+                coalesce(ledger_reason(),
+                         case when new.state <> old.state then new.error ->> 'reason' end,
+                         case when new.state = old.state then 'adopted by generation ' || new.authority_generation end));
+    end if;
+    return null;
+end;
+$$;
+
+--
+-- Name: holds_guard(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.holds_guard() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+begin
+    if tg_op = 'DELETE' then
+        raise exception 'holds are kept: hold % cannot be deleted', old.id using errcode = 'CL006';
+    end if;
+    if old.state <> 'open' then
+        raise exception 'hold % is % and cannot change', old.id, old.state using errcode = 'CL006';
+    end if;
+    if (new.id, new.scope, new.kind, new.authority_id, new.args, new.canonical, new.request_digest,
+        new.intent_digest, new.resembles, new.created_at)
+       is distinct from
+       (old.id, old.scope, old.kind, old.authority_id, old.args, old.canonical, old.request_digest,
+        old.intent_digest, old.resembles, old.created_at) then
+        raise exception 'hold % request columns are immutable', old.id using errcode = 'CL006';
+    end if;
+    return new;
+end;
+$$;
+
+--
+-- Name: ledger_actor(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ledger_actor() RETURNS text
+    LANGUAGE sql STABLE
+    AS $$
+    select coalesce(nullif(current_setting('command_ledger.actor', true), ''), 'sql:' || current_user)
+$$;
+
+--
+-- Name: FUNCTION ledger_actor(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ledger_actor() IS 'Actor for history rows: setting command_ledger.actor, else sql:<user>.';
+
+--
+-- Name: ledger_reason(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ledger_reason() RETURNS text
+    LANGUAGE sql STABLE
+    AS $$
+    select nullif(current_setting('command_ledger.reason', true), '')
+$$;
+
+--
+-- Name: FUNCTION ledger_reason(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ledger_reason() IS 'Reason for history rows: setting command_ledger.reason, or null.';
+
+--
+-- Name: prune_commands(interval, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.prune_commands(older_than interval, max_rows integer) RETURNS integer
+    LANGUAGE plpgsql
+    AS $$
+declare
+    ids uuid[];
+begin
+    if older_than < interval '1 minute' then
+        raise exception 'refusing to prune commands that finished less than a minute ago (older_than %)', older_than
+            using errcode = 'CL007';
+    end if;
+    select array_agg(v.id) into ids
+    from (
+        select c.id
+        from commands c
+        where c.finished_at < now() - older_than
+          and not exists (select 1 from holds h where h.resembles = c.id or h.command_id = c.id)
+        order by c.id
+        limit max_rows
+        for update of c skip locked
+    ) v;
+    if ids is null then
+        return 0;
+    end if;
+    insert into pruned_commands (id, scope, idempotency_key, kind, authority_id, state,
+                                 created_at, finished_at, pruned_by, record)
+    select c.id, c.scope, c.idempotency_key, c.kind, c.authority_id, c.state,
+           c.created_at, c.finished_at, ledger_actor(),
+           jsonb_build_object(
+               'command', to_jsonb(c),
+               'history', coalesce((select jsonb_agg(to_jsonb(h) order by h.id)
+                                    from command_history h where h.command_id = c.id), '[]'::jsonb),
+               'coalesced', coalesce((select jsonb_agg(to_jsonb(r) order by r.answered_at)
+                                      from coalesced_requests r where r.command_id = c.id), '[]'::jsonb))
+    from commands c
+    where c.id = any(ids);
+    delete from commands where id = any(ids);
+    return cardinality(ids);
+end;
+$$;
+
+--
+-- Name: FUNCTION prune_commands(older_than interval, max_rows integer); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.prune_commands(older_than interval, max_rows integer) IS 'Archives into pruned_commands, then deletes, at most max_rows finished commands that finished more than older_than ago (and that no hold refers to), with their history and the requests coalesced into them.';
+
+--
+-- Name: refuse_archive_change(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.refuse_archive_change() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+begin
+    raise exception 'pruned_commands is append-only'
+        using errcode = 'CL003';
+end;
+$$;
+
+--
+-- Name: refuse_authority_removal(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.refuse_authority_removal() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+begin
+    raise exception 'authorities are kept: removing one would let its generations be issued again'
+        using errcode = 'CL005';
+end;
+$$;
+
+--
+-- Name: FUNCTION refuse_authority_removal(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.refuse_authority_removal() IS 'Refuses delete and truncate on authorities: a generation, once issued, is never issued again.';
+
+--
+-- Name: refuse_coalesced_change(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.refuse_coalesced_change() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+begin
+    raise exception 'coalesced_requests is append-only'
+        using errcode = 'CL003';
+end;
+$$;
+
+--
+-- Name: FUNCTION refuse_coalesced_change(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.refuse_coalesced_change() IS 'Refuses update and truncate on coalesced_requests: forgetting an answer would hold a retry that must replay.';
+
+--
+-- Name: refuse_commands_truncate(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.refuse_commands_truncate() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+begin
+    raise exception 'commands are deleted only by prune_commands(), which archives them first'
+        using errcode = 'CL002';
+end;
+$$;
+
+--
+-- Name: FUNCTION refuse_commands_truncate(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.refuse_commands_truncate() IS 'Refuses truncate on commands: a command leaves the ledger only through prune_commands(), archived.';
+
+--
+-- Name: refuse_history_change(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.refuse_history_change() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+begin
+    raise exception 'command_history is append-only'
+        using errcode = 'CL003';
+end;
+$$;
+
+--
+-- Name: refuse_holds_truncate(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.refuse_holds_truncate() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+begin
+    raise exception 'holds are kept: holds cannot be truncated'
+        using errcode = 'CL006';
+end;
+$$;
+
+--
+-- Name: FUNCTION refuse_holds_truncate(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.refuse_holds_truncate() IS 'Refuses truncate on holds: like deleting one (holds_guard), it would forget a decision or a request awaiting one.';
+
+--
+-- Name: refuse_reference_data_change(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.refuse_reference_data_change() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+begin
+    raise exception 'table % is reference data and cannot be changed outside a migration', tg_table_name
+        using errcode = 'CL004';
+end;
+$$;
+
+--
+-- Name: _sqlx_migrations; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public._sqlx_migrations (
+    version bigint NOT NULL,
+    description text NOT NULL,
+    installed_on timestamp with time zone DEFAULT now() NOT NULL,
+    success boolean NOT NULL,
+    checksum bytea NOT NULL,
+    execution_time bigint NOT NULL
+);
+
+--
+-- Name: api_tokens; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.api_tokens (
+    id uuid NOT NULL,
+    principal_id uuid NOT NULL,
+    token_hash bytea NOT NULL,
+    prefix text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    expires_at timestamp with time zone,
+    revoked_at timestamp with time zone,
+    CONSTRAINT api_tokens_hash_is_sha256 CHECK ((octet_length(token_hash) = 32))
+);
+
+--
+-- Name: TABLE api_tokens; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.api_tokens IS 'Bearer tokens. Only the SHA-256 of a token is stored; the token itself is shown once at creation.';
+
+--
+-- Name: COLUMN api_tokens.id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.api_tokens.id IS 'Token identifier.';
+
+--
+-- Name: COLUMN api_tokens.principal_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.api_tokens.principal_id IS 'The principal this token authenticates.';
+
+--
+-- Name: COLUMN api_tokens.token_hash; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.api_tokens.token_hash IS 'SHA-256 of the full token string.';
+
+--
+-- Name: COLUMN api_tokens.prefix; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.api_tokens.prefix IS 'The first characters of the token, to recognise it in listings; not a secret.';
+
+--
+-- Name: COLUMN api_tokens.created_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.api_tokens.created_at IS 'When the token was issued.';
+
+--
+-- Name: COLUMN api_tokens.expires_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.api_tokens.expires_at IS 'When the token stops being accepted; null for no expiry.';
+
+--
+-- Name: COLUMN api_tokens.revoked_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.api_tokens.revoked_at IS 'When the token was revoked; a revoked token is never accepted again.';
+
+--
+-- Name: authorities; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.authorities (
+    id text NOT NULL,
+    generation bigint DEFAULT 0 NOT NULL,
+    lease_holder text,
+    lease_expires_at timestamp with time zone,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT authorities_generation_non_negative CHECK ((generation >= 0)),
+    CONSTRAINT authorities_lease_complete CHECK (((lease_holder IS NULL) = (lease_expires_at IS NULL)))
+);
+
+--
+-- Name: TABLE authorities; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.authorities IS 'One row per authority (executor) that custodians lease. The generation is a fencing token.';
+
+--
+-- Name: COLUMN authorities.id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.authorities.id IS 'Authority name, as named by commands.authority_id.';
+
+--
+-- Name: COLUMN authorities.generation; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.authorities.generation IS 'Fencing token: incremented whenever the lease changes hands or is retaken after expiry; never decreases (authorities_guard) and never reissued (rows are never deleted: authorities_kept).';
+
+--
+-- Name: COLUMN authorities.lease_holder; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.authorities.lease_holder IS 'Identity of the custodian holding the lease; null when free.';
+
+--
+-- Name: COLUMN authorities.lease_expires_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.authorities.lease_expires_at IS 'When the current lease lapses unless renewed.';
+
+--
+-- Name: COLUMN authorities.updated_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.authorities.updated_at IS 'Last change to the row.';
+
+--
+-- Name: coalesced_requests; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.coalesced_requests (
+    authority_id text NOT NULL,
+    scope uuid NOT NULL,
+    request_digest bytea NOT NULL,
+    command_id uuid NOT NULL,
+    run_id text,
+    answered_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT coalesced_requests_digest_is_sha256 CHECK ((octet_length(request_digest) = 32))
+);
+
+--
+-- Name: TABLE coalesced_requests; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.coalesced_requests IS 'Requests answered with another request''s command under the intent guard (coalesced, or replayed within the window): a retry of the same request gets that command again, never a hold. Append-only; rows leave with their command when it is pruned.';
+
+--
+-- Name: COLUMN coalesced_requests.authority_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.coalesced_requests.authority_id IS 'Authority of the request (and of the command); first key column, so the table partitions like commands by authority.';
+
+--
+-- Name: COLUMN coalesced_requests.scope; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.coalesced_requests.scope IS 'The principal that sent the request.';
+
+--
+-- Name: COLUMN coalesced_requests.request_digest; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.coalesced_requests.request_digest IS 'Request digest (with run id) of the coalesced request; differs from the command''s own.';
+
+--
+-- Name: COLUMN coalesced_requests.command_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.coalesced_requests.command_id IS 'The command the request was answered with.';
+
+--
+-- Name: COLUMN coalesced_requests.run_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.coalesced_requests.run_id IS 'Run id of the coalesced request, for operators.';
+
+--
+-- Name: COLUMN coalesced_requests.answered_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.coalesced_requests.answered_at IS 'When the request was first answered with the command.';
+
+--
+-- Name: command_states; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.command_states (
+    state text NOT NULL,
+    "position" smallint NOT NULL,
+    terminal boolean NOT NULL,
+    description text NOT NULL
+);
+
+--
+-- Name: TABLE command_states; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.command_states IS 'Every state a command can be in. Mirrors the Rust enum domain::State; a test keeps them identical.';
+
+--
+-- Name: COLUMN command_states.state; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.command_states.state IS 'State name, as stored in commands.state.';
+
+--
+-- Name: COLUMN command_states."position"; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.command_states."position" IS 'Order of the state along the life of a command, for listings.';
+
+--
+-- Name: COLUMN command_states.terminal; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.command_states.terminal IS 'True when no transition leaves this state; the row is then immutable.';
+
+--
+-- Name: COLUMN command_states.description; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.command_states.description IS 'What the state means, for operators reading the schema.';
+
+--
+-- Name: commands; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.commands (
+    id uuid NOT NULL,
+    scope uuid NOT NULL,
+    idempotency_key text NOT NULL,
+    request_digest bytea NOT NULL,
+    digest_version smallint NOT NULL,
+    kind text NOT NULL,
+    authority_id text NOT NULL,
+    authority_generation bigint,
+    run_id text,
+    args jsonb NOT NULL,
+    canonical jsonb NOT NULL,
+    state text DEFAULT 'pending'::text NOT NULL,
+    result jsonb,
+    error jsonb,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    deadline_at timestamp with time zone,
+    finished_at timestamp with time zone,
+    pinned_generation bigint,
+    intent_digest bytea,
+    canonical_rules text[] DEFAULT '{}'::text[] NOT NULL,
+    intent_epoch integer,
+    CONSTRAINT commands_authority_format CHECK ((authority_id ~ '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$'::text)),
+    CONSTRAINT commands_digest_is_sha256 CHECK ((octet_length(request_digest) = 32)),
+    CONSTRAINT commands_finished_iff_terminal CHECK (((state = ANY (ARRAY['applied'::text, 'failed'::text, 'ambiguous'::text, 'cancelled'::text, 'expired'::text])) = (finished_at IS NOT NULL))),
+    CONSTRAINT commands_generation_non_negative CHECK ((authority_generation >= 0)),
+    CONSTRAINT commands_intent_digest_is_sha256 CHECK (((intent_digest IS NULL) OR (octet_length(intent_digest) = 32))),
+    CONSTRAINT commands_intent_epoch_positive CHECK ((intent_epoch > 0)),
+    CONSTRAINT commands_key_length CHECK (((octet_length(idempotency_key) >= 1) AND (octet_length(idempotency_key) <= 255))),
+    CONSTRAINT commands_kind_format CHECK ((kind ~ '^[a-z][a-z0-9_.-]{0,63}$'::text)),
+    CONSTRAINT commands_pinned_generation_non_negative CHECK ((pinned_generation >= 0)),
+    CONSTRAINT commands_prepared_has_generation CHECK (((state = ANY (ARRAY['pending'::text, 'cancelled'::text, 'expired'::text])) OR (authority_generation IS NOT NULL))),
+    CONSTRAINT commands_result_only_when_applied CHECK (((result IS NULL) OR (state = 'applied'::text))),
+    CONSTRAINT commands_state_known CHECK ((state = ANY (ARRAY['pending'::text, 'prepared'::text, 'effect_started'::text, 'applied'::text, 'failed'::text, 'ambiguous'::text, 'cancelled'::text, 'expired'::text])))
+);
+
+--
+-- Name: TABLE commands; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.commands IS 'The ledger: one row per command, written as pending before anything is dispatched.';
+
+--
+-- Name: COLUMN commands.id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.id IS 'UUID v7 (time-ordered), assigned by the service.';
+
+--
+-- Name: COLUMN commands.scope; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.scope IS 'The principal that submitted the command; keys are unique per scope, never globally.';
+
+--
+-- Name: COLUMN commands.idempotency_key; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.idempotency_key IS 'Client-chosen key (1-255 bytes of printable ASCII); unique within the scope.';
+
+--
+-- Name: COLUMN commands.request_digest; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.request_digest IS 'SHA-256 of the canonical request (kind, authority, args); decides replay vs conflict.';
+
+--
+-- Name: COLUMN commands.digest_version; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.digest_version IS 'Version of the canonicalization that produced request_digest, so old rows stay comparable.';
+
+--
+-- Name: COLUMN commands.kind; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.kind IS 'What the command does, e.g. refund; selects the effect executor.';
+
+--
+-- Name: COLUMN commands.authority_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.authority_id IS 'The authority (executor) that may run the effect.';
+
+--
+-- Name: COLUMN commands.authority_generation; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.authority_generation IS 'Authority generation bound when the command was prepared; null while pending. Fences stale executors.';
+
+--
+-- Name: COLUMN commands.run_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.run_id IS 'Optional identifier of the client run (agent session) that sent the request.';
+
+--
+-- Name: COLUMN commands.args; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.args IS 'Arguments as received (parsed JSON).';
+
+--
+-- Name: COLUMN commands.canonical; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.canonical IS 'Canonical form of the request the digest was computed over.';
+
+--
+-- Name: COLUMN commands.state; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.state IS 'Current state; changes are checked by commands_guard against command_transitions.';
+
+--
+-- Name: COLUMN commands.result; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.result IS 'Executor result, set only when applied.';
+
+--
+-- Name: COLUMN commands.error; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.error IS 'Why the command failed, became ambiguous, was cancelled or expired.';
+
+--
+-- Name: COLUMN commands.created_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.created_at IS 'When the pending row was recorded.';
+
+--
+-- Name: COLUMN commands.updated_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.updated_at IS 'Last change to the row (set by the trigger).';
+
+--
+-- Name: COLUMN commands.deadline_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.deadline_at IS 'After this instant the command must not start; null for no deadline.';
+
+--
+-- Name: COLUMN commands.finished_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.finished_at IS 'When the command reached a terminal state (set by the trigger); null until then.';
+
+--
+-- Name: COLUMN commands.pinned_generation; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.pinned_generation IS 'Set when the submission pinned the authority generation: the command runs only under that generation, and expires (authority_superseded) if the authority moves on before its effect starts.';
+
+--
+-- Name: COLUMN commands.intent_digest; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.intent_digest IS 'SHA-256 of the canonical intent: kind, authority and canonical args, without the run id. Equal for every spelling of one intent; null for rows of digest version 1.';
+
+--
+-- Name: COLUMN commands.canonical_rules; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.canonical_rules IS 'The canonicalizer rules that fired on the args, as rule@path (money@/amount, drop_volatile@/trace_id, ...).';
+
+--
+-- Name: COLUMN commands.intent_epoch; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.intent_epoch IS 'For commands admitted under the intent guard: which command of this intent (1, 2, ...) it is in its scope. Unique per (scope, intent_digest); null for commands admitted by key alone.';
+
+--
+-- Name: CONSTRAINT commands_state_known ON commands; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON CONSTRAINT commands_state_known ON public.commands IS 'The states of command_states (frozen reference data), without a lock on it per change.';
+
+--
+-- Name: command_counts_by_state; Type: VIEW; Schema: public; Owner: -
+--
+
+CREATE VIEW public.command_counts_by_state AS
+ SELECT s.state,
+    s.terminal,
+    count(c.id) AS commands
+   FROM (public.command_states s
+     LEFT JOIN public.commands c ON ((c.state = s.state)))
+  GROUP BY s.state, s.terminal, s."position"
+  ORDER BY s."position";
+
+--
+-- Name: VIEW command_counts_by_state; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON VIEW public.command_counts_by_state IS 'How many commands are in each state (every state listed, zero included).';
+
+--
+-- Name: command_history; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.command_history (
+    id bigint NOT NULL,
+    command_id uuid NOT NULL,
+    from_state text,
+    to_state text NOT NULL,
+    at timestamp with time zone DEFAULT now() NOT NULL,
+    actor text NOT NULL,
+    authority_generation bigint,
+    reason text,
+    CONSTRAINT command_history_states_known CHECK (((from_state = ANY (ARRAY['pending'::text, 'prepared'::text, 'effect_started'::text, 'applied'::text, 'failed'::text, 'ambiguous'::text, 'cancelled'::text, 'expired'::text])) AND (to_state = ANY (ARRAY['pending'::text, 'prepared'::text, 'effect_started'::text, 'applied'::text, 'failed'::text, 'ambiguous'::text, 'cancelled'::text, 'expired'::text]))))
+);
+
+--
+-- Name: TABLE command_history; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.command_history IS 'Append-only audit of every state change (and every adoption of a prepared row by a newer generation), written by trigger (so SQL typed by hand is audited too). Updates and deletes are refused.';
+
+--
+-- Name: COLUMN command_history.id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.command_history.id IS 'Order of the entries.';
+
+--
+-- Name: COLUMN command_history.command_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.command_history.command_id IS 'The command that changed.';
+
+--
+-- Name: COLUMN command_history.from_state; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.command_history.from_state IS 'State before the change; null for the creation of the command.';
+
+--
+-- Name: COLUMN command_history.to_state; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.command_history.to_state IS 'State after the change.';
+
+--
+-- Name: COLUMN command_history.at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.command_history.at IS 'Transaction time of the change.';
+
+--
+-- Name: COLUMN command_history.actor; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.command_history.actor IS 'Who made the change: the setting command_ledger.actor of the transaction, else sql:<database user>.';
+
+--
+-- Name: COLUMN command_history.authority_generation; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.command_history.authority_generation IS 'The command''s authority generation after the change.';
+
+--
+-- Name: COLUMN command_history.reason; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.command_history.reason IS 'Why, from the setting command_ledger.reason of the transaction; may be null.';
+
+--
+-- Name: CONSTRAINT command_history_states_known ON command_history; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON CONSTRAINT command_history_states_known ON public.command_history IS 'The states of command_states (frozen reference data), without a lock on it per entry.';
+
+--
+-- Name: command_history_id_seq; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+ALTER TABLE public.command_history ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.command_history_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
+-- Name: command_oldest_in_flight; Type: VIEW; Schema: public; Owner: -
+--
+
+CREATE VIEW public.command_oldest_in_flight AS
+ SELECT s.state,
+    count(c.id) AS commands,
+    min(c.created_at) AS oldest_created_at,
+    (now() - min(c.created_at)) AS oldest_age,
+    (now() - min(c.updated_at)) AS longest_in_state
+   FROM (public.command_states s
+     LEFT JOIN public.commands c ON ((c.state = s.state)))
+  WHERE (NOT s.terminal)
+  GROUP BY s.state, s."position"
+  ORDER BY s."position";
+
+--
+-- Name: VIEW command_oldest_in_flight; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON VIEW public.command_oldest_in_flight IS 'Per non-terminal state: how many commands, the age of the oldest, and the longest time one has sat in that state.';
+
+--
+-- Name: command_transitions; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.command_transitions (
+    from_state text NOT NULL,
+    to_state text NOT NULL
+);
+
+--
+-- Name: TABLE command_transitions; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.command_transitions IS 'The allowed state changes. The commands trigger refuses any other; mirrors domain::TRANSITIONS.';
+
+--
+-- Name: COLUMN command_transitions.from_state; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.command_transitions.from_state IS 'State the command leaves.';
+
+--
+-- Name: COLUMN command_transitions.to_state; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.command_transitions.to_state IS 'State the command enters.';
+
+--
+-- Name: holds; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.holds (
+    id uuid NOT NULL,
+    scope uuid NOT NULL,
+    kind text NOT NULL,
+    authority_id text NOT NULL,
+    pinned_generation bigint,
+    run_id text,
+    args jsonb NOT NULL,
+    canonical jsonb NOT NULL,
+    canonical_rules text[] DEFAULT '{}'::text[] NOT NULL,
+    request_digest bytea NOT NULL,
+    intent_digest bytea NOT NULL,
+    digest_version smallint NOT NULL,
+    deadline_at timestamp with time zone,
+    resembles uuid NOT NULL,
+    state text DEFAULT 'open'::text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    decided_at timestamp with time zone,
+    decided_by text,
+    decision_reason text,
+    command_id uuid,
+    CONSTRAINT holds_decided_iff_not_open CHECK (((state = 'open'::text) = ((decided_at IS NULL) AND (decided_by IS NULL)))),
+    CONSTRAINT holds_digests_are_sha256 CHECK (((octet_length(request_digest) = 32) AND (octet_length(intent_digest) = 32))),
+    CONSTRAINT holds_released_has_command CHECK (((state = 'released'::text) = (command_id IS NOT NULL))),
+    CONSTRAINT holds_state_known CHECK ((state = ANY (ARRAY['open'::text, 'released'::text, 'rejected'::text])))
+);
+
+--
+-- Name: TABLE holds; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.holds IS 'Near-duplicate intents (the same intent from another run, after the coalescing window) held for a human. Released: a command was recorded for it. Rejected: nothing was.';
+
+--
+-- Name: COLUMN holds.id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.holds.id IS 'Hold identifier (UUID v7).';
+
+--
+-- Name: COLUMN holds.scope; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.holds.scope IS 'The principal that sent the request.';
+
+--
+-- Name: COLUMN holds.kind; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.holds.kind IS 'Kind of the held request.';
+
+--
+-- Name: COLUMN holds.authority_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.holds.authority_id IS 'Authority of the held request.';
+
+--
+-- Name: COLUMN holds.pinned_generation; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.holds.pinned_generation IS 'Pinned authority generation of the held request, if any.';
+
+--
+-- Name: COLUMN holds.run_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.holds.run_id IS 'Run id of the held request.';
+
+--
+-- Name: COLUMN holds.args; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.holds.args IS 'Arguments as received.';
+
+--
+-- Name: COLUMN holds.canonical; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.holds.canonical IS 'Canonical form of the request.';
+
+--
+-- Name: COLUMN holds.canonical_rules; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.holds.canonical_rules IS 'Canonicalizer rules that fired.';
+
+--
+-- Name: COLUMN holds.request_digest; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.holds.request_digest IS 'Request digest (with run id); a retry of the same held request finds this hold.';
+
+--
+-- Name: COLUMN holds.intent_digest; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.holds.intent_digest IS 'Intent digest, equal to that of the command it resembles.';
+
+--
+-- Name: COLUMN holds.digest_version; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.holds.digest_version IS 'Canonicalizer version of the digests.';
+
+--
+-- Name: COLUMN holds.deadline_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.holds.deadline_at IS 'Deadline of the held request, carried to the command on release.';
+
+--
+-- Name: COLUMN holds.resembles; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.holds.resembles IS 'The earlier command with the same intent.';
+
+--
+-- Name: COLUMN holds.state; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.holds.state IS 'open | released | rejected.';
+
+--
+-- Name: COLUMN holds.created_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.holds.created_at IS 'When the request was held.';
+
+--
+-- Name: COLUMN holds.decided_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.holds.decided_at IS 'When an operator decided.';
+
+--
+-- Name: COLUMN holds.decided_by; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.holds.decided_by IS 'Which operator decided (operator:<name>).';
+
+--
+-- Name: COLUMN holds.decision_reason; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.holds.decision_reason IS 'Why, as the operator said.';
+
+--
+-- Name: COLUMN holds.command_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.holds.command_id IS 'The command recorded when the hold was released.';
+
+--
+-- Name: principals; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.principals (
+    id uuid NOT NULL,
+    name text NOT NULL,
+    role text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT principals_name_format CHECK ((name ~ '^[A-Za-z0-9][A-Za-z0-9_.@:-]{0,127}$'::text)),
+    CONSTRAINT principals_role_known CHECK ((role = ANY (ARRAY['device'::text, 'operator'::text])))
+);
+
+--
+-- Name: TABLE principals; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.principals IS 'Authenticated callers. A device submits and sees only its own commands; an operator sees all.';
+
+--
+-- Name: COLUMN principals.id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.principals.id IS 'Stable identifier; commands.scope refers to it.';
+
+--
+-- Name: COLUMN principals.name; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.principals.name IS 'Human name given at token creation, unique.';
+
+--
+-- Name: COLUMN principals.role; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.principals.role IS 'device | operator.';
+
+--
+-- Name: COLUMN principals.created_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.principals.created_at IS 'When the principal was first created.';
+
+--
+-- Name: holds_awaiting_decision; Type: VIEW; Schema: public; Owner: -
+--
+
+CREATE VIEW public.holds_awaiting_decision AS
+ SELECT h.id,
+    h.kind,
+    h.authority_id,
+    h.run_id,
+    h.created_at,
+    (now() - h.created_at) AS waiting_for,
+    h.resembles,
+    c.state AS resembles_state,
+    p.name AS principal
+   FROM ((public.holds h
+     JOIN public.principals p ON ((p.id = h.scope)))
+     JOIN public.commands c ON ((c.id = h.resembles)))
+  WHERE (h.state = 'open'::text)
+  ORDER BY h.created_at;
+
+--
+-- Name: VIEW holds_awaiting_decision; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON VIEW public.holds_awaiting_decision IS 'Open holds, oldest first, with the command each resembles.';
+
+--
+-- Name: pruned_commands; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.pruned_commands (
+    id uuid NOT NULL,
+    scope uuid NOT NULL,
+    idempotency_key text NOT NULL,
+    kind text NOT NULL,
+    authority_id text NOT NULL,
+    state text NOT NULL,
+    created_at timestamp with time zone NOT NULL,
+    finished_at timestamp with time zone NOT NULL,
+    pruned_at timestamp with time zone DEFAULT now() NOT NULL,
+    pruned_by text NOT NULL,
+    record jsonb NOT NULL
+);
+
+--
+-- Name: TABLE pruned_commands; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.pruned_commands IS 'What pruning kept of each command it removed: the identifying columns, and the row with its full history as one JSON document.';
+
+--
+-- Name: COLUMN pruned_commands.pruned_by; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.pruned_commands.pruned_by IS 'The actor that pruned it (setting command_ledger.actor, else sql:<user>).';
+
+--
+-- Name: COLUMN pruned_commands.record; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.pruned_commands.record IS '{"command": the commands row, "history": [its command_history rows, oldest first], "coalesced": [the coalesced_requests rows answered with it]} as they were when pruned.';
+
+--
+-- Name: _sqlx_migrations _sqlx_migrations_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public._sqlx_migrations
+    ADD CONSTRAINT _sqlx_migrations_pkey PRIMARY KEY (version);
+
+--
+-- Name: api_tokens api_tokens_hash_unique; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.api_tokens
+    ADD CONSTRAINT api_tokens_hash_unique UNIQUE (token_hash);
+
+--
+-- Name: api_tokens api_tokens_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.api_tokens
+    ADD CONSTRAINT api_tokens_pkey PRIMARY KEY (id);
+
+--
+-- Name: authorities authorities_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.authorities
+    ADD CONSTRAINT authorities_pkey PRIMARY KEY (id);
+
+--
+-- Name: coalesced_requests coalesced_requests_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.coalesced_requests
+    ADD CONSTRAINT coalesced_requests_pkey PRIMARY KEY (authority_id, scope, request_digest, command_id);
+
+--
+-- Name: command_history command_history_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.command_history
+    ADD CONSTRAINT command_history_pkey PRIMARY KEY (id);
+
+--
+-- Name: command_states command_states_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.command_states
+    ADD CONSTRAINT command_states_pkey PRIMARY KEY (state);
+
+--
+-- Name: command_states command_states_position_key; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.command_states
+    ADD CONSTRAINT command_states_position_key UNIQUE ("position");
+
+--
+-- Name: command_transitions command_transitions_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.command_transitions
+    ADD CONSTRAINT command_transitions_pkey PRIMARY KEY (from_state, to_state);
+
+--
+-- Name: commands commands_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.commands
+    ADD CONSTRAINT commands_pkey PRIMARY KEY (id);
+
+--
+-- Name: commands commands_scope_key_unique; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.commands
+    ADD CONSTRAINT commands_scope_key_unique UNIQUE (scope, idempotency_key);
+
+--
+-- Name: holds holds_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.holds
+    ADD CONSTRAINT holds_pkey PRIMARY KEY (id);
+
+--
+-- Name: principals principals_name_unique; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.principals
+    ADD CONSTRAINT principals_name_unique UNIQUE (name);
+
+--
+-- Name: principals principals_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.principals
+    ADD CONSTRAINT principals_pkey PRIMARY KEY (id);
+
+--
+-- Name: pruned_commands pruned_commands_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.pruned_commands
+    ADD CONSTRAINT pruned_commands_pkey PRIMARY KEY (id);
+
+--
+-- Name: coalesced_requests_command_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX coalesced_requests_command_idx ON public.coalesced_requests USING btree (command_id);
+
+--
+-- Name: command_history_command_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX command_history_command_idx ON public.command_history USING btree (command_id, id);
+
+--
+-- Name: commands_ambiguous_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX commands_ambiguous_idx ON public.commands USING btree (finished_at) WHERE (state = 'ambiguous'::text);
+
+--
+-- Name: INDEX commands_ambiguous_idx; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON INDEX public.commands_ambiguous_idx IS 'Ambiguous commands by when they ended: the operator''s list and the ambiguous count stay cheap as the ledger grows.';
+
+--
+-- Name: commands_in_flight_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX commands_in_flight_idx ON public.commands USING btree (state, updated_at) WHERE (state = ANY (ARRAY['pending'::text, 'prepared'::text, 'effect_started'::text]));
+
+--
+-- Name: commands_pending_claim_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX commands_pending_claim_idx ON public.commands USING btree (authority_id, id) WHERE (state = 'pending'::text);
+
+--
+-- Name: commands_prepared_by_authority_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX commands_prepared_by_authority_idx ON public.commands USING btree (authority_id, authority_generation) WHERE (state = 'prepared'::text);
+
+--
+-- Name: commands_scope_id_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX commands_scope_id_idx ON public.commands USING btree (scope, id DESC);
+
+--
+-- Name: commands_scope_intent_epoch_unique; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE UNIQUE INDEX commands_scope_intent_epoch_unique ON public.commands USING btree (scope, intent_digest, intent_epoch) WHERE (intent_epoch IS NOT NULL);
+
+--
+-- Name: commands_scope_intent_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX commands_scope_intent_idx ON public.commands USING btree (scope, intent_digest, created_at DESC) WHERE (intent_digest IS NOT NULL);
+
+--
+-- Name: holds_open_request_unique; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE UNIQUE INDEX holds_open_request_unique ON public.holds USING btree (scope, request_digest) WHERE (state = 'open'::text);
+
+--
+-- Name: holds_state_created_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX holds_state_created_idx ON public.holds USING btree (state, created_at DESC);
+
+--
+-- Name: pruned_commands_scope_key_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX pruned_commands_scope_key_idx ON public.pruned_commands USING btree (scope, idempotency_key);
+
+--
+-- Name: authorities authorities_guard; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER authorities_guard BEFORE UPDATE ON public.authorities FOR EACH ROW EXECUTE FUNCTION public.authorities_guard();
+
+--
+-- Name: authorities authorities_kept; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER authorities_kept BEFORE DELETE OR TRUNCATE ON public.authorities FOR EACH STATEMENT EXECUTE FUNCTION public.refuse_authority_removal();
+
+--
+-- Name: TRIGGER authorities_kept ON authorities; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TRIGGER authorities_kept ON public.authorities IS 'A deleted authority would restart at generation 1 and reissue generations already used.';
+
+--
+-- Name: coalesced_requests coalesced_requests_append_only; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER coalesced_requests_append_only BEFORE UPDATE OR TRUNCATE ON public.coalesced_requests FOR EACH STATEMENT EXECUTE FUNCTION public.refuse_coalesced_change();
+
+--
+-- Name: coalesced_requests coalesced_requests_leave_with_their_command; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER coalesced_requests_leave_with_their_command BEFORE DELETE ON public.coalesced_requests FOR EACH ROW EXECUTE FUNCTION public.coalesced_requests_delete_guard();
+
+--
+-- Name: command_history command_history_append_only; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER command_history_append_only BEFORE UPDATE OR TRUNCATE ON public.command_history FOR EACH STATEMENT EXECUTE FUNCTION public.refuse_history_change();
+
+--
+-- Name: command_history command_history_leaves_with_its_command; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER command_history_leaves_with_its_command BEFORE DELETE ON public.command_history FOR EACH ROW EXECUTE FUNCTION public.command_history_delete_guard();
+
+--
+-- Name: command_states command_states_frozen; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER command_states_frozen BEFORE INSERT OR DELETE OR UPDATE OR TRUNCATE ON public.command_states FOR EACH STATEMENT EXECUTE FUNCTION public.refuse_reference_data_change();
+
+--
+-- Name: command_transitions command_transitions_frozen; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER command_transitions_frozen BEFORE INSERT OR DELETE OR UPDATE OR TRUNCATE ON public.command_transitions FOR EACH STATEMENT EXECUTE FUNCTION public.refuse_reference_data_change();
+
+--
+-- Name: commands commands_archived_before_delete; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER commands_archived_before_delete BEFORE DELETE ON public.commands FOR EACH ROW EXECUTE FUNCTION public.commands_guard_delete();
+
+--
+-- Name: commands commands_guard; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER commands_guard BEFORE INSERT OR DELETE OR UPDATE ON public.commands FOR EACH ROW EXECUTE FUNCTION public.commands_guard();
+
+--
+-- Name: commands commands_kept; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER commands_kept BEFORE TRUNCATE ON public.commands FOR EACH STATEMENT EXECUTE FUNCTION public.refuse_commands_truncate();
+
+--
+-- Name: commands commands_record_changes; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER commands_record_changes AFTER UPDATE ON public.commands REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.commands_record_changes();
+
+--
+-- Name: commands commands_record_history; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER commands_record_history AFTER INSERT ON public.commands FOR EACH ROW EXECUTE FUNCTION public.commands_record_history();
+
+--
+-- Name: holds holds_guard; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER holds_guard BEFORE DELETE OR UPDATE ON public.holds FOR EACH ROW EXECUTE FUNCTION public.holds_guard();
+
+--
+-- Name: holds holds_kept; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER holds_kept BEFORE TRUNCATE ON public.holds FOR EACH STATEMENT EXECUTE FUNCTION public.refuse_holds_truncate();
+
+--
+-- Name: pruned_commands pruned_commands_append_only; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER pruned_commands_append_only BEFORE DELETE OR UPDATE OR TRUNCATE ON public.pruned_commands FOR EACH STATEMENT EXECUTE FUNCTION public.refuse_archive_change();
+
+--
+-- Name: api_tokens api_tokens_principal_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.api_tokens
+    ADD CONSTRAINT api_tokens_principal_id_fkey FOREIGN KEY (principal_id) REFERENCES public.principals(id);
+
+--
+-- Name: coalesced_requests coalesced_requests_command_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.coalesced_requests
+    ADD CONSTRAINT coalesced_requests_command_id_fkey FOREIGN KEY (command_id) REFERENCES public.commands(id) ON DELETE CASCADE;
+
+--
+-- Name: coalesced_requests coalesced_requests_scope_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.coalesced_requests
+    ADD CONSTRAINT coalesced_requests_scope_fkey FOREIGN KEY (scope) REFERENCES public.principals(id);
+
+--
+-- Name: command_history command_history_command_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.command_history
+    ADD CONSTRAINT command_history_command_id_fkey FOREIGN KEY (command_id) REFERENCES public.commands(id) ON DELETE CASCADE;
+
+--
+-- Name: command_transitions command_transitions_from_state_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.command_transitions
+    ADD CONSTRAINT command_transitions_from_state_fkey FOREIGN KEY (from_state) REFERENCES public.command_states(state);
+
+--
+-- Name: command_transitions command_transitions_to_state_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.command_transitions
+    ADD CONSTRAINT command_transitions_to_state_fkey FOREIGN KEY (to_state) REFERENCES public.command_states(state);
+
+--
+-- Name: commands commands_scope_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.commands
+    ADD CONSTRAINT commands_scope_fkey FOREIGN KEY (scope) REFERENCES public.principals(id);
+
+--
+-- Name: holds holds_command_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.holds
+    ADD CONSTRAINT holds_command_id_fkey FOREIGN KEY (command_id) REFERENCES public.commands(id);
+
+--
+-- Name: holds holds_resembles_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.holds
+    ADD CONSTRAINT holds_resembles_fkey FOREIGN KEY (resembles) REFERENCES public.commands(id);
+
+--
+-- Name: holds holds_scope_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.holds
+    ADD CONSTRAINT holds_scope_fkey FOREIGN KEY (scope) REFERENCES public.principals(id);
+
+--
+-- PostgreSQL database dump complete
+--
+

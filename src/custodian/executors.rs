@@ -1,0 +1,93 @@
+//! The executors a catalog (`ledger.toml`) describes: the custodian's
+//! [`Effects`], built from the kinds' `executor`, `url`, `timeout`, `headers`
+//! and `reconcile_url`. Kept here so the API, which reads only the
+//! catalog's admission policies, does not depend on the executors.
+
+use crate::catalog::{Catalog, CatalogError, parse_duration};
+
+use super::effects::{DEFAULT_TIMEOUT, Effects, Noop};
+use super::http_executor::HttpExecutor;
+
+impl Catalog {
+    /// The executors this catalog describes, on top of the built-in `noop`.
+    pub fn effects(&self) -> Result<Effects, CatalogError> {
+        let mut effects = Effects::default();
+        for (kind, cfg) in &self.kinds {
+            let invalid = |problem: String| CatalogError::Invalid {
+                kind: kind.clone(),
+                problem,
+            };
+            crate::domain::Kind::parse(kind).map_err(|e| invalid(e.to_string()))?;
+            let timeout = match &cfg.timeout {
+                Some(t) => parse_duration(t).ok_or_else(|| {
+                    invalid(format!("timeout {t:?} is not like 10s, 500ms or 2m"))
+                })?,
+                None => DEFAULT_TIMEOUT,
+            };
+            match (cfg.executor.as_deref(), &cfg.url) {
+                // A kind may declare only its admission policy.
+                (None, None) => {}
+                (Some("noop"), None) => effects.register(kind, Noop, timeout),
+                (None | Some("http"), Some(url)) => {
+                    let executor = HttpExecutor::new(url.clone(), cfg.headers.clone(), timeout)
+                        .map_err(|e| invalid(e.to_string()))?
+                        .with_reconcile_url(cfg.reconcile_url.clone());
+                    effects.register(kind, executor, timeout);
+                }
+                (Some("http"), None) => {
+                    return Err(invalid("an http executor needs a url".into()));
+                }
+                (Some(other), _) => {
+                    return Err(invalid(format!(
+                        "unknown executor {other:?} (http or noop)"
+                    )));
+                }
+            }
+        }
+        Ok(effects)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_catalog_declares_http_and_noop_kinds() {
+        let catalog: Catalog = toml::from_str(
+            r#"
+            [kinds.refund]
+            url = "http://127.0.0.1:9/refund"
+            timeout = "250ms"
+            headers = { "x-api-key" = "k" }
+
+            [kinds.ping]
+            executor = "noop"
+            "#,
+        )
+        .unwrap();
+        let effects = catalog.effects().unwrap();
+        assert_eq!(
+            effects.get("refund").unwrap().timeout,
+            Duration::from_millis(250)
+        );
+        assert!(effects.get("ping").is_some());
+        assert!(effects.get("noop").is_some(), "noop is always there");
+        assert!(effects.get("charge").is_none());
+    }
+
+    #[test]
+    fn mistakes_in_the_catalog_are_reported() {
+        for bad in [
+            "[kinds.refund]\nexecutor = \"http\"\ntimeout = \"1s\"",
+            "[kinds.refund]\nurl = \"http://x\"\ntimeout = \"soon\"",
+            "[kinds.refund]\nexecutor = \"carrier-pigeon\"",
+            "[kinds.Refund]\nexecutor = \"noop\"",
+        ] {
+            let catalog: Catalog = toml::from_str(bad).unwrap();
+            assert!(catalog.effects().is_err(), "{bad}");
+        }
+        assert!(toml::from_str::<Catalog>("[kinds.refund]\nurll = \"x\"").is_err());
+    }
+}

@@ -1,0 +1,435 @@
+//! The fenced transitions, one small step each: claim (`pending →
+//! prepared`), start (`prepared → effect_started`, committed before any
+//! effect), record (`→ applied | failed | ambiguous`), adopt a superseded
+//! generation's prepared rows, and close what an unknown commit left. Every
+//! write is a compare-and-set on state and generation; a refused one is
+//! counted as fenced, never taken for success.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use uuid::Uuid;
+
+use super::effects::{self, EffectCall, Effects};
+use super::{Custodian, CustodianError, Done, Started, Stats, StepReport};
+use crate::crash::{self, CrashPoint};
+use crate::db::txn::{self, TxError};
+use crate::db::{self, CommandRow};
+use crate::domain::{EffectOutcome, State};
+
+/// Most prepared rows adopted per statement.
+const ADOPT_BATCH: i64 = 500;
+
+/// Runs one effect and records how long it took, by kind and outcome.
+pub(super) async fn timed_effect(
+    effects: &Effects,
+    call: &EffectCall,
+    stats: &Stats,
+) -> EffectOutcome {
+    use tracing::Instrument as _;
+    let span = tracing::info_span!(
+        "effect",
+        command.id = %call.command_id,
+        kind = %call.kind,
+        authority = %call.authority,
+        generation = call.generation,
+    );
+    let began = std::time::Instant::now();
+    let outcome = effects::run_effect(effects, call).instrument(span).await;
+    let label = match &outcome {
+        EffectOutcome::Applied(_) => "applied",
+        EffectOutcome::Failed { .. } => "failed",
+        EffectOutcome::Ambiguous { .. } => "ambiguous",
+    };
+    stats
+        .effect_latency
+        .observe(&call.kind, label, began.elapsed());
+    outcome
+}
+
+impl Custodian {
+    /// Claims up to `limit` commands and starts those it may: returns the
+    /// commands whose `effect_started` is committed, and only those.
+    pub async fn claim_and_start(
+        &self,
+        limit: i64,
+        report: &mut StepReport,
+    ) -> Result<Vec<Started>, CustodianError> {
+        let mut prepared: Vec<CommandRow> =
+            std::mem::take(&mut *self.adopted.lock().expect("adopted lock"));
+        prepared.extend(self.claim(limit, report).await?);
+        self.start_prepared(&prepared, report).await
+    }
+
+    /// Claims up to `limit` pending commands of the authorities leased now:
+    /// returns those now `prepared` (overdue ones are expired, never started).
+    #[tracing::instrument(name = "claim", skip(self, report), fields(holder = %self.config.holder))]
+    pub async fn claim(
+        &self,
+        limit: i64,
+        report: &mut StepReport,
+    ) -> Result<Vec<CommandRow>, CustodianError> {
+        let held = self.held();
+        if held.is_empty() || limit <= 0 {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<String> = held.keys().cloned().collect();
+        let claimed = db::lifecycle::claim(
+            &self.pool,
+            &ids,
+            &self.config.holder,
+            limit,
+            self.config.lease_ttl,
+            &self.actor,
+        )
+        .await?;
+        if !claimed.is_empty() {
+            crash::point(CrashPoint::AfterPrepared);
+        }
+        report.claimed += claimed.len();
+        self.stats
+            .claimed
+            .fetch_add(claimed.len() as u64, Ordering::Relaxed);
+        let mut prepared = Vec::with_capacity(claimed.len());
+        for row in claimed {
+            match row.state() {
+                State::Prepared => prepared.push(row),
+                State::Expired => {
+                    report.expired += 1;
+                    self.stats.expired.fetch_add(1, Ordering::Relaxed);
+                    tracing::info!(command.id = %row.id, authority = %row.authority_id, error = ?row.error, "expired before any effect");
+                }
+                state => {
+                    tracing::error!(command.id = %row.id, %state, "claim returned an unexpected row");
+                }
+            }
+        }
+        Ok(prepared)
+    }
+
+    /// Starts prepared commands, one fenced transaction per (authority, generation).
+    pub async fn start_prepared(
+        &self,
+        prepared: &[CommandRow],
+        report: &mut StepReport,
+    ) -> Result<Vec<Started>, CustodianError> {
+        let mut groups: BTreeMap<(String, i64), Vec<Uuid>> = BTreeMap::new();
+        for row in prepared {
+            if let Some(generation) = row.authority_generation {
+                groups
+                    .entry((row.authority_id.clone(), generation))
+                    .or_default()
+                    .push(row.id);
+            }
+        }
+        let mut started = Vec::new();
+        for ((authority, generation), ids) in groups {
+            started.extend(self.start(&authority, generation, &ids, report).await?);
+        }
+        Ok(started)
+    }
+
+    /// Commits `effect_started` for prepared commands (SERIALIZABLE, fenced
+    /// on the lease). Only rows whose commit is certain are returned.
+    #[tracing::instrument(name = "start", skip(self, ids, report), fields(commands = ids.len()))]
+    async fn start(
+        &self,
+        authority: &str,
+        generation: i64,
+        ids: &[Uuid],
+        report: &mut StepReport,
+    ) -> Result<Vec<Started>, CustodianError> {
+        let holder = &self.config.holder;
+        let actor = &self.actor;
+        let mut retry = txn::Retrying::new(
+            &self.pool,
+            &self.stats.serialization_retries,
+            "start",
+            self.config.isolation,
+        );
+        let result = loop {
+            let mut tx = match retry.begin().await {
+                Ok(tx) => tx,
+                Err(e) => break Err(e),
+            };
+            let attempt =
+                db::lifecycle::start(&mut *tx, ids, authority, holder, generation, actor).await;
+            match retry.finish(tx, attempt).await {
+                Ok(Some(rows)) => break Ok(rows),
+                Ok(None) => continue,
+                Err(e) => break Err(e),
+            }
+        };
+        let rows = match result {
+            Ok(rows) => rows,
+            Err(TxError::CommitUnknown(e)) => {
+                // Never dispatch on uncertainty. Whatever did commit was not
+                // dispatched, so it can be closed as failed, not ambiguous.
+                tracing::warn!(authority, generation, error = %e, "effect_started commit outcome unknown; not dispatching");
+                self.close_undispatched(authority, generation, ids, report)
+                    .await;
+                return Ok(Vec::new());
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if !rows.is_empty() {
+            crash::point(CrashPoint::AfterEffectStarted);
+        }
+        let mut started = Vec::with_capacity(rows.len());
+        for row in rows {
+            if row.state() == State::Expired {
+                report.expired += 1;
+                self.stats.expired.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            started.push(Started {
+                authority: authority.to_owned(),
+                generation,
+                call: call_for(&row, generation),
+            });
+        }
+        if started.len() < ids.len() {
+            tracing::info!(
+                authority,
+                generation,
+                asked = ids.len(),
+                started = started.len(),
+                "some prepared commands were not started (cancelled, expired or fenced)"
+            );
+        }
+        report.started += started.len();
+        self.stats
+            .started
+            .fetch_add(started.len() as u64, Ordering::Relaxed);
+        Ok(started)
+    }
+
+    /// After an unknown `effect_started` commit: rows that did become
+    /// `effect_started` under our generation were never dispatched, so they
+    /// are recorded `failed` (`not_dispatched`).
+    async fn close_undispatched(
+        &self,
+        authority: &str,
+        generation: i64,
+        ids: &[Uuid],
+        report: &mut StepReport,
+    ) {
+        let states = match db::lifecycle::states(&self.pool, ids).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot re-read after an unknown commit; will retry");
+                self.limbo.lock().expect("limbo lock").push((
+                    authority.to_owned(),
+                    generation,
+                    ids.to_vec(),
+                ));
+                return;
+            }
+        };
+        let done: Vec<Done> = states
+            .into_iter()
+            .filter(|(_, state, g)| {
+                state == State::EffectStarted.as_str() && *g == Some(generation)
+            })
+            .map(|(id, _, _)| Done {
+                authority: authority.to_owned(),
+                generation,
+                id,
+                outcome: EffectOutcome::not_dispatched(
+                    "the effect_started commit was not confirmed; never dispatched",
+                ),
+            })
+            .collect();
+        self.record(done, report).await;
+    }
+
+    /// Retries what a database outage left behind: batches whose start
+    /// commit is unknown, and outcomes not yet recorded.
+    pub(super) async fn retry_leftovers(&self) {
+        let limbo: Vec<_> = std::mem::take(&mut *self.limbo.lock().expect("limbo lock"));
+        let unrecorded: Vec<Done> =
+            std::mem::take(&mut *self.unrecorded.lock().expect("unrecorded lock"));
+        let mut report = StepReport::default();
+        for (authority, generation, ids) in limbo {
+            self.close_undispatched(&authority, generation, &ids, &mut report)
+                .await;
+        }
+        if !unrecorded.is_empty() {
+            self.record(unrecorded, &mut report).await;
+        }
+    }
+
+    /// Records outcomes, one SERIALIZABLE transaction per (authority,
+    /// generation). A refused write (fenced) is counted and logged, never
+    /// taken for success.
+    pub async fn record(&self, done: Vec<Done>, report: &mut StepReport) {
+        let mut groups: BTreeMap<(String, i64), Vec<(Uuid, EffectOutcome)>> = BTreeMap::new();
+        for d in done {
+            groups
+                .entry((d.authority, d.generation))
+                .or_default()
+                .push((d.id, d.outcome));
+        }
+        for ((authority, generation), outcomes) in groups {
+            crash::point(CrashPoint::AfterEffect);
+            let recorded = match self.record_group(&authority, generation, &outcomes).await {
+                Ok(recorded) => recorded,
+                Err(e) => {
+                    // Known outcomes are never dropped: kept and retried on
+                    // the next heartbeat (recovery leaves rows of a live
+                    // lease alone, so this is the only way they finish).
+                    tracing::warn!(authority, generation, error = %e, count = outcomes.len(), "recording outcomes failed; will retry");
+                    self.unrecorded.lock().expect("unrecorded lock").extend(
+                        outcomes.into_iter().map(|(id, outcome)| Done {
+                            authority: authority.clone(),
+                            generation,
+                            id,
+                            outcome,
+                        }),
+                    );
+                    continue;
+                }
+            };
+            crash::point(CrashPoint::AfterOutcome);
+            for (id, outcome) in &outcomes {
+                if !recorded.contains(id) {
+                    report.fenced += 1;
+                    self.stats.fenced.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(command.id = %id, authority, generation, outcome = ?outcome, "outcome refused: the authority moved on or the row changed; recovery decides");
+                    continue;
+                }
+                let (counter, tally) = match outcome.state() {
+                    State::Applied => (&self.stats.applied, &mut report.applied),
+                    State::Failed => (&self.stats.failed, &mut report.failed),
+                    _ => (&self.stats.ambiguous, &mut report.ambiguous),
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
+                *tally += 1;
+                tracing::info!(command.id = %id, authority, generation, state = %outcome.state(), "outcome recorded");
+            }
+        }
+    }
+
+    /// One fenced SERIALIZABLE transaction for one (authority, generation);
+    /// returns the ids it recorded. After a commit whose outcome is unknown,
+    /// the rows are re-read: those already in the intended state count as
+    /// recorded.
+    #[tracing::instrument(name = "record", skip(self, outcomes), fields(commands = outcomes.len()))]
+    async fn record_group(
+        &self,
+        authority: &str,
+        generation: i64,
+        outcomes: &[(Uuid, EffectOutcome)],
+    ) -> Result<Vec<Uuid>, CustodianError> {
+        let mut retry = txn::Retrying::new(
+            &self.pool,
+            &self.stats.serialization_retries,
+            "record",
+            self.config.isolation,
+        );
+        loop {
+            let mut tx = retry.begin().await?;
+            let attempt =
+                db::lifecycle::record(&mut *tx, outcomes, authority, generation, &self.actor).await;
+            match retry.finish(tx, attempt).await {
+                Ok(Some(ids)) => return Ok(ids),
+                Ok(None) => {}
+                Err(TxError::CommitUnknown(e)) => {
+                    tracing::warn!(authority, generation, error = %e, "outcome commit unknown; re-reading");
+                    let ids: Vec<Uuid> = outcomes.iter().map(|(id, _)| *id).collect();
+                    let states = db::lifecycle::states(&self.pool, &ids).await?;
+                    let done: Vec<Uuid> = states
+                        .into_iter()
+                        .filter(|(id, state, _)| {
+                            outcomes
+                                .iter()
+                                .any(|(o, outcome)| o == id && outcome.state().as_str() == state)
+                        })
+                        .map(|(id, _, _)| id)
+                        .collect();
+                    if done.len() == outcomes.len() {
+                        return Ok(done);
+                    }
+                    // Some did not commit: write them again (still guarded).
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Runs the effects of started commands concurrently, each under its
+    /// deadline, and returns their outcomes unrecorded: for tests that act
+    /// between an effect and its record. The pipeline runs each effect the
+    /// same way ([`timed_effect`]), in a task of its own.
+    pub async fn execute(&self, started: Vec<Started>) -> Vec<Done> {
+        let mut tasks = Vec::with_capacity(started.len());
+        for s in started {
+            let effects = Arc::clone(&self.effects);
+            let stats = Arc::clone(&self.stats);
+            tasks.push(tokio::spawn(async move {
+                let outcome = timed_effect(&effects, &s.call, &stats).await;
+                Done {
+                    authority: s.authority,
+                    generation: s.generation,
+                    id: s.call.command_id,
+                    outcome,
+                }
+            }));
+        }
+        let mut done = Vec::with_capacity(tasks.len());
+        for t in tasks {
+            done.push(t.await.expect("effect tasks do not panic"));
+        }
+        done
+    }
+
+    /// Rebinds the authority's prepared rows of older generations to ours.
+    pub(super) async fn adopt(
+        &self,
+        authority: &str,
+        generation: i64,
+    ) -> Result<(), CustodianError> {
+        loop {
+            let rows = db::lifecycle::adopt_prepared(
+                &self.pool,
+                authority,
+                &self.config.holder,
+                generation,
+                ADOPT_BATCH,
+                &self.actor,
+            )
+            .await?;
+            let count = rows.len();
+            if count > 0 {
+                self.stats
+                    .adopted
+                    .fetch_add(count as u64, Ordering::Relaxed);
+                tracing::info!(
+                    authority,
+                    generation,
+                    count,
+                    "adopted prepared commands of an older generation"
+                );
+            }
+            self.adopted
+                .lock()
+                .expect("adopted lock")
+                .extend(rows.into_iter().filter(|r| r.state() == State::Prepared));
+            if (count as i64) < ADOPT_BATCH {
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// The call for a started row.
+fn call_for(row: &CommandRow, generation: i64) -> EffectCall {
+    EffectCall {
+        command_id: row.id,
+        kind: row.kind.clone(),
+        authority: row.authority_id.clone(),
+        generation,
+        args: row.args.clone(),
+        downstream_key: EffectCall::downstream_key_for(row.id),
+    }
+}

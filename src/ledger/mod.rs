@@ -1,0 +1,49 @@
+//! The use cases both front ends call (the HTTP API and the command line):
+//! no axum, no clap. Each takes the pool (and the wake-up, when it records
+//! a pending command) and answers with a [`LedgerError`] that the API maps
+//! to problem+json and the command line to a message.
+//!
+//! - [`submit`]: admission (key, intent guard, holds), recording, wake-up.
+//! - [`holds`]: release (record + wake) and reject.
+//! - [`wake`]: waking custodians after a commit.
+
+pub mod holds;
+pub mod submit;
+pub mod wake;
+
+pub use wake::PendingWake;
+
+use crate::domain::{CanonError, KeyError};
+
+/// Why a use case refused or failed.
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    /// No such command or hold (or not visible to this principal).
+    #[error("not found")]
+    NotFound,
+    /// The idempotency key is missing (or malformed).
+    #[error(transparent)]
+    Key(#[from] KeyError),
+    /// The arguments cannot be put in canonical form unambiguously.
+    #[error(transparent)]
+    InvalidArgs(#[from] CanonError),
+    /// The key already names a different request.
+    #[error("idempotency key reused for a different request (command {command_id})")]
+    KeyConflict {
+        command_id: uuid::Uuid,
+        stored_digest: String,
+        incoming_digest: String,
+        /// JSON pointers into the canonical forms where the two requests differ.
+        differences: Vec<String>,
+    },
+    /// A near-duplicate the kind's policy refuses.
+    #[error("near-duplicate of command {command_id}")]
+    NearDuplicate { command_id: uuid::Uuid },
+    /// The hold was decided already.
+    #[error("hold {hold_id} is {state} already")]
+    HoldDecided { hold_id: uuid::Uuid, state: String },
+    #[error(transparent)]
+    Db(#[from] sqlx::Error),
+    #[error(transparent)]
+    Internal(anyhow::Error),
+}

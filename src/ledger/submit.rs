@@ -1,0 +1,284 @@
+//! Admission: where a request becomes a row, for every front end. A
+//! validated submission is canonicalized (the pure domain), then admitted
+//! under its key (new / replay / conflict) or, keyless, under its intent
+//! (new / the same command: coalesced or replay / held / refused). The
+//! unique index on (scope, key) decides every race; keyless commands are
+//! recorded under a key derived from the intent, so racing copies collide.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::PgPool;
+use std::time::Duration;
+
+use super::{LedgerError, PendingWake};
+use crate::db::holds::{HoldRow, NewHold};
+use crate::db::{self, CommandRow, NewCommand, Principal, Request};
+use crate::domain::admission::{
+    IntentVerdict, KeyMode, KindPolicy, Latest, derived_key, intent_verdict,
+};
+use crate::domain::{
+    AuthorityRef, CanonicalRequest, Disposition, IdempotencyKey, KeyError, Kind, RequestDigest,
+    canonical_request, differences, disposition, request_digest_v1,
+};
+
+/// A validated submission: what the front end parsed, before canonical form.
+#[derive(Debug)]
+pub struct Submission {
+    pub kind: Kind,
+    pub authority: AuthorityRef,
+    pub args: Value,
+    pub run_id: Option<String>,
+    pub deadline: Option<DateTime<Utc>>,
+}
+
+/// What admission works with besides the request.
+struct Ctx<'a> {
+    pool: &'a PgPool,
+    wake: &'a PendingWake,
+}
+
+/// What admission did with a request.
+#[derive(Debug)]
+pub enum Admitted {
+    Command {
+        row: CommandRow,
+        disposition: Disposition,
+    },
+    Held(HoldRow),
+}
+
+/// Admits a validated submission: records it, or finds what it repeats.
+/// Returns what it did and the request's canonical form.
+pub async fn admit(
+    pool: &PgPool,
+    wake: &PendingWake,
+    principal: &Principal,
+    key: Option<IdempotencyKey>,
+    sub: &Submission,
+    policy: &KindPolicy,
+) -> Result<(Admitted, CanonicalRequest), LedgerError> {
+    let canonical = canonical_request(
+        sub.kind.as_str(),
+        &sub.authority.canonical(),
+        &sub.args,
+        sub.run_id.as_deref(),
+        &policy.canonical,
+    )
+    .map_err(LedgerError::InvalidArgs)?;
+    let ctx = &Ctx { pool, wake };
+    let admitted = match key {
+        Some(key) if policy.guard_keyed => {
+            match under_key(ctx, principal, &key, sub, &canonical).await? {
+                Some(admitted) => admitted,
+                None => guarded(ctx, principal, Some(&key), sub, &canonical, policy).await?,
+            }
+        }
+        Some(key) => keyed(ctx, principal, &key, sub, &canonical).await?,
+        None if policy.key == KeyMode::Fingerprint => {
+            guarded(ctx, principal, None, sub, &canonical, policy).await?
+        }
+        None => return Err(LedgerError::Key(KeyError::Missing)),
+    };
+    Ok((admitted, canonical))
+}
+
+/// The request a submission records, as a command or as a hold.
+fn request<'a>(
+    principal: &Principal,
+    sub: &'a Submission,
+    canonical: &'a CanonicalRequest,
+) -> Request<'a> {
+    Request {
+        scope: principal.id,
+        kind: sub.kind.as_str(),
+        authority_id: sub.authority.id.as_str(),
+        pinned_generation: sub.authority.pinned_generation,
+        run_id: sub.run_id.as_deref(),
+        args: &sub.args,
+        canonical: &canonical.form,
+        canonical_rules: &canonical.rules,
+        request_digest: canonical.digest.as_bytes(),
+        intent_digest: canonical.intent_digest.as_bytes(),
+        digest_version: canonical.version,
+        deadline_at: sub.deadline,
+    }
+}
+
+/// Under a client key: the unique index decides.
+async fn keyed(
+    ctx: &Ctx<'_>,
+    principal: &Principal,
+    key: &IdempotencyKey,
+    sub: &Submission,
+    canonical: &CanonicalRequest,
+) -> Result<Admitted, LedgerError> {
+    let actor = principal.actor();
+    let new = NewCommand::new(
+        &request(principal, sub, canonical),
+        key.as_str(),
+        None,
+        &actor,
+    );
+    // If the stored row vanished in between (retention), insert again.
+    for _ in 0..3 {
+        if let Some(row) = db::commands::insert_pending(ctx.pool, &new).await? {
+            return Ok(recorded(ctx, row).await);
+        }
+        if let Some(admitted) = under_key(ctx, principal, key, sub, canonical).await? {
+            return Ok(admitted);
+        }
+    }
+    Err(LedgerError::Internal(anyhow::anyhow!(
+        "idempotency key {key} kept disappearing between insert and lookup"
+    )))
+}
+
+/// What the ledger already holds under `key`: the same request (replay,
+/// compared at the stored row's digest version) or a conflict; `None` when
+/// the key is unused.
+async fn under_key(
+    ctx: &Ctx<'_>,
+    principal: &Principal,
+    key: &IdempotencyKey,
+    sub: &Submission,
+    canonical: &CanonicalRequest,
+) -> Result<Option<Admitted>, LedgerError> {
+    let Some(stored) = db::commands::find_by_key(ctx.pool, principal.id, key.as_str()).await?
+    else {
+        return Ok(None);
+    };
+    let incoming = match stored.digest_version {
+        1 => request_digest_v1(sub.kind.as_str(), &sub.authority.canonical(), &sub.args),
+        _ => canonical.digest,
+    };
+    match disposition(
+        RequestDigest::from_slice(&stored.request_digest).as_ref(),
+        &incoming,
+    ) {
+        Disposition::Replay => Ok(Some(Admitted::Command {
+            row: stored,
+            disposition: Disposition::Replay,
+        })),
+        _ => Err(LedgerError::KeyConflict {
+            command_id: stored.id,
+            stored_digest: hex::encode(&stored.request_digest),
+            incoming_digest: incoming.to_string(),
+            differences: if stored.digest_version == canonical.version {
+                differences(&stored.canonical, &canonical.form)
+            } else {
+                Vec::new()
+            },
+        }),
+    }
+}
+
+async fn recorded(ctx: &Ctx<'_>, row: CommandRow) -> Admitted {
+    tracing::info!(command.id = %row.id, kind = %row.kind, authority = %row.authority_id, "command recorded");
+    crate::crash::point(crate::crash::CrashPoint::AfterInsert);
+    ctx.wake.pending(&row.authority_id).await;
+    Admitted::Command {
+        row,
+        disposition: Disposition::New,
+    }
+}
+
+/// Under the intent guard: keyless submissions (recorded under a key
+/// derived from the intent), and keyed ones of kinds that opt in. Copies
+/// within the window are one command; each new command of an intent takes
+/// the next epoch, and the unique index on (scope, intent, epoch) makes
+/// racing copies collide whatever their keys; a near-duplicate after the
+/// window is held, allowed or refused as the kind says.
+async fn guarded(
+    ctx: &Ctx<'_>,
+    principal: &Principal,
+    key: Option<&IdempotencyKey>,
+    sub: &Submission,
+    canonical: &CanonicalRequest,
+    policy: &KindPolicy,
+) -> Result<Admitted, LedgerError> {
+    let actor = principal.actor();
+    for _ in 0..4 {
+        let latest = db::commands::latest_by_intent(
+            ctx.pool,
+            principal.id,
+            sub.authority.id.as_str(),
+            canonical.intent_digest.as_bytes(),
+            canonical.digest.as_bytes(),
+        )
+        .await?;
+        let facts = latest.as_ref().map(|l| Latest {
+            same_request: l.same_request,
+            age: Duration::from_secs_f64(l.age_seconds.max(0.0)),
+            epoch: u32::try_from(l.max_epoch).unwrap_or(0),
+        });
+        match (intent_verdict(facts, policy), latest) {
+            (IntentVerdict::New { epoch }, _) => {
+                let derived = derived_key(&canonical.intent_digest, epoch);
+                let key_str = key.map_or(derived.as_str(), IdempotencyKey::as_str);
+                let epoch = i32::try_from(epoch)
+                    .map_err(|_| LedgerError::Internal(anyhow::anyhow!("intent epoch overflow")))?;
+                let new = NewCommand::new(
+                    &request(principal, sub, canonical),
+                    key_str,
+                    Some(epoch),
+                    &actor,
+                );
+                match db::commands::insert_pending(ctx.pool, &new).await {
+                    Ok(Some(row)) => return Ok(recorded(ctx, row).await),
+                    // The client's key was taken meanwhile: the key decides. (A
+                    // derived key taken means another copy won this epoch.)
+                    Ok(None) => {
+                        if let Some(key) = key
+                            && let Some(admitted) =
+                                under_key(ctx, principal, key, sub, canonical).await?
+                        {
+                            return Ok(admitted);
+                        }
+                    }
+                    Err(e) if db::commands::is_epoch_conflict(&e) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            (IntentVerdict::Same, Some(l)) => {
+                let row = db::commands::get(ctx.pool, l.id, Some(principal.id))
+                    .await?
+                    .ok_or(LedgerError::NotFound)?;
+                // Another run's command answers this request: remember it
+                // before answering, so that this request retried after the
+                // window is a replay of the same command, not a new run.
+                if !l.same_request {
+                    db::commands::remember_coalesced(
+                        ctx.pool,
+                        &row,
+                        canonical.digest.as_bytes(),
+                        sub.run_id.as_deref(),
+                    )
+                    .await?;
+                }
+                let disposition = if row.state().is_terminal() {
+                    Disposition::Replay
+                } else {
+                    Disposition::Coalesced
+                };
+                return Ok(Admitted::Command { row, disposition });
+            }
+            (IntentVerdict::Held, Some(l)) => {
+                let mut conn = ctx.pool.acquire().await?;
+                let hold = db::holds::hold(
+                    &mut conn,
+                    &NewHold::new(&request(principal, sub, canonical), l.id),
+                )
+                .await?;
+                tracing::info!(hold.id = %hold.id, resembles = %l.id, "near-duplicate held");
+                return Ok(Admitted::Held(hold));
+            }
+            (IntentVerdict::Refused, Some(l)) => {
+                return Err(LedgerError::NearDuplicate { command_id: l.id });
+            }
+            (_, None) => {}
+        }
+    }
+    Err(LedgerError::Internal(anyhow::anyhow!(
+        "admission under the intent guard did not settle after four attempts"
+    )))
+}
