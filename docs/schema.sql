@@ -159,14 +159,26 @@ CREATE FUNCTION public.commands_record_changes() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
 begin
-    insert into command_history (command_id, from_state, to_state, actor, authority_generation, reason)
-    select n.id, o.state, n.state, ledger_actor(), n.authority_generation,
-           coalesce(ledger_reason(),
-                    case when n.state <> o.state then n.error ->> 'reason' end,
-                    case when n.state = o.state then 'adopted by generation ' || n.authority_generation end)
-    from new_rows n join old_rows o on o.id = n.id
-    where n.state <> o.state or n.authority_generation is distinct from o.authority_generation
-    order by n.id;
+    insert into command_history (command_id, from_state, to_state, at, actor, authority_generation, reason,
+                                 row_digest, prev_hash, hash)
+    select e.id, e.from_state, e.to_state, e.at, e.actor, e.authority_generation, e.reason,
+           e.row_digest, e.prev_hash,
+           ledger_entry_hash(e.prev_hash, e.id, e.from_state, e.to_state, e.at, e.actor,
+                             e.authority_generation, e.reason, e.row_digest)
+    from (
+        select n.id, o.state as from_state, n.state as to_state, now() as at, ledger_actor() as actor,
+               n.authority_generation,
+               coalesce(ledger_reason(),
+                        case when n.state <> o.state then n.error ->> 'reason' end,
+                        case when n.state = o.state then 'adopted by generation ' || n.authority_generation end)
+                   as reason,
+               ledger_row_digest(n::commands) as row_digest,
+               (select h.hash from command_history h where h.command_id = n.id
+                order by h.id desc limit 1) as prev_hash
+        from new_rows n join old_rows o on o.id = n.id
+        where n.state <> o.state or n.authority_generation is distinct from o.authority_generation
+    ) e
+    order by e.id;
 
     perform pg_notify('command_ledger_outcome', n.id::text)
     from new_rows n join old_rows o on o.id = n.id
@@ -180,7 +192,7 @@ $$;
 -- Name: FUNCTION commands_record_changes(); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.commands_record_changes() IS 'After each update statement on commands: one history entry per changed row (state or generation), and NOTIFY command_ledger_outcome with the command id for each row that became terminal.';
+COMMENT ON FUNCTION public.commands_record_changes() IS 'After each update statement on commands: one chained history entry per changed row (state or generation), and NOTIFY command_ledger_outcome with the command id for each row that became terminal.';
 
 --
 -- Name: commands_record_history(); Type: FUNCTION; Schema: public; Owner: -
@@ -189,21 +201,26 @@ COMMENT ON FUNCTION public.commands_record_changes() IS 'After each update state
 CREATE FUNCTION public.commands_record_history() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
+declare
+    at_now timestamptz := now();
+    actor text := ledger_actor();
+    reason text := ledger_reason();
+    digest bytea := ledger_row_digest(new);
 begin
-    if tg_op = 'INSERT' then
-        insert into command_history (command_id, from_state, to_state, actor, authority_generation, reason)
-        values (new.id, null, new.state, ledger_actor(), new.authority_generation, ledger_reason());
-    elsif new.state <> old.state
-          or new.authority_generation is distinct from old.authority_generation then
-        insert into command_history (command_id, from_state, to_state, actor, authority_generation, reason)
-        values (new.id, old.state, new.state, ledger_actor(), new.authority_generation,
-                coalesce(ledger_reason(),
-                         case when new.state <> old.state then new.error ->> 'reason' end,
-                         case when new.state = old.state then 'adopted by generation ' || new.authority_generation end));
-    end if;
+    insert into command_history (command_id, from_state, to_state, at, actor, authority_generation, reason,
+                                 row_digest, prev_hash, hash)
+    values (new.id, null, new.state, at_now, actor, new.authority_generation, reason, digest, null,
+            ledger_entry_hash(null, new.id, null, new.state, at_now, actor, new.authority_generation,
+                              reason, digest));
     return null;
 end;
 $$;
+
+--
+-- Name: FUNCTION commands_record_history(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.commands_record_history() IS 'After each insert on commands: the command''s first history entry, the head of its hash chain.';
 
 --
 -- Name: holds_guard(); Type: FUNCTION; Schema: public; Owner: -
@@ -247,6 +264,24 @@ $$;
 COMMENT ON FUNCTION public.ledger_actor() IS 'Actor for history rows: setting command_ledger.actor, else sql:<user>.';
 
 --
+-- Name: ledger_entry_hash(bytea, uuid, text, text, timestamp with time zone, text, bigint, text, bytea); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ledger_entry_hash(prev_hash bytea, command_id uuid, from_state text, to_state text, at timestamp with time zone, actor text, authority_generation bigint, reason text, row_digest bytea) RETURNS bytea
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+    select sha256(convert_to(jsonb_build_array(
+        'entry-v1', encode(prev_hash, 'hex'), command_id, from_state, to_state, ledger_utc(at), actor,
+        authority_generation, reason, encode(row_digest, 'hex'))::text, 'UTF8'))
+$$;
+
+--
+-- Name: FUNCTION ledger_entry_hash(prev_hash bytea, command_id uuid, from_state text, to_state text, at timestamp with time zone, actor text, authority_generation bigint, reason text, row_digest bytea); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ledger_entry_hash(prev_hash bytea, command_id uuid, from_state text, to_state text, at timestamp with time zone, actor text, authority_generation bigint, reason text, row_digest bytea) IS 'SHA-256 of the canonical text of a history entry including the previous entry''s hash: command_history.hash.';
+
+--
 -- Name: ledger_reason(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -261,6 +296,227 @@ $$;
 --
 
 COMMENT ON FUNCTION public.ledger_reason() IS 'Reason for history rows: setting command_ledger.reason, or null.';
+
+--
+-- Name: commands; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.commands (
+    id uuid NOT NULL,
+    scope uuid NOT NULL,
+    idempotency_key text NOT NULL,
+    request_digest bytea NOT NULL,
+    digest_version smallint NOT NULL,
+    kind text NOT NULL,
+    authority_id text NOT NULL,
+    authority_generation bigint,
+    run_id text,
+    args jsonb NOT NULL,
+    canonical jsonb NOT NULL,
+    state text DEFAULT 'pending'::text NOT NULL,
+    result jsonb,
+    error jsonb,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    deadline_at timestamp with time zone,
+    finished_at timestamp with time zone,
+    pinned_generation bigint,
+    intent_digest bytea,
+    canonical_rules text[] DEFAULT '{}'::text[] NOT NULL,
+    intent_epoch integer,
+    CONSTRAINT commands_authority_format CHECK ((authority_id ~ '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$'::text)),
+    CONSTRAINT commands_digest_is_sha256 CHECK ((octet_length(request_digest) = 32)),
+    CONSTRAINT commands_finished_iff_terminal CHECK (((state = ANY (ARRAY['applied'::text, 'failed'::text, 'ambiguous'::text, 'cancelled'::text, 'expired'::text])) = (finished_at IS NOT NULL))),
+    CONSTRAINT commands_generation_non_negative CHECK ((authority_generation >= 0)),
+    CONSTRAINT commands_intent_digest_is_sha256 CHECK (((intent_digest IS NULL) OR (octet_length(intent_digest) = 32))),
+    CONSTRAINT commands_intent_epoch_positive CHECK ((intent_epoch > 0)),
+    CONSTRAINT commands_key_length CHECK (((octet_length(idempotency_key) >= 1) AND (octet_length(idempotency_key) <= 255))),
+    CONSTRAINT commands_kind_format CHECK ((kind ~ '^[a-z][a-z0-9_.-]{0,63}$'::text)),
+    CONSTRAINT commands_pinned_generation_non_negative CHECK ((pinned_generation >= 0)),
+    CONSTRAINT commands_prepared_has_generation CHECK (((state = ANY (ARRAY['pending'::text, 'cancelled'::text, 'expired'::text])) OR (authority_generation IS NOT NULL))),
+    CONSTRAINT commands_result_only_when_applied CHECK (((result IS NULL) OR (state = 'applied'::text))),
+    CONSTRAINT commands_state_known CHECK ((state = ANY (ARRAY['pending'::text, 'prepared'::text, 'effect_started'::text, 'applied'::text, 'failed'::text, 'ambiguous'::text, 'cancelled'::text, 'expired'::text])))
+);
+
+--
+-- Name: TABLE commands; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.commands IS 'The ledger: one row per command, written as pending before anything is dispatched.';
+
+--
+-- Name: COLUMN commands.id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.id IS 'UUID v7 (time-ordered), assigned by the service.';
+
+--
+-- Name: COLUMN commands.scope; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.scope IS 'The principal that submitted the command; keys are unique per scope, never globally.';
+
+--
+-- Name: COLUMN commands.idempotency_key; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.idempotency_key IS 'Client-chosen key (1-255 bytes of printable ASCII); unique within the scope.';
+
+--
+-- Name: COLUMN commands.request_digest; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.request_digest IS 'SHA-256 of the canonical request (kind, authority, args); decides replay vs conflict.';
+
+--
+-- Name: COLUMN commands.digest_version; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.digest_version IS 'Version of the canonicalization that produced request_digest, so old rows stay comparable.';
+
+--
+-- Name: COLUMN commands.kind; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.kind IS 'What the command does, e.g. refund; selects the effect executor.';
+
+--
+-- Name: COLUMN commands.authority_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.authority_id IS 'The authority (executor) that may run the effect.';
+
+--
+-- Name: COLUMN commands.authority_generation; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.authority_generation IS 'Authority generation bound when the command was prepared; null while pending. Fences stale executors.';
+
+--
+-- Name: COLUMN commands.run_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.run_id IS 'Optional identifier of the client run (agent session) that sent the request.';
+
+--
+-- Name: COLUMN commands.args; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.args IS 'Arguments as received (parsed JSON).';
+
+--
+-- Name: COLUMN commands.canonical; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.canonical IS 'Canonical form of the request the digest was computed over.';
+
+--
+-- Name: COLUMN commands.state; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.state IS 'Current state; changes are checked by commands_guard against command_transitions.';
+
+--
+-- Name: COLUMN commands.result; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.result IS 'Executor result, set only when applied.';
+
+--
+-- Name: COLUMN commands.error; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.error IS 'Why the command failed, became ambiguous, was cancelled or expired.';
+
+--
+-- Name: COLUMN commands.created_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.created_at IS 'When the pending row was recorded.';
+
+--
+-- Name: COLUMN commands.updated_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.updated_at IS 'Last change to the row (set by the trigger).';
+
+--
+-- Name: COLUMN commands.deadline_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.deadline_at IS 'After this instant the command must not start; null for no deadline.';
+
+--
+-- Name: COLUMN commands.finished_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.finished_at IS 'When the command reached a terminal state (set by the trigger); null until then.';
+
+--
+-- Name: COLUMN commands.pinned_generation; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.pinned_generation IS 'Set when the submission pinned the authority generation: the command runs only under that generation, and expires (authority_superseded) if the authority moves on before its effect starts.';
+
+--
+-- Name: COLUMN commands.intent_digest; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.intent_digest IS 'SHA-256 of the canonical intent: kind, authority and canonical args, without the run id. Equal for every spelling of one intent; null for rows of digest version 1.';
+
+--
+-- Name: COLUMN commands.canonical_rules; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.canonical_rules IS 'The canonicalizer rules that fired on the args, as rule@path (money@/amount, drop_volatile@/trace_id, ...).';
+
+--
+-- Name: COLUMN commands.intent_epoch; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.intent_epoch IS 'For commands admitted under the intent guard: which command of this intent (1, 2, ...) it is in its scope. Unique per (scope, intent_digest); null for commands admitted by key alone.';
+
+--
+-- Name: CONSTRAINT commands_state_known ON commands; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON CONSTRAINT commands_state_known ON public.commands IS 'The states of command_states (frozen reference data), without a lock on it per change.';
+
+--
+-- Name: ledger_row_digest(public.commands); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ledger_row_digest(c public.commands) RETURNS bytea
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+    select sha256(convert_to(jsonb_build_array(
+        'row-v1', c.id, c.scope, c.idempotency_key, encode(c.request_digest, 'hex'), c.digest_version,
+        c.kind, c.authority_id, c.authority_generation, c.run_id, c.args, c.canonical, c.state,
+        c.result, c.error, ledger_utc(c.created_at), ledger_utc(c.deadline_at), ledger_utc(c.finished_at),
+        c.pinned_generation, encode(c.intent_digest, 'hex'), c.canonical_rules, c.intent_epoch)::text, 'UTF8'))
+$$;
+
+--
+-- Name: FUNCTION ledger_row_digest(c public.commands); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ledger_row_digest(c public.commands) IS 'SHA-256 of the canonical text of a command row (every column but updated_at), as stored in command_history.row_digest.';
+
+--
+-- Name: ledger_utc(timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ledger_utc(t timestamp with time zone) RETURNS text
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+    select to_char(t at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
+$$;
+
+--
+-- Name: FUNCTION ledger_utc(t timestamp with time zone); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ledger_utc(t timestamp with time zone) IS 'A timestamp in the canonical texts of the history chain: UTC, microseconds, independent of TimeZone.';
 
 --
 -- Name: prune_commands(interval, integer); Type: FUNCTION; Schema: public; Owner: -
@@ -651,191 +907,6 @@ COMMENT ON COLUMN public.command_states.terminal IS 'True when no transition lea
 COMMENT ON COLUMN public.command_states.description IS 'What the state means, for operators reading the schema.';
 
 --
--- Name: commands; Type: TABLE; Schema: public; Owner: -
---
-
-CREATE TABLE public.commands (
-    id uuid NOT NULL,
-    scope uuid NOT NULL,
-    idempotency_key text NOT NULL,
-    request_digest bytea NOT NULL,
-    digest_version smallint NOT NULL,
-    kind text NOT NULL,
-    authority_id text NOT NULL,
-    authority_generation bigint,
-    run_id text,
-    args jsonb NOT NULL,
-    canonical jsonb NOT NULL,
-    state text DEFAULT 'pending'::text NOT NULL,
-    result jsonb,
-    error jsonb,
-    created_at timestamp with time zone DEFAULT now() NOT NULL,
-    updated_at timestamp with time zone DEFAULT now() NOT NULL,
-    deadline_at timestamp with time zone,
-    finished_at timestamp with time zone,
-    pinned_generation bigint,
-    intent_digest bytea,
-    canonical_rules text[] DEFAULT '{}'::text[] NOT NULL,
-    intent_epoch integer,
-    CONSTRAINT commands_authority_format CHECK ((authority_id ~ '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$'::text)),
-    CONSTRAINT commands_digest_is_sha256 CHECK ((octet_length(request_digest) = 32)),
-    CONSTRAINT commands_finished_iff_terminal CHECK (((state = ANY (ARRAY['applied'::text, 'failed'::text, 'ambiguous'::text, 'cancelled'::text, 'expired'::text])) = (finished_at IS NOT NULL))),
-    CONSTRAINT commands_generation_non_negative CHECK ((authority_generation >= 0)),
-    CONSTRAINT commands_intent_digest_is_sha256 CHECK (((intent_digest IS NULL) OR (octet_length(intent_digest) = 32))),
-    CONSTRAINT commands_intent_epoch_positive CHECK ((intent_epoch > 0)),
-    CONSTRAINT commands_key_length CHECK (((octet_length(idempotency_key) >= 1) AND (octet_length(idempotency_key) <= 255))),
-    CONSTRAINT commands_kind_format CHECK ((kind ~ '^[a-z][a-z0-9_.-]{0,63}$'::text)),
-    CONSTRAINT commands_pinned_generation_non_negative CHECK ((pinned_generation >= 0)),
-    CONSTRAINT commands_prepared_has_generation CHECK (((state = ANY (ARRAY['pending'::text, 'cancelled'::text, 'expired'::text])) OR (authority_generation IS NOT NULL))),
-    CONSTRAINT commands_result_only_when_applied CHECK (((result IS NULL) OR (state = 'applied'::text))),
-    CONSTRAINT commands_state_known CHECK ((state = ANY (ARRAY['pending'::text, 'prepared'::text, 'effect_started'::text, 'applied'::text, 'failed'::text, 'ambiguous'::text, 'cancelled'::text, 'expired'::text])))
-);
-
---
--- Name: TABLE commands; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON TABLE public.commands IS 'The ledger: one row per command, written as pending before anything is dispatched.';
-
---
--- Name: COLUMN commands.id; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.commands.id IS 'UUID v7 (time-ordered), assigned by the service.';
-
---
--- Name: COLUMN commands.scope; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.commands.scope IS 'The principal that submitted the command; keys are unique per scope, never globally.';
-
---
--- Name: COLUMN commands.idempotency_key; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.commands.idempotency_key IS 'Client-chosen key (1-255 bytes of printable ASCII); unique within the scope.';
-
---
--- Name: COLUMN commands.request_digest; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.commands.request_digest IS 'SHA-256 of the canonical request (kind, authority, args); decides replay vs conflict.';
-
---
--- Name: COLUMN commands.digest_version; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.commands.digest_version IS 'Version of the canonicalization that produced request_digest, so old rows stay comparable.';
-
---
--- Name: COLUMN commands.kind; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.commands.kind IS 'What the command does, e.g. refund; selects the effect executor.';
-
---
--- Name: COLUMN commands.authority_id; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.commands.authority_id IS 'The authority (executor) that may run the effect.';
-
---
--- Name: COLUMN commands.authority_generation; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.commands.authority_generation IS 'Authority generation bound when the command was prepared; null while pending. Fences stale executors.';
-
---
--- Name: COLUMN commands.run_id; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.commands.run_id IS 'Optional identifier of the client run (agent session) that sent the request.';
-
---
--- Name: COLUMN commands.args; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.commands.args IS 'Arguments as received (parsed JSON).';
-
---
--- Name: COLUMN commands.canonical; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.commands.canonical IS 'Canonical form of the request the digest was computed over.';
-
---
--- Name: COLUMN commands.state; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.commands.state IS 'Current state; changes are checked by commands_guard against command_transitions.';
-
---
--- Name: COLUMN commands.result; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.commands.result IS 'Executor result, set only when applied.';
-
---
--- Name: COLUMN commands.error; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.commands.error IS 'Why the command failed, became ambiguous, was cancelled or expired.';
-
---
--- Name: COLUMN commands.created_at; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.commands.created_at IS 'When the pending row was recorded.';
-
---
--- Name: COLUMN commands.updated_at; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.commands.updated_at IS 'Last change to the row (set by the trigger).';
-
---
--- Name: COLUMN commands.deadline_at; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.commands.deadline_at IS 'After this instant the command must not start; null for no deadline.';
-
---
--- Name: COLUMN commands.finished_at; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.commands.finished_at IS 'When the command reached a terminal state (set by the trigger); null until then.';
-
---
--- Name: COLUMN commands.pinned_generation; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.commands.pinned_generation IS 'Set when the submission pinned the authority generation: the command runs only under that generation, and expires (authority_superseded) if the authority moves on before its effect starts.';
-
---
--- Name: COLUMN commands.intent_digest; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.commands.intent_digest IS 'SHA-256 of the canonical intent: kind, authority and canonical args, without the run id. Equal for every spelling of one intent; null for rows of digest version 1.';
-
---
--- Name: COLUMN commands.canonical_rules; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.commands.canonical_rules IS 'The canonicalizer rules that fired on the args, as rule@path (money@/amount, drop_volatile@/trace_id, ...).';
-
---
--- Name: COLUMN commands.intent_epoch; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.commands.intent_epoch IS 'For commands admitted under the intent guard: which command of this intent (1, 2, ...) it is in its scope. Unique per (scope, intent_digest); null for commands admitted by key alone.';
-
---
--- Name: CONSTRAINT commands_state_known ON commands; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON CONSTRAINT commands_state_known ON public.commands IS 'The states of command_states (frozen reference data), without a lock on it per change.';
-
---
 -- Name: command_counts_by_state; Type: VIEW; Schema: public; Owner: -
 --
 
@@ -867,6 +938,10 @@ CREATE TABLE public.command_history (
     actor text NOT NULL,
     authority_generation bigint,
     reason text,
+    row_digest bytea,
+    prev_hash bytea,
+    hash bytea,
+    CONSTRAINT command_history_hash_is_sha256 CHECK (((octet_length(hash) = 32) AND ((prev_hash IS NULL) OR (octet_length(prev_hash) = 32)) AND ((row_digest IS NULL) OR (octet_length(row_digest) = 32)))),
     CONSTRAINT command_history_states_known CHECK (((from_state = ANY (ARRAY['pending'::text, 'prepared'::text, 'effect_started'::text, 'applied'::text, 'failed'::text, 'ambiguous'::text, 'cancelled'::text, 'expired'::text])) AND (to_state = ANY (ARRAY['pending'::text, 'prepared'::text, 'effect_started'::text, 'applied'::text, 'failed'::text, 'ambiguous'::text, 'cancelled'::text, 'expired'::text]))))
 );
 
@@ -874,7 +949,7 @@ CREATE TABLE public.command_history (
 -- Name: TABLE command_history; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON TABLE public.command_history IS 'Append-only audit of every state change (and every adoption of a prepared row by a newer generation), written by trigger (so SQL typed by hand is audited too). Updates and deletes are refused.';
+COMMENT ON TABLE public.command_history IS 'Append-only audit of every state change (and every adoption of a prepared row by a newer generation), written by trigger (so SQL typed by hand is audited too), each entry hash-chained to the previous entry of its command (`command-ledger verify` recomputes the chains). Updates and deletes are refused.';
 
 --
 -- Name: COLUMN command_history.id; Type: COMMENT; Schema: public; Owner: -
@@ -923,6 +998,30 @@ COMMENT ON COLUMN public.command_history.authority_generation IS 'The command''s
 --
 
 COMMENT ON COLUMN public.command_history.reason IS 'Why, from the setting command_ledger.reason of the transaction; may be null.';
+
+--
+-- Name: COLUMN command_history.row_digest; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.command_history.row_digest IS 'SHA-256 of the canonical text of the command row as this change left it (ledger_row_digest); null only for entries written before migration 0012 that were not their command''s last.';
+
+--
+-- Name: COLUMN command_history.prev_hash; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.command_history.prev_hash IS 'hash of the previous entry of the same command; null for the entry that created it.';
+
+--
+-- Name: COLUMN command_history.hash; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.command_history.hash IS 'SHA-256 of the canonical text of this entry, prev_hash included (ledger_entry_hash): the chain verify recomputes.';
+
+--
+-- Name: CONSTRAINT command_history_hash_is_sha256 ON command_history; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON CONSTRAINT command_history_hash_is_sha256 ON public.command_history IS 'The chain''s hashes and the row digest are SHA-256 values.';
 
 --
 -- Name: CONSTRAINT command_history_states_known ON command_history; Type: COMMENT; Schema: public; Owner: -
