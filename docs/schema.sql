@@ -180,6 +180,24 @@ begin
     ) e
     order by e.id;
 
+    -- Left pending: out of the queue (a claim, a cancel, an expiry).
+    delete from command_queue q
+    using old_rows o join new_rows n on n.id = o.id
+    where o.state = 'pending' and n.state <> 'pending'
+      and q.authority_id = o.authority_id and q.id = o.id;
+
+    -- Claimed: in flight until terminal.
+    insert into command_in_flight (authority_id, id)
+    select n.authority_id, n.id
+    from old_rows o join new_rows n on n.id = o.id
+    where o.state = 'pending' and n.state in ('prepared', 'effect_started');
+
+    delete from command_in_flight f
+    using old_rows o join new_rows n on n.id = o.id
+    where o.state in ('prepared', 'effect_started')
+      and n.state in ('applied', 'failed', 'ambiguous', 'cancelled', 'expired')
+      and f.authority_id = o.authority_id and f.id = o.id;
+
     perform pg_notify('command_ledger_outcome', n.id::text)
     from new_rows n join old_rows o on o.id = n.id
     where n.state <> o.state
@@ -192,35 +210,39 @@ $$;
 -- Name: FUNCTION commands_record_changes(); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.commands_record_changes() IS 'After each update statement on commands: one chained history entry per changed row (state or generation), and NOTIFY command_ledger_outcome with the command id for each row that became terminal.';
+COMMENT ON FUNCTION public.commands_record_changes() IS 'After each update statement on commands: one chained history entry per changed row (state or generation); command_queue and command_in_flight follow the state (out of the queue on leaving pending, in flight from the claim until terminal); NOTIFY command_ledger_outcome with the command id for each row that became terminal.';
 
 --
--- Name: commands_record_history(); Type: FUNCTION; Schema: public; Owner: -
+-- Name: commands_record_inserts(); Type: FUNCTION; Schema: public; Owner: -
 --
 
-CREATE FUNCTION public.commands_record_history() RETURNS trigger
+CREATE FUNCTION public.commands_record_inserts() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
-declare
-    at_now timestamptz := now();
-    actor text := ledger_actor();
-    reason text := ledger_reason();
-    digest bytea := ledger_row_digest(new);
 begin
     insert into command_history (command_id, from_state, to_state, at, actor, authority_generation, reason,
                                  row_digest, prev_hash, hash)
-    values (new.id, null, new.state, at_now, actor, new.authority_generation, reason, digest, null,
-            ledger_entry_hash(null, new.id, null, new.state, at_now, actor, new.authority_generation,
-                              reason, digest));
+    select e.id, null, e.state, e.at, e.actor, e.authority_generation, e.reason, e.row_digest, null,
+           ledger_entry_hash(null, e.id, null, e.state, e.at, e.actor, e.authority_generation, e.reason,
+                             e.row_digest)
+    from (
+        select n.id, n.state, now() as at, ledger_actor() as actor, n.authority_generation,
+               ledger_reason() as reason, ledger_row_digest(n::commands) as row_digest
+        from new_rows n
+    ) e
+    order by e.id;
+
+    insert into command_queue (authority_id, id)
+    select n.authority_id, n.id from new_rows n;
     return null;
 end;
 $$;
 
 --
--- Name: FUNCTION commands_record_history(); Type: COMMENT; Schema: public; Owner: -
+-- Name: FUNCTION commands_record_inserts(); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.commands_record_history() IS 'After each insert on commands: the command''s first history entry, the head of its hash chain.';
+COMMENT ON FUNCTION public.commands_record_inserts() IS 'After each insert statement on commands: each new command''s first history entry (the head of its hash chain) and its place in command_queue.';
 
 --
 -- Name: holds_guard(); Type: FUNCTION; Schema: public; Owner: -
@@ -336,7 +358,8 @@ CREATE TABLE public.commands (
     CONSTRAINT commands_prepared_has_generation CHECK (((state = ANY (ARRAY['pending'::text, 'cancelled'::text, 'expired'::text])) OR (authority_generation IS NOT NULL))),
     CONSTRAINT commands_result_only_when_applied CHECK (((result IS NULL) OR (state = 'applied'::text))),
     CONSTRAINT commands_state_known CHECK ((state = ANY (ARRAY['pending'::text, 'prepared'::text, 'effect_started'::text, 'applied'::text, 'failed'::text, 'ambiguous'::text, 'cancelled'::text, 'expired'::text])))
-);
+)
+WITH (fillfactor='60');
 
 --
 -- Name: TABLE commands; Type: COMMENT; Schema: public; Owner: -
@@ -637,6 +660,28 @@ $$;
 --
 
 COMMENT ON FUNCTION public.refuse_commands_truncate() IS 'Refuses truncate on commands: a command leaves the ledger only through prune_commands(), archived.';
+
+--
+-- Name: refuse_direct_work_change(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.refuse_direct_work_change() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+begin
+    if pg_trigger_depth() < 2 then
+        raise exception '% is written only by the triggers of commands; change the command instead', tg_table_name
+            using errcode = 'CL008';
+    end if;
+    return null;
+end;
+$$;
+
+--
+-- Name: FUNCTION refuse_direct_work_change(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.refuse_direct_work_change() IS 'Refuses a statement on command_queue or command_in_flight that does not come from a trigger of commands.';
 
 --
 -- Name: refuse_history_change(); Type: FUNCTION; Schema: public; Owner: -
@@ -1043,6 +1088,62 @@ ALTER TABLE public.command_history ALTER COLUMN id ADD GENERATED ALWAYS AS IDENT
 );
 
 --
+-- Name: command_in_flight; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.command_in_flight (
+    authority_id text NOT NULL,
+    id uuid NOT NULL
+)
+WITH (autovacuum_vacuum_scale_factor='0', autovacuum_vacuum_threshold='5000', autovacuum_vacuum_insert_scale_factor='0', autovacuum_vacuum_insert_threshold='5000');
+
+--
+-- Name: TABLE command_in_flight; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.command_in_flight IS 'Claimed commands that are not terminal yet (prepared or effect_started), per authority. Written by the commands triggers: a row is added when a command leaves pending for prepared and removed when it becomes terminal. Recovery finds every effect_started command here.';
+
+--
+-- Name: COLUMN command_in_flight.authority_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.command_in_flight.authority_id IS 'The authority the command is bound to.';
+
+--
+-- Name: COLUMN command_in_flight.id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.command_in_flight.id IS 'The claimed command (commands.id).';
+
+--
+-- Name: command_queue; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.command_queue (
+    authority_id text NOT NULL,
+    id uuid NOT NULL
+)
+WITH (autovacuum_vacuum_scale_factor='0', autovacuum_vacuum_threshold='5000', autovacuum_vacuum_insert_scale_factor='0', autovacuum_vacuum_insert_threshold='5000');
+
+--
+-- Name: TABLE command_queue; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.command_queue IS 'Pending commands nobody has claimed yet, per authority, oldest first (ids are time-ordered). Written by the commands triggers: a row is added with its command and removed when the command leaves pending. The claim reads it with FOR UPDATE SKIP LOCKED.';
+
+--
+-- Name: COLUMN command_queue.authority_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.command_queue.authority_id IS 'The authority whose custodian may claim the command.';
+
+--
+-- Name: COLUMN command_queue.id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.command_queue.id IS 'The pending command (commands.id).';
+
+--
 -- Name: command_oldest_in_flight; Type: VIEW; Schema: public; Owner: -
 --
 
@@ -1053,7 +1154,16 @@ CREATE VIEW public.command_oldest_in_flight AS
     (now() - min(c.created_at)) AS oldest_age,
     (now() - min(c.updated_at)) AS longest_in_state
    FROM (public.command_states s
-     LEFT JOIN public.commands c ON ((c.state = s.state)))
+     LEFT JOIN ( SELECT c_1.state,
+            c_1.id,
+            c_1.created_at,
+            c_1.updated_at
+           FROM (( SELECT command_queue.id
+                   FROM public.command_queue
+                UNION ALL
+                 SELECT command_in_flight.id
+                   FROM public.command_in_flight) live
+             JOIN public.commands c_1 ON ((c_1.id = live.id)))) c ON ((c.state = s.state)))
   WHERE (NOT s.terminal)
   GROUP BY s.state, s."position"
   ORDER BY s."position";
@@ -1062,7 +1172,7 @@ CREATE VIEW public.command_oldest_in_flight AS
 -- Name: VIEW command_oldest_in_flight; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON VIEW public.command_oldest_in_flight IS 'Per non-terminal state: how many commands, the age of the oldest, and the longest time one has sat in that state.';
+COMMENT ON VIEW public.command_oldest_in_flight IS 'Per non-terminal state: how many commands, the age of the oldest, and the longest time one has sat in that state (read from command_queue and command_in_flight).';
 
 --
 -- Name: command_transitions; Type: TABLE; Schema: public; Owner: -
@@ -1396,6 +1506,20 @@ ALTER TABLE ONLY public.command_history
     ADD CONSTRAINT command_history_pkey PRIMARY KEY (id);
 
 --
+-- Name: command_in_flight command_in_flight_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.command_in_flight
+    ADD CONSTRAINT command_in_flight_pkey PRIMARY KEY (authority_id, id);
+
+--
+-- Name: command_queue command_queue_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.command_queue
+    ADD CONSTRAINT command_queue_pkey PRIMARY KEY (authority_id, id);
+
+--
 -- Name: command_states command_states_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -1465,40 +1589,22 @@ ALTER TABLE ONLY public.pruned_commands
 CREATE INDEX coalesced_requests_command_idx ON public.coalesced_requests USING btree (command_id);
 
 --
+-- Name: command_history_ambiguous_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX command_history_ambiguous_idx ON public.command_history USING btree (at) WHERE (to_state = 'ambiguous'::text);
+
+--
+-- Name: INDEX command_history_ambiguous_idx; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON INDEX public.command_history_ambiguous_idx IS 'Commands that ended ambiguous, by when: the operator''s list and the ambiguous count stay cheap as the ledger grows.';
+
+--
 -- Name: command_history_command_idx; Type: INDEX; Schema: public; Owner: -
 --
 
 CREATE INDEX command_history_command_idx ON public.command_history USING btree (command_id, id);
-
---
--- Name: commands_ambiguous_idx; Type: INDEX; Schema: public; Owner: -
---
-
-CREATE INDEX commands_ambiguous_idx ON public.commands USING btree (finished_at) WHERE (state = 'ambiguous'::text);
-
---
--- Name: INDEX commands_ambiguous_idx; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON INDEX public.commands_ambiguous_idx IS 'Ambiguous commands by when they ended: the operator''s list and the ambiguous count stay cheap as the ledger grows.';
-
---
--- Name: commands_in_flight_idx; Type: INDEX; Schema: public; Owner: -
---
-
-CREATE INDEX commands_in_flight_idx ON public.commands USING btree (state, updated_at) WHERE (state = ANY (ARRAY['pending'::text, 'prepared'::text, 'effect_started'::text]));
-
---
--- Name: commands_pending_claim_idx; Type: INDEX; Schema: public; Owner: -
---
-
-CREATE INDEX commands_pending_claim_idx ON public.commands USING btree (authority_id, id) WHERE (state = 'pending'::text);
-
---
--- Name: commands_prepared_by_authority_idx; Type: INDEX; Schema: public; Owner: -
---
-
-CREATE INDEX commands_prepared_by_authority_idx ON public.commands USING btree (authority_id, authority_generation) WHERE (state = 'prepared'::text);
 
 --
 -- Name: commands_scope_id_idx; Type: INDEX; Schema: public; Owner: -
@@ -1579,6 +1685,18 @@ CREATE TRIGGER command_history_append_only BEFORE UPDATE OR TRUNCATE ON public.c
 CREATE TRIGGER command_history_leaves_with_its_command BEFORE DELETE ON public.command_history FOR EACH ROW EXECUTE FUNCTION public.command_history_delete_guard();
 
 --
+-- Name: command_in_flight command_in_flight_follows_commands; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER command_in_flight_follows_commands BEFORE INSERT OR DELETE OR UPDATE OR TRUNCATE ON public.command_in_flight FOR EACH STATEMENT EXECUTE FUNCTION public.refuse_direct_work_change();
+
+--
+-- Name: command_queue command_queue_follows_commands; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER command_queue_follows_commands BEFORE INSERT OR DELETE OR UPDATE OR TRUNCATE ON public.command_queue FOR EACH STATEMENT EXECUTE FUNCTION public.refuse_direct_work_change();
+
+--
 -- Name: command_states command_states_frozen; Type: TRIGGER; Schema: public; Owner: -
 --
 
@@ -1615,10 +1733,10 @@ CREATE TRIGGER commands_kept BEFORE TRUNCATE ON public.commands FOR EACH STATEME
 CREATE TRIGGER commands_record_changes AFTER UPDATE ON public.commands REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.commands_record_changes();
 
 --
--- Name: commands commands_record_history; Type: TRIGGER; Schema: public; Owner: -
+-- Name: commands commands_record_inserts; Type: TRIGGER; Schema: public; Owner: -
 --
 
-CREATE TRIGGER commands_record_history AFTER INSERT ON public.commands FOR EACH ROW EXECUTE FUNCTION public.commands_record_history();
+CREATE TRIGGER commands_record_inserts AFTER INSERT ON public.commands REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.commands_record_inserts();
 
 --
 -- Name: holds holds_guard; Type: TRIGGER; Schema: public; Owner: -

@@ -318,10 +318,46 @@ pub struct ListFilter {
     pub limit: i64,
 }
 
+/// Lists commands, newest first. A live or ambiguous state is looked up
+/// through the small sets that hold it (the queue, the in-flight table, the
+/// history's ambiguous index), since no index of `commands` names the state.
 pub async fn list(
     ex: impl PgExecutor<'_>,
     filter: &ListFilter,
 ) -> Result<Vec<CommandRow>, sqlx::Error> {
+    if let Some(state) = filter
+        .state
+        .filter(|s| !s.is_terminal() || *s == State::Ambiguous)
+    {
+        return sqlx::query_as!(
+            CommandRow,
+            r#"
+            select * from commands
+            where id in (
+                    select id from command_queue where $2 = 'pending'
+                    union all
+                    select id from command_in_flight where $2 in ('prepared', 'effect_started')
+                    union all
+                    select command_id from command_history where to_state = 'ambiguous' and $2 = 'ambiguous'
+                  )
+              and state = $2
+              and ($1::uuid is null or scope = $1)
+              and ($3::text is null or authority_id = $3)
+              and ($4::uuid is null or id < $4)
+              and ($6::timestamptz is null or created_at >= $6)
+            order by id desc
+            limit $5
+            "#,
+            filter.scope,
+            state.as_str(),
+            filter.authority_id.as_deref(),
+            filter.before_id,
+            filter.limit,
+            filter.since,
+        )
+        .fetch_all(ex)
+        .await;
+    }
     sqlx::query_as!(
         CommandRow,
         r#"
@@ -429,11 +465,14 @@ pub async fn oldest_in_flight(
         .collect())
 }
 
-/// How many commands ended ambiguous, ever (a partial index keeps this cheap).
+/// How many commands ended ambiguous and are still kept (a command ends
+/// ambiguous once; a partial index of the history keeps this cheap).
 pub async fn count_ambiguous(ex: impl PgExecutor<'_>) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar!(r#"select count(*) as "n!" from commands where state = 'ambiguous'"#)
-        .fetch_one(ex)
-        .await
+    sqlx::query_scalar!(
+        r#"select count(*) as "n!" from command_history where to_state = 'ambiguous'"#
+    )
+    .fetch_one(ex)
+    .await
 }
 
 /// One bounded batch of pruning (`prune_commands` in the database): archives

@@ -84,7 +84,10 @@ pub async fn adopt_prepared(
             for share
         ),
         picked as (
-            select c.id from commands c join lease l on l.id = c.authority_id
+            select c.id
+            from lease l
+            join command_in_flight f on f.authority_id = l.id
+            join commands c on c.id = f.id
             where c.state = 'prepared' and c.authority_generation < l.generation
             order by c.id
             limit $4

@@ -24,7 +24,8 @@ pub struct Candidate {
 
 /// Up to `limit` candidates with ids after `after`, in id order (the caller
 /// pages through them, so rows it cannot move never hide later ones); only
-/// of `authorities` when given.
+/// of `authorities` when given. Read from the queue and in-flight tables:
+/// every live command is in one of them.
 pub async fn candidates(
     ex: impl PgExecutor<'_>,
     after: Option<Uuid>,
@@ -39,11 +40,16 @@ pub async fn candidates(
                coalesce(c.deadline_at <= now(), false) as "deadline_passed!",
                a.generation as "current_generation?",
                coalesce(a.lease_expires_at > now(), false) as "lease_live!"
-        from commands c
+        from (
+            select authority_id, id from command_queue
+            union all
+            select authority_id, id from command_in_flight
+        ) live
+        join commands c on c.id = live.id
         left join authorities a on a.id = c.authority_id
-        where c.state in ('pending', 'prepared', 'effect_started')
-          and ($1::uuid is null or c.id > $1)
-          and ($3::text[] is null or c.authority_id = any($3))
+        where ($1::uuid is null or live.id > $1)
+          and ($3::text[] is null or live.authority_id = any($3))
+          and c.state in ('pending', 'prepared', 'effect_started')
           and (
                 (c.state in ('pending', 'prepared') and c.deadline_at <= now())
              or (c.state = 'prepared' and c.authority_generation < a.generation)

@@ -182,6 +182,19 @@ pub(crate) async fn fresh_database() -> (String, PgPool) {
     (url, pool)
 }
 
+/// A fresh, empty database (no migration applied): its URL and a pool.
+pub(crate) async fn empty_database() -> (String, PgPool) {
+    let name = format!("cl_empty_{}", uuid::Uuid::now_v7().simple());
+    let mut admin = sqlx::PgConnection::connect(&backend().admin_url)
+        .await
+        .unwrap();
+    execute(&mut admin, &format!("create database {name}")).await;
+    admin.close().await.unwrap();
+    let url = url_for(&name);
+    let pool = db::connect(&url, 5).await.unwrap();
+    (url, pool)
+}
+
 /// Serves `state` on an ephemeral loopback port until the test ends.
 pub(crate) async fn serve_state(state: AppState) -> std::net::SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -22,6 +22,7 @@ mod retention;
 mod schema;
 mod schema_file;
 mod serve_binary;
+mod storage;
 mod submit;
 mod tls;
 mod verify;

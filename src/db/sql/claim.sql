@@ -1,4 +1,3 @@
-
         with lease as (
             -- Shared lock: a takeover of the lease waits until this claim commits,
             -- so the new holder's adoption sees every row bound here.
@@ -6,25 +5,37 @@
             where id = any($1) and lease_holder = $2 and lease_expires_at > now()
             for share
         ),
-        pending as (
-            -- Per leased authority, its oldest pending rows straight from the
-            -- partial index (authority_id, id) where pending: the cost does
-            -- not grow with the finished rows the ledger keeps.
-            select p.id, l.generation
+        queued as (
+            -- Per leased authority, its oldest unclaimed rows from the queue
+            -- table (the claimable set lives there, not in an index of
+            -- commands). Locking the queue row keeps other claimers off it;
+            -- the commands trigger deletes it when the row leaves pending.
+            select q.id, l.generation
             from lease l
             cross join lateral (
-                select c.id from commands c
-                where c.authority_id = l.id and c.state = 'pending'
-                order by c.id
+                select q.id from command_queue q
+                where q.authority_id = l.id
+                order by q.id
                 limit $3
-                for update of c skip locked
-            ) p
+                for update of q skip locked
+            ) q
             limit $3
         ),
+        pending as (
+            -- The command rows themselves, skipping any another transaction
+            -- holds (a cancel in progress: it takes the row out of the queue).
+            select c.id, qd.generation
+            from queued qd join commands c on c.id = qd.id
+            where c.state = 'pending'
+            for update of c skip locked
+        ),
         stale as (
+            -- Prepared rows whose claim never got to start them (the holder
+            -- died or gave up between claim and start), from the in-flight table.
             select c.id, l.generation
-            from commands c
-            join lease l on l.id = c.authority_id
+            from lease l
+            join command_in_flight f on f.authority_id = l.id
+            join commands c on c.id = f.id
             where c.state = 'prepared' and c.authority_generation = l.generation
               and c.updated_at < now() - make_interval(secs => $5)
             order by c.id
@@ -55,4 +66,3 @@
         from verdict v, (select set_config('command_ledger.actor', $4, true)) as ctx
         where c.id = v.id
         returning c.*
-        
