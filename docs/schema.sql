@@ -226,9 +226,11 @@ begin
            ledger_entry_hash(null, e.id, null, e.state, e.at, e.actor, e.authority_generation, e.reason,
                              e.row_digest)
     from (
-        select n.id, n.state, now() as at, ledger_actor() as actor, n.authority_generation,
-               ledger_reason() as reason, ledger_row_digest(n::commands) as row_digest
+        select n.id, n.state, now() as at, coalesce(a.actor, ledger_actor()) as actor,
+               n.authority_generation, ledger_reason() as reason,
+               ledger_row_digest(n::commands) as row_digest
         from new_rows n
+        left join ledger_actors() a on a.command_id = n.id
     ) e
     order by e.id;
 
@@ -284,6 +286,23 @@ $$;
 --
 
 COMMENT ON FUNCTION public.ledger_actor() IS 'Actor for history rows: setting command_ledger.actor, else sql:<user>.';
+
+--
+-- Name: ledger_actors(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ledger_actors() RETURNS TABLE(command_id uuid, actor text)
+    LANGUAGE sql STABLE
+    AS $$
+    select key::uuid, value
+    from jsonb_each_text(coalesce(nullif(current_setting('command_ledger.actors', true), ''), '{}')::jsonb)
+$$;
+
+--
+-- Name: FUNCTION ledger_actors(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ledger_actors() IS 'Per-command actors of a multi-row insert: setting command_ledger.actors ({"<command id>": actor}), as rows.';
 
 --
 -- Name: ledger_entry_hash(bytea, uuid, text, text, timestamp with time zone, text, bigint, text, bytea); Type: FUNCTION; Schema: public; Owner: -

@@ -86,6 +86,20 @@ alter table commands set (fillfactor = 60);
 drop trigger commands_record_history on commands;
 drop function commands_record_history();
 
+-- One insert statement may record the commands of many principals (the
+-- group commit, the batch endpoint): each row's actor travels in the
+-- transaction-local setting command_ledger.actors, {"<command id>": actor},
+-- set in the same statement. A row it does not name has the actor of
+-- command_ledger.actor, as before.
+create function ledger_actors() returns table (command_id uuid, actor text)
+language sql stable as $$
+    select key::uuid, value
+    from jsonb_each_text(coalesce(nullif(current_setting('command_ledger.actors', true), ''), '{}')::jsonb)
+$$;
+
+comment on function ledger_actors() is
+    'Per-command actors of a multi-row insert: setting command_ledger.actors ({"<command id>": actor}), as rows.';
+
 create function commands_record_inserts() returns trigger
 language plpgsql as $$
 begin
@@ -95,9 +109,11 @@ begin
            ledger_entry_hash(null, e.id, null, e.state, e.at, e.actor, e.authority_generation, e.reason,
                              e.row_digest)
     from (
-        select n.id, n.state, now() as at, ledger_actor() as actor, n.authority_generation,
-               ledger_reason() as reason, ledger_row_digest(n::commands) as row_digest
+        select n.id, n.state, now() as at, coalesce(a.actor, ledger_actor()) as actor,
+               n.authority_generation, ledger_reason() as reason,
+               ledger_row_digest(n::commands) as row_digest
         from new_rows n
+        left join ledger_actors() a on a.command_id = n.id
     ) e
     order by e.id;
 

@@ -79,55 +79,56 @@ pub struct Request<'a> {
     pub deadline_at: Option<DateTime<Utc>>,
 }
 
-/// What a submission records. Assembled only by [`NewCommand::new`].
+/// What a submission records. Assembled only by [`NewCommand::new`]. It owns
+/// its values, so that it can wait in the group commit's queue.
 #[derive(Debug, Clone)]
-pub struct NewCommand<'a> {
+pub struct NewCommand {
     pub id: Uuid,
     pub scope: Uuid,
-    pub idempotency_key: &'a str,
-    pub request_digest: &'a [u8],
+    pub idempotency_key: String,
+    pub request_digest: Vec<u8>,
     pub digest_version: i16,
-    pub kind: &'a str,
-    pub authority_id: &'a str,
+    pub kind: String,
+    pub authority_id: String,
     pub pinned_generation: Option<i64>,
-    pub intent_digest: &'a [u8],
+    pub intent_digest: Vec<u8>,
     /// Set for commands admitted under the intent guard.
     pub intent_epoch: Option<i32>,
-    pub canonical_rules: &'a [String],
-    pub run_id: Option<&'a str>,
-    pub args: &'a Value,
-    pub canonical: &'a Value,
+    pub canonical_rules: Vec<String>,
+    pub run_id: Option<String>,
+    pub args: Value,
+    pub canonical: Value,
     pub deadline_at: Option<DateTime<Utc>>,
-    pub actor: &'a str,
+    pub actor: String,
 }
 
-impl<'a> NewCommand<'a> {
+impl NewCommand {
     /// The one place a command to record is assembled: a fresh id, the
     /// request, the key it is recorded under, its intent epoch (under the
     /// intent guard) and the actor history names.
     pub fn new(
-        request: &Request<'a>,
-        idempotency_key: &'a str,
+        request: &Request<'_>,
+        idempotency_key: &str,
         intent_epoch: Option<i32>,
-        actor: &'a str,
+        actor: &str,
     ) -> Self {
         NewCommand {
             id: Uuid::now_v7(),
             scope: request.scope,
-            idempotency_key,
-            request_digest: request.request_digest,
+            idempotency_key: idempotency_key.to_owned(),
+            request_digest: request.request_digest.to_vec(),
             digest_version: request.digest_version,
-            kind: request.kind,
-            authority_id: request.authority_id,
+            kind: request.kind.to_owned(),
+            authority_id: request.authority_id.to_owned(),
             pinned_generation: request.pinned_generation,
-            intent_digest: request.intent_digest,
+            intent_digest: request.intent_digest.to_vec(),
             intent_epoch,
-            canonical_rules: request.canonical_rules,
-            run_id: request.run_id,
-            args: request.args,
-            canonical: request.canonical,
+            canonical_rules: request.canonical_rules.to_vec(),
+            run_id: request.run_id.map(str::to_owned),
+            args: request.args.clone(),
+            canonical: request.canonical.clone(),
             deadline_at: request.deadline_at,
-            actor,
+            actor: actor.to_owned(),
         }
     }
 }
@@ -137,7 +138,7 @@ impl<'a> NewCommand<'a> {
 /// waits for the first to commit, then finds the key taken.
 pub async fn insert_pending(
     ex: impl PgExecutor<'_>,
-    new: &NewCommand<'_>,
+    new: &NewCommand,
 ) -> Result<Option<CommandRow>, sqlx::Error> {
     sqlx::query_as!(
         CommandRow,
@@ -164,10 +165,87 @@ pub async fn insert_pending(
         new.actor,
         new.pinned_generation,
         new.intent_digest,
-        new.canonical_rules,
+        &new.canonical_rules,
         new.intent_epoch,
     )
     .fetch_optional(ex)
+    .await
+}
+
+/// Inserts many pending rows in one statement (one transaction, one
+/// commit), in `(scope, key)` order so that two such statements never wait
+/// on each other's keys in opposite orders. Returns the rows inserted; a row
+/// whose key (or intent epoch) its scope already holds is left out, as
+/// [`insert_pending`] would answer `None` for it. Each row's history entry
+/// names its own actor (the setting `command_ledger.actors`, read by the
+/// insert trigger).
+pub async fn insert_pending_many(
+    ex: impl PgExecutor<'_>,
+    rows: &[&NewCommand],
+) -> Result<Vec<CommandRow>, sqlx::Error> {
+    let mut rows = rows.to_vec();
+    rows.sort_by(|a, b| (a.scope, &a.idempotency_key).cmp(&(b.scope, &b.idempotency_key)));
+    let ids: Vec<Uuid> = rows.iter().map(|r| r.id).collect();
+    let scopes: Vec<Uuid> = rows.iter().map(|r| r.scope).collect();
+    let keys: Vec<String> = rows.iter().map(|r| r.idempotency_key.clone()).collect();
+    let request_digests: Vec<Vec<u8>> = rows.iter().map(|r| r.request_digest.clone()).collect();
+    let digest_versions: Vec<i16> = rows.iter().map(|r| r.digest_version).collect();
+    let kinds: Vec<String> = rows.iter().map(|r| r.kind.clone()).collect();
+    let authorities: Vec<String> = rows.iter().map(|r| r.authority_id.clone()).collect();
+    let run_ids: Vec<Option<String>> = rows.iter().map(|r| r.run_id.clone()).collect();
+    let args: Vec<Value> = rows.iter().map(|r| r.args.clone()).collect();
+    let canonicals: Vec<Value> = rows.iter().map(|r| r.canonical.clone()).collect();
+    let deadlines: Vec<Option<DateTime<Utc>>> = rows.iter().map(|r| r.deadline_at).collect();
+    let pinned: Vec<Option<i64>> = rows.iter().map(|r| r.pinned_generation).collect();
+    let intent_digests: Vec<Vec<u8>> = rows.iter().map(|r| r.intent_digest.clone()).collect();
+    let rules: Vec<Value> = rows
+        .iter()
+        .map(|r| Value::from(r.canonical_rules.clone()))
+        .collect();
+    let epochs: Vec<Option<i32>> = rows.iter().map(|r| r.intent_epoch).collect();
+    let actors: serde_json::Map<String, Value> = rows
+        .iter()
+        .map(|r| (r.id.to_string(), Value::from(r.actor.clone())))
+        .collect();
+    sqlx::query_as!(
+        CommandRow,
+        r#"
+        insert into commands (id, scope, idempotency_key, request_digest, digest_version, kind,
+                              authority_id, run_id, args, canonical, deadline_at, pinned_generation,
+                              intent_digest, canonical_rules, intent_epoch)
+        select r.id, r.scope, r.key, r.request_digest, r.digest_version, r.kind, r.authority_id,
+               r.run_id, r.args, r.canonical, r.deadline_at, r.pinned_generation, r.intent_digest,
+               array(select jsonb_array_elements_text(r.rules)), r.intent_epoch
+        from unnest($1::uuid[], $2::uuid[], $3::text[], $4::bytea[], $5::int2[], $6::text[],
+                    $7::text[], $8::text[], $9::jsonb[], $10::jsonb[], $11::timestamptz[],
+                    $12::int8[], $13::bytea[], $14::jsonb[], $15::int4[])
+                 with ordinality
+                 as r(id, scope, key, request_digest, digest_version, kind, authority_id, run_id,
+                      args, canonical, deadline_at, pinned_generation, intent_digest, rules,
+                      intent_epoch, n),
+             (select set_config('command_ledger.actors', $16, true)) as ctx
+        order by r.n
+        on conflict do nothing
+        returning *
+        "#,
+        &ids,
+        &scopes,
+        &keys,
+        &request_digests,
+        &digest_versions,
+        &kinds,
+        &authorities,
+        &run_ids as &[Option<String>],
+        &args,
+        &canonicals,
+        &deadlines as &[Option<DateTime<Utc>>],
+        &pinned as &[Option<i64>],
+        &intent_digests,
+        &rules,
+        &epochs as &[Option<i32>],
+        Value::Object(actors).to_string(),
+    )
+    .fetch_all(ex)
     .await
 }
 
@@ -282,6 +360,25 @@ pub async fn effects_started(ex: impl PgExecutor<'_>) -> Result<i64, sqlx::Error
         r#"select count(*) as "n!" from command_history where to_state = 'effect_started'"#
     )
     .fetch_one(ex)
+    .await
+}
+
+/// The commands stored under some keys of `scope`.
+pub async fn find_by_keys(
+    ex: impl PgExecutor<'_>,
+    scope: Uuid,
+    keys: &[String],
+) -> Result<Vec<CommandRow>, sqlx::Error> {
+    sqlx::query_as!(
+        CommandRow,
+        r#"
+        select * from commands
+        where scope = $1 and idempotency_key = any($2)
+        "#,
+        scope,
+        keys,
+    )
+    .fetch_all(ex)
     .await
 }
 

@@ -12,7 +12,7 @@
 //!
 //! | function | from → to | called by |
 //! |---|---|---|
-//! | [`commands::insert_pending`] | (new row) → `pending` | admission (`ledger::submit`), hold release ([`holds::release`]) |
+//! | [`commands::insert_pending`], [`commands::insert_pending_many`] | (new row) → `pending` | admission (`ledger::submit`, through [`group_commit`]), the batch endpoint, hold release ([`holds::release`]) |
 //! | [`lifecycle::claim`] (`sql/claim.sql`) | `pending` → `prepared` \| `expired` | custodian: claim |
 //! | [`lifecycle::adopt_prepared`] | `prepared` (older generation) → `prepared` (rebound) \| `expired` | custodian: a newly taken lease |
 //! | [`lifecycle::start`] | `prepared` → `effect_started` \| `expired` | custodian: start (SERIALIZABLE) |
@@ -27,6 +27,7 @@
 
 pub mod authorities;
 pub mod commands;
+pub mod group_commit;
 pub mod holds;
 pub mod inspector;
 pub mod lifecycle;

@@ -14,9 +14,9 @@ use crate::domain::token::token_hash;
 /// A JSON body: `Content-Type: application/json` (or `+json`), within the
 /// body limit, decoded with unknown fields refused by the target type.
 #[derive(Debug)]
-pub(super) struct AppJson<T>(pub T);
+pub(super) struct AppJson<T, const LIMIT: usize = { super::BODY_LIMIT }>(pub T);
 
-impl<S, T> FromRequest<S> for AppJson<T>
+impl<S, T, const LIMIT: usize> FromRequest<S> for AppJson<T, LIMIT>
 where
     S: Send + Sync,
     T: DeserializeOwned,
@@ -28,7 +28,7 @@ where
         if !is_json(req.headers().get(header::CONTENT_TYPE)) {
             return Err(ApiError::UnsupportedMediaType);
         }
-        let limit = super::BODY_LIMIT;
+        let limit = LIMIT;
         // A body that trickles in (slow loris) is cut off, not waited for.
         let timeout = AppState::from_ref(state).body_timeout;
         let bytes = tokio::time::timeout(timeout, Bytes::from_request(req, state))

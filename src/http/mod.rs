@@ -3,6 +3,7 @@
 //! and answer; they record intents and read outcomes, and never run an effect.
 
 mod authorities;
+pub mod batch;
 mod commands;
 mod console;
 pub mod counters;
@@ -53,6 +54,8 @@ pub struct AppState {
     pub counters: Arc<counters::Counters>,
     pub waiters: wait::Waiters,
     pub wake: crate::ledger::PendingWake,
+    /// Concurrent submissions share one insert statement and one commit.
+    pub group: crate::db::group_commit::GroupCommit,
     pub max_wait: Duration,
     pub body_timeout: Duration,
     /// Per-principal request rate limit.
@@ -72,8 +75,14 @@ impl AppState {
         let waiters = wait::Waiters::default();
         waiters.spawn_listener(pool.clone());
         let wake = crate::ledger::PendingWake::spawn(pool.clone());
+        let group = crate::db::group_commit::GroupCommit::spawn(
+            pool.clone(),
+            crate::db::group_commit::FLUSHERS,
+            crate::db::group_commit::MAX_ROWS,
+        );
         AppState {
             pool,
+            group,
             policies: Arc::new(policies),
             counters: Arc::default(),
             waiters,
@@ -91,6 +100,10 @@ impl AppState {
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/v1/commands", post(submit::submit).get(commands::list))
+        .route(
+            "/v1/commands/batch",
+            post(batch::submit_batch).layer(DefaultBodyLimit::max(batch::BODY_LIMIT)),
+        )
         .route("/v1/invoke", post(submit::invoke))
         .route("/v1/holds", get(holds::list))
         .route("/v1/holds/{id}", get(holds::get_one))

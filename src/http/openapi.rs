@@ -18,6 +18,7 @@ Every error is `application/problem+json` (the `Problem` schema), including thos
 and 400, 414 or 431 for a request the HTTP layer cannot parse (a header value with control bytes, say)."),
     paths(
         super::submit::submit,
+        super::batch::submit_batch,
         super::submit::invoke,
         super::commands::get_one,
         super::commands::list,

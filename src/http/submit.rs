@@ -37,19 +37,19 @@ const INVOKE_WAIT: Duration = Duration::from_secs(30);
 #[serde(deny_unknown_fields)]
 pub(super) struct SubmitBody {
     #[schema(pattern = r"^[a-z][a-z0-9_.\-]{0,63}$")]
-    kind: String,
-    authority: AuthorityField,
+    pub(super) kind: String,
+    pub(super) authority: AuthorityField,
     /// A JSON object (default `{}`); the whole body nests at most 128 levels.
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
-    args: Option<Value>,
+    pub(super) args: Option<Value>,
     /// 1-128 characters of printable ASCII; names the agent run the request belongs to.
     #[serde(default)]
     #[schema(pattern = r"^[ -~]{1,128}$")]
-    run_id: Option<String>,
+    pub(super) run_id: Option<String>,
     /// RFC 3339; after it the command must not start.
     #[serde(default)]
-    deadline: Option<DateTime<Utc>>,
+    pub(super) deadline: Option<DateTime<Utc>>,
 }
 
 /// `"agent-1"`, or `{"id": "agent-1", "generation": 7}` to pin a generation.
@@ -188,7 +188,7 @@ fn run_id(run_id: Option<String>) -> Result<Option<String>, ApiError> {
     Ok(run_id)
 }
 
-fn validate(body: SubmitBody) -> Result<Submission, ApiError> {
+pub(super) fn validate(body: SubmitBody) -> Result<Submission, ApiError> {
     Ok(Submission {
         kind: Kind::parse(&body.kind).map_err(|e| invalid(&e))?,
         authority: authority(body.authority)?,
@@ -229,10 +229,18 @@ pub(super) async fn submit(
     let wait = prefer_wait(&headers).map(|w| w.min(state.max_wait));
     let sub = validate(body)?;
     let policy = state.policies.get(sub.kind.as_str()).clone();
-    let (admitted, _) = admit(&state.pool, &state.wake, &principal, key, &sub, &policy)
-        .await
-        .map_err(ApiError::from)
-        .inspect_err(|e| state.counters.refused(e))?;
+    let (admitted, _) = admit(
+        &state.pool,
+        &state.wake,
+        &state.group,
+        &principal,
+        key,
+        &sub,
+        &policy,
+    )
+    .await
+    .map_err(ApiError::from)
+    .inspect_err(|e| state.counters.refused(e))?;
     match admitted {
         Admitted::Held(hold) => {
             state.counters.count(Disposition::Held);
@@ -358,10 +366,18 @@ pub(super) async fn invoke(
         run_id: run_id(body.run_id)?,
         deadline: body.deadline,
     };
-    let (admitted, canonical) = admit(&state.pool, &state.wake, &principal, key, &sub, &policy)
-        .await
-        .map_err(ApiError::from)
-        .inspect_err(|e| state.counters.refused(e))?;
+    let (admitted, canonical) = admit(
+        &state.pool,
+        &state.wake,
+        &state.group,
+        &principal,
+        key,
+        &sub,
+        &policy,
+    )
+    .await
+    .map_err(ApiError::from)
+    .inspect_err(|e| state.counters.refused(e))?;
     let fingerprint = canonical.intent_digest.to_string();
     match admitted {
         Admitted::Held(hold) => {

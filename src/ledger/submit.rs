@@ -8,9 +8,12 @@
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::PgPool;
+use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
+use uuid::Uuid;
 
 use super::{LedgerError, PendingWake};
+use crate::db::group_commit::GroupCommit;
 use crate::db::holds::{HoldRow, NewHold};
 use crate::db::{self, CommandRow, NewCommand, Principal, Request};
 use crate::domain::admission::{
@@ -35,6 +38,7 @@ pub struct Submission {
 struct Ctx<'a> {
     pool: &'a PgPool,
     wake: &'a PendingWake,
+    group: &'a GroupCommit,
 }
 
 /// What admission did with a request.
@@ -52,6 +56,7 @@ pub enum Admitted {
 pub async fn admit(
     pool: &PgPool,
     wake: &PendingWake,
+    group: &GroupCommit,
     principal: &Principal,
     key: Option<IdempotencyKey>,
     sub: &Submission,
@@ -65,7 +70,7 @@ pub async fn admit(
         &policy.canonical,
     )
     .map_err(LedgerError::InvalidArgs)?;
-    let ctx = &Ctx { pool, wake };
+    let ctx = &Ctx { pool, wake, group };
     let admitted = match key {
         Some(key) if policy.guard_keyed => {
             match under_key(ctx, principal, &key, sub, &canonical).await? {
@@ -121,7 +126,7 @@ async fn keyed(
     );
     // If the stored row vanished in between (retention), insert again.
     for _ in 0..3 {
-        if let Some(row) = db::commands::insert_pending(ctx.pool, &new).await? {
+        if let Some(row) = ctx.group.insert(&new).await? {
             return Ok(recorded(ctx, row).await);
         }
         if let Some(admitted) = under_key(ctx, principal, key, sub, canonical).await? {
@@ -147,6 +152,16 @@ async fn under_key(
     else {
         return Ok(None);
     };
+    judge(stored, sub, canonical).map(Some)
+}
+
+/// A request against the command its key already names: a replay of the
+/// same request (compared at the stored row's digest version), or a conflict.
+fn judge(
+    stored: CommandRow,
+    sub: &Submission,
+    canonical: &CanonicalRequest,
+) -> Result<Admitted, LedgerError> {
     let incoming = match stored.digest_version {
         1 => request_digest_v1(sub.kind.as_str(), &sub.authority.canonical(), &sub.args),
         _ => canonical.digest,
@@ -155,10 +170,10 @@ async fn under_key(
         RequestDigest::from_slice(&stored.request_digest).as_ref(),
         &incoming,
     ) {
-        Disposition::Replay => Ok(Some(Admitted::Command {
+        Disposition::Replay => Ok(Admitted::Command {
             row: stored,
             disposition: Disposition::Replay,
-        })),
+        }),
         _ => Err(LedgerError::KeyConflict {
             command_id: stored.id,
             stored_digest: hex::encode(&stored.request_digest),
@@ -180,6 +195,133 @@ async fn recorded(ctx: &Ctx<'_>, row: CommandRow) -> Admitted {
         row,
         disposition: Disposition::New,
     }
+}
+
+/// One item of a batch: its key (if any), the validated submission and its
+/// kind's policy.
+#[derive(Debug)]
+pub struct BatchItem {
+    pub key: Option<IdempotencyKey>,
+    pub sub: Submission,
+    pub policy: KindPolicy,
+}
+
+/// Admits a batch (a device flushing its offline queue): every keyed item
+/// of a kind without the intent guard is recorded by one insert statement,
+/// so one commit makes the whole batch durable; a key already used answers
+/// replay or conflict as a single submission would, so the same batch sent
+/// again gets the same commands. Items under the intent guard (keyless, or
+/// of kinds that guard keyed requests) are admitted one by one afterwards,
+/// exactly as single submissions. One answer per item, in order; an item's
+/// refusal never affects another item.
+pub async fn admit_batch(
+    pool: &PgPool,
+    wake: &PendingWake,
+    group: &GroupCommit,
+    principal: &Principal,
+    items: Vec<BatchItem>,
+) -> Vec<Result<Admitted, LedgerError>> {
+    let actor = principal.actor();
+    let mut answers: Vec<Option<Result<Admitted, LedgerError>>> =
+        items.iter().map(|_| None).collect();
+    let mut canonicals: Vec<Option<CanonicalRequest>> = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        match canonical_request(
+            item.sub.kind.as_str(),
+            &item.sub.authority.canonical(),
+            &item.sub.args,
+            item.sub.run_id.as_deref(),
+            &item.policy.canonical,
+        ) {
+            Ok(c) => canonicals.push(Some(c)),
+            Err(e) => {
+                answers[i] = Some(Err(LedgerError::InvalidArgs(e)));
+                canonicals.push(None);
+            }
+        }
+    }
+    // Keyed items of kinds without the intent guard: one statement.
+    let plain: Vec<(usize, NewCommand)> = items
+        .iter()
+        .zip(&canonicals)
+        .enumerate()
+        .filter_map(|(i, (item, canonical))| {
+            let canonical = canonical.as_ref()?;
+            let key = item.key.as_ref().filter(|_| !item.policy.guard_keyed)?;
+            let request = request(principal, &item.sub, canonical);
+            Some((i, NewCommand::new(&request, key.as_str(), None, &actor)))
+        })
+        .collect();
+    if !plain.is_empty() {
+        let rows: Vec<&NewCommand> = plain.iter().map(|(_, n)| n).collect();
+        match db::commands::insert_pending_many(pool, &rows).await {
+            Ok(inserted) => {
+                crate::crash::point(crate::crash::CrashPoint::AfterInsert);
+                let mut by_id: HashMap<Uuid, CommandRow> =
+                    inserted.into_iter().map(|r| (r.id, r)).collect();
+                let authorities: BTreeSet<&str> =
+                    by_id.values().map(|r| r.authority_id.as_str()).collect();
+                for authority in authorities {
+                    wake.pending(authority).await;
+                }
+                let taken: Vec<String> = plain
+                    .iter()
+                    .filter(|(_, n)| !by_id.contains_key(&n.id))
+                    .map(|(_, n)| n.idempotency_key.clone())
+                    .collect();
+                let stored: HashMap<String, CommandRow> = if taken.is_empty() {
+                    HashMap::new()
+                } else {
+                    match db::commands::find_by_keys(pool, principal.id, &taken).await {
+                        Ok(rows) => rows
+                            .into_iter()
+                            .map(|r| (r.idempotency_key.clone(), r))
+                            .collect(),
+                        Err(_) => HashMap::new(),
+                    }
+                };
+                for (i, new) in &plain {
+                    let canonical = canonicals[*i].as_ref().expect("plain items are canonical");
+                    answers[*i] = if let Some(row) = by_id.remove(&new.id) {
+                        tracing::info!(command.id = %row.id, kind = %row.kind, authority = %row.authority_id, "command recorded");
+                        Some(Ok(Admitted::Command {
+                            row,
+                            disposition: Disposition::New,
+                        }))
+                    } else {
+                        // Another item of this batch, or an earlier request,
+                        // holds the key; a row gone meanwhile is admitted alone.
+                        stored
+                            .get(&new.idempotency_key)
+                            .cloned()
+                            .map(|row| judge(row, &items[*i].sub, canonical))
+                    };
+                }
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, items = plain.len(), "batch insert failed; each item alone");
+            }
+        }
+    }
+    // Everything still unanswered: one by one, as a single submission.
+    let mut out = Vec::with_capacity(items.len());
+    for (item, answer) in items.into_iter().zip(answers) {
+        out.push(match answer {
+            Some(a) => a,
+            None => admit(
+                pool,
+                wake,
+                group,
+                principal,
+                item.key,
+                &item.sub,
+                &item.policy,
+            )
+            .await
+            .map(|(admitted, _)| admitted),
+        });
+    }
+    out
 }
 
 /// Under the intent guard: keyless submissions (recorded under a key
@@ -223,7 +365,7 @@ async fn guarded(
                     Some(epoch),
                     &actor,
                 );
-                match db::commands::insert_pending(ctx.pool, &new).await {
+                match ctx.group.insert(&new).await {
                     Ok(Some(row)) => return Ok(recorded(ctx, row).await),
                     // The client's key was taken meanwhile: the key decides. (A
                     // derived key taken means another copy won this epoch.)

@@ -7,6 +7,7 @@
 
 mod admission;
 mod auth;
+mod batch;
 mod cancel;
 mod client;
 mod crash;

@@ -1,0 +1,233 @@
+//! `POST /v1/commands/batch`: a device flushing its offline queue sends up
+//! to [`MAX_ITEMS`] commands at once, each with its own idempotency key,
+//! and gets one answer per item. The keyed items are recorded by one insert
+//! statement (one commit), so the batch is durable before the answer; the
+//! same batch sent again (after a lost response) answers with the same
+//! commands, as replays.
+
+use axum::Json;
+use axum::extract::State;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::sync::atomic::Ordering;
+
+use super::AppState;
+use super::commands::{CommandView, view};
+use super::error::{ApiError, Problem};
+use super::extract::{AppJson, Auth};
+use super::holds::HeldAnswer;
+use super::submit::{AuthorityField, SubmitBody, validate};
+use crate::domain::{Disposition, IdempotencyKey};
+use crate::ledger::submit::{Admitted, BatchItem, admit_batch};
+
+/// Most items in one batch.
+pub const MAX_ITEMS: usize = 500;
+/// Largest accepted batch body.
+pub const BODY_LIMIT: usize = 1024 * 1024;
+
+/// The body of `POST /v1/commands/batch`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct BatchBody {
+    /// 1 to 500 items. Each is read on its own: a malformed item is
+    /// answered `invalid` and does not affect the others.
+    #[schema(value_type = Vec<BatchItemBody>, min_items = 1, max_items = 500)]
+    items: Vec<Value>,
+}
+
+/// One item: the body of `POST /v1/commands` plus its idempotency key.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct BatchItemBody {
+    /// As the `Idempotency-Key` header of `POST /v1/commands` (decoded: no
+    /// quoting). Kinds whose policy lets the intent stand in for a key may
+    /// omit it.
+    #[serde(default)]
+    #[schema(pattern = r"^[ -~]{1,255}$")]
+    idempotency_key: Option<String>,
+    #[schema(pattern = r"^[a-z][a-z0-9_.\-]{0,63}$")]
+    kind: String,
+    authority: AuthorityField,
+    /// A JSON object (default `{}`).
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    args: Option<Value>,
+    #[serde(default)]
+    #[schema(pattern = r"^[ -~]{1,128}$")]
+    run_id: Option<String>,
+    #[serde(default)]
+    deadline: Option<DateTime<Utc>>,
+}
+
+/// One item's answer.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(super) struct ItemAnswer<'a> {
+    /// The item's position in the request, from 0.
+    index: usize,
+    /// The status `POST /v1/commands` would have answered for this item alone.
+    status: u16,
+    /// `new`, `replay`, `coalesced`, `held`, `conflict` or `invalid` (any
+    /// other refusal: `refused`).
+    disposition: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    command: Option<CommandView<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    hold: Option<HeldAnswer<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    problem: Option<Problem>,
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(super) struct BatchAnswer<'a> {
+    items: Vec<ItemAnswer<'a>>,
+}
+
+/// `POST /v1/commands/batch`: 200 with one answer per item, once every
+/// recorded item is durable. The whole request is refused (and nothing
+/// recorded) only when the body itself is unusable: not JSON, no `items`,
+/// no items or more than 500.
+#[utoipa::path(post, path = "/v1/commands/batch", operation_id = "submitBatch", tag = "commands",
+    request_body = BatchBody,
+    responses((status = 200, description = "one answer per item, in order", body = BatchAnswer<'static>),
+              (status = 400, body = Problem), (status = 401, body = Problem), (status = 408, body = Problem),
+              (status = 413, body = Problem), (status = 415, body = Problem),
+              (status = 429, body = Problem), (status = 503, body = Problem)),
+    security(("bearer" = [])))]
+pub(super) async fn submit_batch(
+    State(state): State<AppState>,
+    Auth(principal): Auth,
+    AppJson(body): AppJson<BatchBody, BODY_LIMIT>,
+) -> Result<Json<Value>, ApiError> {
+    if body.items.is_empty() || body.items.len() > MAX_ITEMS {
+        return Err(ApiError::InvalidBody(format!(
+            "a batch holds 1 to {MAX_ITEMS} items, not {}",
+            body.items.len()
+        )));
+    }
+    let n = body.items.len();
+    state
+        .counters
+        .requests
+        .fetch_add(n as u64, Ordering::Relaxed);
+    // Read each item on its own; the readable ones go to admission together.
+    let mut refused: Vec<Option<ApiError>> = Vec::with_capacity(n);
+    let mut items = Vec::with_capacity(n);
+    for raw in body.items {
+        match item(&state, raw) {
+            Ok(item) => {
+                items.push(item);
+                refused.push(None);
+            }
+            Err(e) => refused.push(Some(e)),
+        }
+    }
+    let mut admitted = admit_batch(&state.pool, &state.wake, &state.group, &principal, items)
+        .await
+        .into_iter();
+    let answers: Vec<Result<Admitted, ApiError>> = refused
+        .into_iter()
+        .map(|r| match r {
+            Some(e) => Err(e),
+            None => admitted
+                .next()
+                .expect("one answer per admitted item")
+                .map_err(ApiError::from),
+        })
+        .collect();
+    // Every item failed for want of the database: nothing was recorded, and
+    // the whole batch can be sent again.
+    if let Some(Err(ApiError::Unavailable(_))) = answers.first()
+        && answers
+            .iter()
+            .all(|a| matches!(a, Err(ApiError::Unavailable(_))))
+    {
+        return Err(answers
+            .into_iter()
+            .next()
+            .expect("a first answer")
+            .expect_err("unavailable"));
+    }
+    let items: Vec<ItemAnswer<'_>> = answers
+        .iter()
+        .enumerate()
+        .map(|(index, answer)| answer_for(&state, index, answer))
+        .collect();
+    Ok(Json(
+        serde_json::to_value(BatchAnswer { items }).expect("a batch answer serializes"),
+    ))
+}
+
+fn item(state: &AppState, raw: Value) -> Result<BatchItem, ApiError> {
+    let body: BatchItemBody = serde_json::from_value(raw)
+        .map_err(|e| ApiError::InvalidBody(format!("the item is not valid: {e}")))?;
+    let key = body
+        .idempotency_key
+        .as_deref()
+        .map(IdempotencyKey::new)
+        .transpose()?;
+    let sub = validate(SubmitBody {
+        kind: body.kind,
+        authority: body.authority,
+        args: body.args,
+        run_id: body.run_id,
+        deadline: body.deadline,
+    })?;
+    let policy = state.policies.get(sub.kind.as_str()).clone();
+    Ok(BatchItem { key, sub, policy })
+}
+
+fn answer_for<'a>(
+    state: &AppState,
+    index: usize,
+    answer: &'a Result<Admitted, ApiError>,
+) -> ItemAnswer<'a> {
+    let none = ItemAnswer {
+        index,
+        status: 0,
+        disposition: "",
+        command: None,
+        hold: None,
+        problem: None,
+    };
+    match answer {
+        Ok(Admitted::Command { row, disposition }) => {
+            state.counters.count(*disposition);
+            ItemAnswer {
+                status: if *disposition == Disposition::New {
+                    202
+                } else {
+                    200
+                },
+                disposition: disposition.as_str(),
+                command: Some(view(row, Some(*disposition))),
+                ..none
+            }
+        }
+        Ok(Admitted::Held(hold)) => {
+            state.counters.count(Disposition::Held);
+            ItemAnswer {
+                status: 202,
+                disposition: "held",
+                hold: Some(HeldAnswer::new(hold)),
+                ..none
+            }
+        }
+        Err(e) => {
+            state.counters.refused(e);
+            let disposition = match e {
+                ApiError::KeyConflict { .. } => "conflict",
+                ApiError::IdempotencyKey(_)
+                | ApiError::InvalidBody(_)
+                | ApiError::InvalidArgs(_) => "invalid",
+                _ => "refused",
+            };
+            ItemAnswer {
+                status: e.status().as_u16(),
+                disposition,
+                problem: Some(e.problem()),
+                ..none
+            }
+        }
+    }
+}
