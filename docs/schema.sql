@@ -78,7 +78,7 @@ begin
     end if;
 
     if tg_op = 'DELETE' then
-        if old.state in (select state from command_states where not terminal) then
+        if not ledger_state_terminal(old.state) then
             raise exception 'command % is % and cannot be deleted before it is terminal', old.id, old.state
                 using errcode = 'CL002';
         end if;
@@ -86,7 +86,7 @@ begin
     end if;
 
     -- UPDATE
-    if (select terminal from command_states where state = old.state) then
+    if ledger_state_terminal(old.state) then
         raise exception 'command % is % (terminal) and cannot change', old.id, old.state
             using errcode = 'CL002';
     end if;
@@ -121,12 +121,11 @@ begin
         end if;
     end if;
     if new.state <> old.state then
-        if not exists (select 1 from command_transitions
-                       where from_state = old.state and to_state = new.state) then
+        if not ledger_transition_allowed(old.state, new.state) then
             raise exception 'illegal transition % -> % for command %', old.state, new.state, old.id
                 using errcode = 'CL001';
         end if;
-        if (select terminal from command_states where state = new.state) then
+        if ledger_state_terminal(new.state) then
             new.finished_at := coalesce(new.finished_at, now());
         end if;
     end if;
@@ -543,6 +542,34 @@ $$;
 --
 
 COMMENT ON FUNCTION public.ledger_row_digest(c public.commands) IS 'SHA-256 of the canonical text of a command row (every column but updated_at), as stored in command_history.row_digest.';
+
+--
+-- Name: ledger_state_terminal(text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ledger_state_terminal(state text) RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$ select state in ('applied', 'failed', 'ambiguous', 'cancelled', 'expired') $$;
+
+--
+-- Name: FUNCTION ledger_state_terminal(state text); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ledger_state_terminal(state text) IS 'Whether a state is terminal: command_states.terminal, compiled from the frozen table by migration 0013.';
+
+--
+-- Name: ledger_transition_allowed(text, text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ledger_transition_allowed(from_state text, to_state text) RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$ select (from_state, to_state) in (('effect_started', 'ambiguous'), ('effect_started', 'applied'), ('effect_started', 'failed'), ('pending', 'cancelled'), ('pending', 'expired'), ('pending', 'prepared'), ('prepared', 'cancelled'), ('prepared', 'effect_started'), ('prepared', 'expired')) $$;
+
+--
+-- Name: FUNCTION ledger_transition_allowed(from_state text, to_state text); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ledger_transition_allowed(from_state text, to_state text) IS 'Whether a state change is in command_transitions, compiled from the frozen table by migration 0013.';
 
 --
 -- Name: ledger_utc(timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -

@@ -242,3 +242,105 @@ create trigger command_queue_follows_commands
 create trigger command_in_flight_follows_commands
     before insert or update or delete or truncate on command_in_flight
     for each statement execute function refuse_direct_work_change();
+
+-------------------------------------------------------------------------------
+-- The guard asked command_states and command_transitions three times per row
+-- and transition (a query each). Both tables are frozen (0001, CL004), so
+-- their answers are compiled once, here, from the tables themselves, into
+-- two immutable functions the guard evaluates without a query.
+-------------------------------------------------------------------------------
+
+do $migration$
+declare
+    terminal_states text;
+    allowed_pairs text;
+begin
+    select string_agg(quote_literal(s.state), ', ' order by s.position) into terminal_states
+    from command_states s where s.terminal;
+    select string_agg(format('(%L, %L)', t.from_state, t.to_state), ', ' order by t.from_state, t.to_state)
+    into allowed_pairs
+    from command_transitions t;
+    execute format($f$
+        create function ledger_state_terminal(state text) returns boolean
+        language sql immutable parallel safe as $body$ select state in (%s) $body$
+    $f$, terminal_states);
+    execute format($f$
+        create function ledger_transition_allowed(from_state text, to_state text) returns boolean
+        language sql immutable parallel safe as $body$ select (from_state, to_state) in (%s) $body$
+    $f$, allowed_pairs);
+end
+$migration$;
+
+comment on function ledger_state_terminal(text) is
+    'Whether a state is terminal: command_states.terminal, compiled from the frozen table by migration 0013.';
+comment on function ledger_transition_allowed(text, text) is
+    'Whether a state change is in command_transitions, compiled from the frozen table by migration 0013.';
+
+create or replace function commands_guard() returns trigger
+language plpgsql as $$
+begin
+    if tg_op = 'INSERT' then
+        if new.state <> 'pending' then
+            raise exception 'a command is created pending, not %', new.state
+                using errcode = 'CL001';
+        end if;
+        new.updated_at := new.created_at;
+        return new;
+    end if;
+
+    if tg_op = 'DELETE' then
+        if not ledger_state_terminal(old.state) then
+            raise exception 'command % is % and cannot be deleted before it is terminal', old.id, old.state
+                using errcode = 'CL002';
+        end if;
+        return old;
+    end if;
+
+    -- UPDATE
+    if ledger_state_terminal(old.state) then
+        raise exception 'command % is % (terminal) and cannot change', old.id, old.state
+            using errcode = 'CL002';
+    end if;
+    if new.id <> old.id or new.scope <> old.scope or new.idempotency_key <> old.idempotency_key
+       or new.request_digest <> old.request_digest or new.digest_version <> old.digest_version
+       or new.kind <> old.kind or new.authority_id <> old.authority_id
+       or new.run_id is distinct from old.run_id or new.args <> old.args
+       or new.canonical <> old.canonical or new.created_at <> old.created_at then
+        raise exception 'command % identity columns are immutable', old.id
+            using errcode = 'CL003';
+    end if;
+    if new.intent_digest is distinct from old.intent_digest
+       or new.canonical_rules is distinct from old.canonical_rules
+       or new.intent_epoch is distinct from old.intent_epoch then
+        raise exception 'command % intent columns are immutable', old.id
+            using errcode = 'CL003';
+    end if;
+    if new.pinned_generation is distinct from old.pinned_generation then
+        raise exception 'command % pinned generation is immutable', old.id
+            using errcode = 'CL003';
+    end if;
+    -- The generation is bound when the command is prepared. Afterwards it may
+    -- only move forward, and only while no effect was attempted (a prepared row
+    -- adopted by a newer generation of its authority).
+    if old.authority_generation is not null
+       and new.authority_generation is distinct from old.authority_generation then
+        if new.authority_generation is null or new.authority_generation < old.authority_generation
+           or old.state <> 'prepared' or new.state <> 'prepared' then
+            raise exception 'command % generation % cannot change to % (% -> %)', old.id,
+                old.authority_generation, new.authority_generation, old.state, new.state
+                using errcode = 'CL003';
+        end if;
+    end if;
+    if new.state <> old.state then
+        if not ledger_transition_allowed(old.state, new.state) then
+            raise exception 'illegal transition % -> % for command %', old.state, new.state, old.id
+                using errcode = 'CL001';
+        end if;
+        if ledger_state_terminal(new.state) then
+            new.finished_at := coalesce(new.finished_at, now());
+        end if;
+    end if;
+    new.updated_at := now();
+    return new;
+end;
+$$;

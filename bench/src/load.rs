@@ -193,3 +193,88 @@ pub(crate) async fn open_loop(
         latency_us,
     }
 }
+
+/// `clients` loops, each sending its next batch of `items` commands (each
+/// with a new key) to `POST /v1/commands/batch` when the last answered, for
+/// `duration`. `ok` counts the items answered `new`; a batch with any other
+/// answer counts as an error.
+pub(crate) async fn batch_loop(
+    target: &Target,
+    clients: usize,
+    duration: Duration,
+    prefix: &str,
+    items: usize,
+    body: &'static str,
+) -> LoadResult {
+    let started = Instant::now();
+    let deadline = started + duration;
+    // The item without its closing brace, to append the key to.
+    let open = body
+        .trim_end()
+        .strip_suffix('}')
+        .expect("a submission body is a JSON object");
+    let mut tasks = Vec::with_capacity(clients);
+    for client in 0..clients {
+        let target = target.clone();
+        let (prefix, open) = (prefix.to_owned(), open.to_owned());
+        tasks.push(tokio::spawn(async move {
+            let mut hist = histogram();
+            let (mut ok, mut errors) = (0u64, 0u64);
+            let mut i = 0u64;
+            while Instant::now() < deadline {
+                let mut batch = String::with_capacity(items * (open.len() + 48) + 16);
+                batch.push_str(r#"{"items":["#);
+                for n in 0..items {
+                    if n > 0 {
+                        batch.push(',');
+                    }
+                    batch.push_str(&open);
+                    batch.push_str(&format!(r#","idempotency_key":"{prefix}-{client}-{i}"}}"#));
+                    i += 1;
+                }
+                batch.push_str("]}");
+                let sent = Instant::now();
+                let response = target
+                    .client
+                    .post(format!("{}/v1/commands/batch", target.url))
+                    .bearer_auth(&target.token)
+                    .header("Content-Type", "application/json")
+                    .body(batch)
+                    .send()
+                    .await;
+                let new = match response {
+                    Ok(r) if r.status().is_success() => r
+                        .text()
+                        .await
+                        .map_or(0, |t| t.matches(r#""status":202"#).count()),
+                    _ => 0,
+                };
+                if new == items {
+                    ok += items as u64;
+                    #[allow(clippy::cast_possible_truncation)]
+                    let _ = hist.record((sent.elapsed().as_micros() as u64).max(1));
+                } else {
+                    errors += 1;
+                }
+            }
+            (ok, errors, hist)
+        }));
+    }
+    let mut result = LoadResult {
+        ok: 0,
+        errors: 0,
+        seconds: 0.0,
+        latency_us: histogram(),
+    };
+    for task in tasks {
+        let (ok, errors, hist) = task.await.expect("a load task does not panic");
+        result.ok += ok;
+        result.errors += errors;
+        result
+            .latency_us
+            .add(&hist)
+            .expect("histograms with the same bounds add");
+    }
+    result.seconds = started.elapsed().as_secs_f64();
+    result
+}

@@ -38,6 +38,18 @@ struct Args {
     /// Claim batch sizes for W3.
     #[arg(long, value_delimiter = ',', default_value = "1,8,32,128")]
     batch_sizes: Vec<i64>,
+    /// Devices sending batches in W7 and in W3 with batch clients.
+    #[arg(long, default_value_t = 4)]
+    batch_clients: usize,
+    /// Commands per batch in W7 and in W3 with batch clients.
+    #[arg(long, default_value_t = 500)]
+    batch_items: usize,
+    /// Effect latencies (ms) for W8, the defaults check.
+    #[arg(long, value_delimiter = ',', default_value = "1,20,200")]
+    effect_ms: Vec<u64>,
+    /// Custodian settings W8 tries beside the defaults, as batch:max_in_flight.
+    #[arg(long, value_delimiter = ',', default_value = "128:512,256:2048")]
+    w8_custodians: Vec<String>,
     /// Pending commands preloaded for W3b.
     #[arg(long, default_value_t = 100_000)]
     burn_down: usize,
@@ -67,11 +79,26 @@ struct Args {
     /// A smoke run: tiny sizes and 2 s points, to check the harness works.
     #[arg(long)]
     quick: bool,
-    /// Run only these workloads (w1, w2, w3, w5, w3b, w6, memory, w4); the
+    /// Run only these workloads (w1, w2, w3, w5, w7, w3batch, w8, w3b, w6, memory, w4); the
     /// baselines always run. For quick experiments: the targets of the
     /// workloads left out read as not met.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
+}
+
+impl Args {
+    /// `--w8-custodians`, parsed.
+    fn w8_configs(&self) -> anyhow::Result<Vec<(i64, usize)>> {
+        self.w8_custodians
+            .iter()
+            .map(|c| {
+                let (b, f) = c
+                    .split_once(':')
+                    .with_context(|| format!("{c}: expected batch:max_in_flight"))?;
+                Ok((b.parse()?, f.parse()?))
+            })
+            .collect()
+    }
 }
 
 fn main() -> anyhow::Result<()> {
@@ -146,6 +173,24 @@ async fn run(args: Args) -> anyhow::Result<()> {
         w5 = bench.w5(default_batch).await?;
         println!("W5: {w5}");
     }
+    let mut w7 = serde_json::Value::Null;
+    if want("w7") {
+        w7 = bench.w7(args.batch_clients, args.batch_items).await?;
+        println!("W7: {w7}");
+    }
+    let mut w3_batches = serde_json::Value::Null;
+    if want("w3batch") {
+        let default_batch = command_ledger::custodian::CustodianConfig::new(Vec::new()).batch_size;
+        w3_batches = bench
+            .w3_batches(args.batch_clients, args.batch_items, default_batch)
+            .await?;
+        println!("W3 (batch clients): {w3_batches}");
+    }
+    let mut w8 = serde_json::Value::Null;
+    if want("w8") {
+        w8 = bench.w8(&args.effect_ms, &args.w8_configs()?).await?;
+        println!("W8: {w8}");
+    }
     let best_batch = best_batch(&w3).unwrap_or(128);
     let mut w3b = serde_json::Value::Null;
     if want("w3b") {
@@ -185,7 +230,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
         "w2": w2,
         "w3": w3,
         "w3b": w3b,
+        "w3_batches": w3_batches,
         "w5": w5,
+        "w7": w7,
+        "w8": w8,
         "w6": w6,
         "w4": w4,
         "memory": memory,

@@ -5,9 +5,10 @@
 use anyhow::{Context as _, bail};
 use command_ledger::catalog::Policies;
 use command_ledger::cli::{Database, issue_token};
-use command_ledger::custodian::effects::Effects;
+use command_ledger::custodian::effects::{Effect, EffectCall, EffectFuture, Effects};
 use command_ledger::custodian::{Custodian, CustodianConfig, Isolation, Stats};
 use command_ledger::db::{self, Role};
+use command_ledger::domain::EffectOutcome;
 use command_ledger::http::{self, AppState};
 use serde_json::{Value, json};
 use sqlx::{PgPool, Row as _};
@@ -25,6 +26,45 @@ use crate::pgbench::{Baseline, PgBench};
 
 /// Clients for the workloads that are not a sweep.
 const CLIENTS: usize = 64;
+
+/// The custodian the harness runs for `authority`: a claim batch, at least
+/// 64 effects in flight (more for a bigger batch), the isolation to compare.
+fn custodian_config(authority: &str, batch: i64, isolation: Isolation) -> CustodianConfig {
+    let mut config = CustodianConfig::new(vec![authority.to_owned()]);
+    config.batch_size = batch;
+    config.isolation = isolation;
+    config.max_in_flight = usize::try_from(batch.max(64)).unwrap_or(64);
+    config
+}
+
+fn f(v: &Value) -> f64 {
+    v.as_f64().unwrap_or(f64::NAN)
+}
+
+/// An effect that answers `applied` after a fixed latency, like a remote
+/// provider that takes that long.
+#[derive(Debug, Clone, Copy)]
+struct Sleeps(Duration);
+
+impl Effect for Sleeps {
+    fn execute<'a>(&'a self, call: &'a EffectCall) -> EffectFuture<'a> {
+        Box::pin(async move {
+            tokio::time::sleep(self.0).await;
+            EffectOutcome::Applied(
+                json!({"slept_ms": self.0.as_millis(), "key": call.downstream_key}),
+            )
+        })
+    }
+}
+
+/// Who submits during an end-to-end run.
+#[derive(Debug, Clone, Copy)]
+enum Submitters {
+    /// 64 clients, one command per request.
+    Single,
+    /// `clients` devices, `items` commands per batch request.
+    Batches { clients: usize, items: usize },
+}
 const ARGS: &str = r#"{"to":"ada@example.com","amount":"12.00 USD"}"#;
 
 #[derive(Debug)]
@@ -347,11 +387,21 @@ impl Bench {
         batch: i64,
         isolation: Isolation,
     ) -> anyhow::Result<RunningCustodian> {
+        self.custodian_with(
+            authority,
+            custodian_config(authority, batch, isolation),
+            Effects::default(),
+        )
+        .await
+    }
+
+    async fn custodian_with(
+        &self,
+        authority: &str,
+        mut config: CustodianConfig,
+        effects: Effects,
+    ) -> anyhow::Result<RunningCustodian> {
         let pool = db::connect_as(&self.db.url, 8, "command-ledger-custodian").await?;
-        let mut config = CustodianConfig::new(vec![authority.to_owned()]);
-        config.batch_size = batch;
-        config.isolation = isolation;
-        config.max_in_flight = usize::try_from(batch.max(64)).unwrap_or(64);
         if let Some(n) = std::env::var("BENCH_MAX_IN_FLIGHT")
             .ok()
             .and_then(|s| s.parse().ok())
@@ -370,7 +420,7 @@ impl Bench {
         {
             config.recovery_interval = Duration::from_secs(secs);
         }
-        let custodian = Arc::new(Custodian::new(pool, config, Effects::default()));
+        let custodian = Arc::new(Custodian::new(pool, config, effects));
         let stats = Arc::clone(custodian.stats());
         let (stop, rx) = watch::channel(false);
         let task = tokio::spawn(async move {
@@ -407,8 +457,8 @@ impl Bench {
         let deadline = Instant::now() + limit;
         loop {
             let open: i64 = sqlx::query_scalar(
-                "select count(*) from commands where authority_id = $1 \
-                 and state in ('pending', 'prepared', 'effect_started')",
+                "select (select count(*) from command_queue where authority_id = $1) \
+                      + (select count(*) from command_in_flight where authority_id = $1)",
             )
             .bind(authority)
             .fetch_one(self.pool())
@@ -431,18 +481,41 @@ impl Bench {
         batch: i64,
         isolation: Isolation,
     ) -> anyhow::Result<Value> {
-        let custodian = self.custodian(authority, batch, isolation).await?;
+        let config = custodian_config(authority, batch, isolation);
+        self.end_to_end_with(authority, config, Effects::default(), Submitters::Single)
+            .await
+    }
+
+    async fn end_to_end_with(
+        &self,
+        authority: &str,
+        config: CustodianConfig,
+        effects: Effects,
+        submitters: Submitters,
+    ) -> anyhow::Result<Value> {
+        let batch = config.batch_size;
+        let custodian = self.custodian_with(authority, config, effects).await?;
         let body = body(authority);
-        let warm = Keys::Unique {
-            prefix: format!("{authority}-warm"),
+        let submit = |prefix: String, duration: Duration| {
+            let keys = Keys::Unique {
+                prefix: prefix.clone(),
+            };
+            async move {
+                match submitters {
+                    Submitters::Single => {
+                        load::closed_loop(&self.target, CLIENTS, duration, &keys, body).await
+                    }
+                    Submitters::Batches { clients, items } => {
+                        load::batch_loop(&self.target, clients, duration, &prefix, items, body)
+                            .await
+                    }
+                }
+            }
         };
-        load::closed_loop(&self.target, CLIENTS, Duration::from_secs(1), &warm, body).await;
+        submit(format!("{authority}-warm"), Duration::from_secs(1)).await;
         let wal_before = self.wal().await?;
         let t0 = self.db_now().await?;
-        let keys = Keys::Unique {
-            prefix: authority.to_owned(),
-        };
-        let r = load::closed_loop(&self.target, CLIENTS, self.point, &keys, body).await;
+        let r = submit(authority.to_owned(), self.point).await;
         let t1 = self.db_now().await?;
         let wal_after = self.wal().await?;
         // What the custodian finished in the window, whenever it was
@@ -483,6 +556,94 @@ impl Bench {
             "serialization_retries": retries,
             "retries_per_1000_transitions": retries as f64 * 1000.0 / transitions.max(1) as f64,
         }))
+    }
+
+    /// W7: devices flushing their queues: `clients` loops each sending
+    /// batches of `items` new commands to `POST /v1/commands/batch`; items
+    /// recorded per second (every item answered `new`).
+    pub(crate) async fn w7(&self, clients: usize, items: usize) -> anyhow::Result<Value> {
+        let body = body("bench-w7");
+        load::batch_loop(
+            &self.target,
+            clients,
+            Duration::from_secs(1),
+            "w7-warm",
+            items,
+            body,
+        )
+        .await;
+        let r = load::batch_loop(&self.target, clients, self.point, "w7", items, body).await;
+        Ok(json!({
+            "clients": clients,
+            "items_per_batch": items,
+            "items_per_s": r.rps(),
+            "batches_failed": r.errors,
+            "batch_p50_ms": r.ms(0.5),
+            "batch_p99_ms": r.ms(0.99),
+        }))
+    }
+
+    /// W3 with batch-submitting clients: `clients` devices sending batches
+    /// of `items`, a custodian of `batch` draining; applied per second.
+    pub(crate) async fn w3_batches(
+        &self,
+        clients: usize,
+        items: usize,
+        batch: i64,
+    ) -> anyhow::Result<Value> {
+        let authority = "e2e-batches";
+        let mut r = self
+            .end_to_end_with(
+                authority,
+                custodian_config(authority, batch, Isolation::Serializable),
+                Effects::default(),
+                Submitters::Batches { clients, items },
+            )
+            .await?;
+        r["clients"] = json!(clients);
+        r["items_per_batch"] = json!(items);
+        Ok(r)
+    }
+
+    /// W8: does a custodian keep up with 64 submitting clients when effects
+    /// take time? For each effect latency, W3 with the custodian's defaults
+    /// and with each candidate `(batch, max_in_flight)`: submitted and
+    /// applied per second (applied / submitted near 1 keeps up).
+    pub(crate) async fn w8(
+        &self,
+        latencies_ms: &[u64],
+        candidates: &[(i64, usize)],
+    ) -> anyhow::Result<Value> {
+        let defaults = CustodianConfig::new(Vec::new());
+        let mut configs = vec![(defaults.batch_size, defaults.max_in_flight)];
+        for c in candidates {
+            if !configs.contains(c) {
+                configs.push(*c);
+            }
+        }
+        let mut out = Vec::new();
+        for &ms in latencies_ms {
+            for &(batch, in_flight) in &configs {
+                let authority = format!("w8-{ms}ms-b{batch}-f{in_flight}");
+                let mut config = custodian_config(&authority, batch, Isolation::Serializable);
+                config.max_in_flight = in_flight;
+                let mut effects = Effects::default();
+                effects.register(
+                    "noop",
+                    Sleeps(Duration::from_millis(ms)),
+                    Duration::from_secs(30),
+                );
+                let mut r = self
+                    .end_to_end_with(&authority, config, effects, Submitters::Single)
+                    .await?;
+                r["effect_ms"] = json!(ms);
+                r["max_in_flight"] = json!(in_flight);
+                r["keeps_up"] = json!(f(&r["applied_per_s"]) / f(&r["submit_rps"]));
+                tracing::info!(%r, "W8 point");
+                out.push(r);
+            }
+        }
+        Ok(Value::Array(out))
     }
 
     pub(crate) async fn w3(&self, batches: &[i64]) -> anyhow::Result<Value> {

@@ -114,6 +114,8 @@ pub struct Custodian {
     actor: String,
     /// The periodic recovery pass, limited to this custodian's authorities.
     recovery: recovery::Recovery,
+    /// When a claim last looked for stale prepared rows (`None`: never).
+    last_stale_pass: Mutex<Option<std::time::Instant>>,
 }
 
 impl Custodian {
@@ -138,6 +140,7 @@ impl Custodian {
             unrecorded: Mutex::new(Vec::new()),
             stats: Arc::new(Stats::default()),
             actor,
+            last_stale_pass: Mutex::new(None),
         }
     }
 
@@ -164,6 +167,20 @@ impl Custodian {
             }
         }
         Ok(())
+    }
+
+    /// Whether this claim should also look for stale prepared rows: the
+    /// first time, then once per half lease TTL (a row is stale only after a
+    /// whole TTL, so it waits at most half a TTL more), not on every claim:
+    /// that scan walks the in-flight table.
+    pub(crate) fn stale_pass_due(&self) -> bool {
+        let mut last = self.last_stale_pass.lock().expect("stale pass lock");
+        let now = std::time::Instant::now();
+        let due = last.is_none_or(|at| now.duration_since(at) >= self.config.lease_ttl / 2);
+        if due {
+            *last = Some(now);
+        }
+        due
     }
 
     /// Gives every lease up (graceful shutdown).

@@ -80,6 +80,7 @@ impl Custodian {
             &self.config.holder,
             limit,
             self.config.lease_ttl,
+            self.stale_pass_due(),
             &self.actor,
         )
         .await?;

@@ -16,14 +16,16 @@ use crate::domain::EffectOutcome;
 /// `prepared` under the lease's generation, or `expired` when its deadline
 /// passed or its pinned generation is not the current one. Also returns (up
 /// to `limit`) prepared rows of the current generation untouched for
-/// `stale_after`: adopted by recovery, or left by a start that failed. A
-/// second start of the same row is harmless: starting is a compare-and-set.
+/// `stale_after`, when `look_for_stale`: adopted by recovery, or left by a
+/// start that failed. A second start of the same row is harmless: starting
+/// is a compare-and-set.
 pub async fn claim(
     ex: impl PgExecutor<'_>,
     authorities: &[String],
     holder: &str,
     limit: i64,
     stale_after: std::time::Duration,
+    look_for_stale: bool,
     actor: &str,
 ) -> Result<Vec<CommandRow>, sqlx::Error> {
     // The statement lives in sql/claim.sql so that `explain_claim` plans
@@ -36,6 +38,7 @@ pub async fn claim(
         limit,
         actor,
         stale_after.as_secs_f64(),
+        look_for_stale,
     )
     .fetch_all(ex)
     .await
@@ -60,6 +63,7 @@ pub async fn explain_claim(
     .bind(limit)
     .bind("explain")
     .bind(10.0f64)
+    .bind(true)
     .fetch_all(ex)
     .await
 }

@@ -122,10 +122,11 @@ async fn the_rate_limit_stops_the_noisy_device_and_no_other() {
         .await
         .unwrap();
     let mut state = command_ledger::http::AppState::new(pool.clone(), Default::default());
-    let five = NonZeroU32::new(5).unwrap();
+    // A burst of 5, refilled at 1 per second: the 30 requests below are
+    // limited however slowly a loaded machine sends them (up to 5 s).
     state.limiter = Limiter::new(RateLimit {
-        per_second: five,
-        burst: five,
+        per_second: NonZeroU32::new(1).unwrap(),
+        burst: NonZeroU32::new(5).unwrap(),
     });
     let base = format!("http://{}", crate::harness::serve_state(state).await);
     let client = reqwest::Client::new();

@@ -222,6 +222,7 @@ async fn the_claim_takes_from_the_queue_oldest_first_and_skips_rows_another_clai
         "holder-a",
         2,
         Duration::from_secs(60),
+        true,
         "custodian:test",
     )
     .await
@@ -246,6 +247,7 @@ async fn the_claim_takes_from_the_queue_oldest_first_and_skips_rows_another_clai
         "holder-a",
         10,
         Duration::from_secs(60),
+        true,
         "custodian:test",
     )
     .await
@@ -346,9 +348,34 @@ async fn a_populated_v1_database_migrates_to_v2_without_losing_a_row_or_an_entry
         "holder-v2",
         100,
         Duration::from_secs(3600),
+        true,
         "custodian:test",
     )
     .await
     .unwrap();
     assert_eq!(claimed.len(), 3, "the three pending payments");
+}
+
+#[tokio::test]
+async fn the_guard_s_compiled_rules_are_the_frozen_tables() {
+    let pool = fresh_pool().await;
+    let disagreements: Vec<(String, String)> = sqlx::query_as(
+        "select f.state, t.state from command_states f cross join command_states t \
+         where ledger_transition_allowed(f.state, t.state) \
+               <> exists (select 1 from command_transitions x where x.from_state = f.state and x.to_state = t.state) \
+         union all \
+         select s.state, '' from command_states s where ledger_state_terminal(s.state) <> s.terminal",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert!(disagreements.is_empty(), "{disagreements:?}");
+    let pairs: i64 = sqlx::query_scalar(
+        "select count(*) from command_states f cross join command_states t \
+         where ledger_transition_allowed(f.state, t.state)",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(pairs, 9, "the nine edges of the state machine");
 }

@@ -31,12 +31,14 @@
         ),
         stale as (
             -- Prepared rows whose claim never got to start them (the holder
-            -- died or gave up between claim and start), from the in-flight table.
+            -- died or gave up between claim and start), from the in-flight
+            -- table; only when asked ($6): the custodian looks now and then,
+            -- not on every claim.
             select c.id, l.generation
             from lease l
             join command_in_flight f on f.authority_id = l.id
             join commands c on c.id = f.id
-            where c.state = 'prepared' and c.authority_generation = l.generation
+            where $6 and c.state = 'prepared' and c.authority_generation = l.generation
               and c.updated_at < now() - make_interval(secs => $5)
             order by c.id
             limit $3
