@@ -254,6 +254,58 @@ impl Submitted {
     }
 }
 
+/// One item's answer in a batch.
+#[derive(Debug, Clone)]
+pub enum ItemAnswer {
+    /// Recorded, or found recorded (the command's `disposition` says which).
+    Submitted(Box<Submitted>),
+    /// Refused: the problem the server answered for this item alone (a key
+    /// conflict, invalid arguments, ...). Sending it again changes nothing.
+    Refused {
+        key: String,
+        status: u16,
+        problem: Value,
+    },
+}
+
+impl ItemAnswer {
+    fn from_json(a: &Value, key: String) -> Result<ItemAnswer, Error> {
+        let status = a["status"]
+            .as_u64()
+            .and_then(|s| u16::try_from(s).ok())
+            .unwrap_or(0);
+        if let Some(command) = a.get("command") {
+            let command =
+                serde_json::from_value(command.clone()).map_err(|e| unexpected(status, &e))?;
+            return Ok(ItemAnswer::Submitted(Box::new(Submitted::Command {
+                key,
+                command,
+            })));
+        }
+        if let Some(held) = a.get("hold") {
+            let hold =
+                serde_json::from_value(held["hold"].clone()).map_err(|e| unexpected(status, &e))?;
+            return Ok(ItemAnswer::Submitted(Box::new(Submitted::Held {
+                key,
+                hold,
+            })));
+        }
+        Ok(ItemAnswer::Refused {
+            key,
+            status,
+            problem: a.get("problem").cloned().unwrap_or(Value::Null),
+        })
+    }
+
+    /// The idempotency key the item was sent under.
+    pub fn key(&self) -> &str {
+        match self {
+            ItemAnswer::Submitted(s) => s.key(),
+            ItemAnswer::Refused { key, .. } => key,
+        }
+    }
+}
+
 /// A command to submit.
 #[derive(Debug, Clone)]
 pub struct Submission {
@@ -411,6 +463,46 @@ impl Client {
         }
         let command = serde_json::from_value(value).map_err(|e| unexpected(200, &e))?;
         Ok(Submitted::Command { key, command })
+    }
+
+    /// Records up to 500 commands in one request and one commit
+    /// (`POST /v1/commands/batch`), retrying the whole batch safely: every
+    /// attempt carries the same keys and bodies, so a batch whose answer was
+    /// lost comes back as replays. One answer per submission, in order; a
+    /// refused item is an [`ItemAnswer::Refused`], never an error of the batch.
+    pub async fn submit_batch(&self, batch: &[Submission]) -> Result<Vec<ItemAnswer>, Error> {
+        let keys: Vec<String> = batch
+            .iter()
+            .map(|s| s.key.clone().unwrap_or_else(|| Uuid::now_v7().to_string()))
+            .collect();
+        let items: Vec<Value> = batch
+            .iter()
+            .zip(&keys)
+            .map(|(s, key)| {
+                let mut body = s.body();
+                body["idempotency_key"] = json!(key);
+                body
+            })
+            .collect();
+        let body = json!({ "items": items });
+        let response = self
+            .send(Method::POST, "/v1/commands/batch", Duration::ZERO, |r| {
+                r.json(&body)
+            })
+            .await?;
+        let value: Value = decode(response).await?;
+        let answers = value["items"]
+            .as_array()
+            .filter(|a| a.len() == keys.len())
+            .ok_or_else(|| Error::Unexpected {
+                status: 200,
+                body: format!("a batch of {} answered with {value}", keys.len()),
+            })?;
+        answers
+            .iter()
+            .zip(keys)
+            .map(|(a, key)| ItemAnswer::from_json(a, key))
+            .collect()
     }
 
     /// One command as it is now.

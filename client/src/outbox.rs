@@ -3,7 +3,9 @@
 //! [`Outbox::record`] writes a command, with its idempotency key, into a
 //! local SQLite file and makes it durable (`synchronous = FULL`) before
 //! anything is sent. [`Outbox::flush`] sends what is still unanswered, in the
-//! order it was recorded, each with its own key, and records each answer. A
+//! order it was recorded, each with its own key, in batches of up to
+//! [`BATCH`] (`POST /v1/commands/batch`: one request and one commit on the
+//! server per batch), and records each answer. A
 //! device that loses power or network at any point (before the send, after
 //! the server committed but before the answer arrived, before the answer
 //! was written down) resends on its next flush, under the same key, so each
@@ -11,7 +13,7 @@
 //!
 //! Definite refusals (`4xx` problems such as a key conflict) are answers
 //! too: they are recorded and not resent. A flush stops at the first
-//! command it could not get an answer for (the network is down), leaving it
+//! batch it could not get an answer for (the network is down), leaving it
 //! and everything after it for the next flush.
 
 use rusqlite::{Connection, OptionalExtension as _, params};
@@ -19,7 +21,10 @@ use serde_json::{Value, json};
 use std::path::Path;
 use std::sync::Mutex;
 
-use crate::{Client, Error, Submission, Submitted};
+use crate::{Client, ItemAnswer, Submission, Submitted};
+
+/// Most commands one flush request carries (the server's batch limit).
+pub const BATCH: usize = 500;
 
 /// Steps of a flush, for callers that want to observe them (and for tests
 /// that kill the process at each one).
@@ -145,13 +150,15 @@ impl Outbox {
 
     /// Sends every unanswered command (see the module's documentation).
     pub async fn flush(&self, client: &Client) -> Result<FlushReport, OutboxError> {
-        self.flush_observed(client, |_, _| {}).await
+        self.flush_observed(client, BATCH, |_, _| {}).await
     }
 
-    /// [`Outbox::flush`], calling `observe` at each step of each command.
+    /// [`Outbox::flush`] with at most `batch` commands per request (1 to
+    /// [`BATCH`]), calling `observe` at each step of each command.
     pub async fn flush_observed(
         &self,
         client: &Client,
+        batch: usize,
         mut observe: impl FnMut(FlushStep, &str),
     ) -> Result<FlushReport, OutboxError> {
         let mut report = FlushReport::default();
@@ -160,38 +167,63 @@ impl Outbox {
             .into_iter()
             .filter(|e| e.answer.is_none())
             .collect();
-        for (i, entry) in unanswered.iter().enumerate() {
-            observe(FlushStep::BeforeSend, &entry.key);
-            let submission = Submission::new(&entry.kind, &entry.authority)
-                .args(entry.args.clone())
-                .key(&entry.key);
-            let answer = match client.submit(&submission).await {
-                Ok(Submitted::Command { command, .. }) => {
-                    report.answered += 1;
-                    serde_json::to_value(&command).unwrap_or(Value::Null)
-                }
-                Ok(Submitted::Held { hold, .. }) => {
-                    report.answered += 1;
-                    json!({"disposition": "held", "hold": hold})
-                }
-                Err(Error::Problem { body, .. }) => {
-                    report.refused += 1;
-                    json!({"refused": body})
-                }
+        let mut sent = 0;
+        for chunk in unanswered.chunks(batch.clamp(1, BATCH)) {
+            for entry in chunk {
+                observe(FlushStep::BeforeSend, &entry.key);
+            }
+            let batch: Vec<Submission> = chunk
+                .iter()
+                .map(|entry| {
+                    Submission::new(&entry.kind, &entry.authority)
+                        .args(entry.args.clone())
+                        .key(&entry.key)
+                })
+                .collect();
+            let answers = match client.submit_batch(&batch).await {
+                Ok(answers) => answers,
                 Err(e) => {
-                    report.pending = unanswered.len() - i;
+                    report.pending = unanswered.len() - sent;
                     report.stopped_by = Some(e.to_string());
                     return Ok(report);
                 }
             };
-            observe(FlushStep::AfterAnswer, &entry.key);
-            self.lock().execute(
-                "update outbox set answer = ?1,
-                     answered_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
-                 where key = ?2 and answer is null",
-                params![answer.to_string(), entry.key],
-            )?;
-            observe(FlushStep::AfterRecord, &entry.key);
+            for answer in &answers {
+                observe(FlushStep::AfterAnswer, answer.key());
+            }
+            // Every answer of the batch written down in one transaction.
+            let mut conn = self.lock();
+            let tx = conn.transaction()?;
+            for answer in &answers {
+                let recorded = match answer {
+                    ItemAnswer::Submitted(submitted) => match submitted.as_ref() {
+                        Submitted::Command { command, .. } => {
+                            report.answered += 1;
+                            serde_json::to_value(command).unwrap_or(Value::Null)
+                        }
+                        Submitted::Held { hold, .. } => {
+                            report.answered += 1;
+                            json!({"disposition": "held", "hold": hold})
+                        }
+                    },
+                    ItemAnswer::Refused { problem, .. } => {
+                        report.refused += 1;
+                        json!({"refused": problem})
+                    }
+                };
+                tx.execute(
+                    "update outbox set answer = ?1,
+                         answered_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
+                     where key = ?2 and answer is null",
+                    params![recorded.to_string(), answer.key()],
+                )?;
+            }
+            tx.commit()?;
+            drop(conn);
+            for answer in &answers {
+                observe(FlushStep::AfterRecord, answer.key());
+            }
+            sent += chunk.len();
         }
         Ok(report)
     }

@@ -32,7 +32,8 @@ pub enum OutboxAction {
         #[arg(long)]
         key: Option<String>,
     },
-    /// Send every unanswered command, in order, and record each answer.
+    /// Send every unanswered command, in order, in batches (one request and
+    /// one commit each), and record each answer.
     Flush {
         #[arg(
             long,
@@ -42,6 +43,9 @@ pub enum OutboxAction {
         url: String,
         #[arg(long, env = "COMMAND_LEDGER_TOKEN", hide_env_values = true)]
         token: String,
+        /// Most commands per request (1 to 500).
+        #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u16).range(1..=500))]
+        batch: u16,
     },
     /// Every command in the outbox with its answer (one JSON object per line).
     List,
@@ -75,11 +79,11 @@ pub(super) async fn run(cmd: OutboxCommand) -> anyhow::Result<()> {
             s.key = key;
             println!("{}", outbox.record(&s)?);
         }
-        OutboxAction::Flush { url, token } => {
+        OutboxAction::Flush { url, token, batch } => {
             let client = Client::new(url, token);
             let crash = crash_step();
             let report = outbox
-                .flush_observed(&client, |step, _| {
+                .flush_observed(&client, usize::from(batch), |step, _| {
                     if Some(step) == crash {
                         std::process::abort();
                     }

@@ -52,6 +52,8 @@ async fn outbox_cli(
     cmd.output().await.unwrap()
 }
 
+/// Kills a flush of batches of one at each step (the first command's), then
+/// lets it finish.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_device_killed_at_every_step_of_a_flush_ends_with_each_command_once() {
     let app = TestApp::spawn().await;
@@ -84,21 +86,42 @@ async fn a_device_killed_at_every_step_of_a_flush_ends_with_each_command_once() 
     );
 
     // Power lost before the first send: nothing reached the ledger.
-    let out = outbox_cli(&app, &token, &db, &["flush"], Some("before_send")).await;
+    let out = outbox_cli(
+        &app,
+        &token,
+        &db,
+        &["flush", "--batch", "1"],
+        Some("before_send"),
+    )
+    .await;
     assert!(!out.status.success(), "the flush was killed");
     assert_eq!(app.command_count().await, 0);
     // Power lost after the server committed the first and answered, before
     // the device wrote the answer down.
-    let out = outbox_cli(&app, &token, &db, &["flush"], Some("after_answer")).await;
+    let out = outbox_cli(
+        &app,
+        &token,
+        &db,
+        &["flush", "--batch", "1"],
+        Some("after_answer"),
+    )
+    .await;
     assert!(!out.status.success());
     assert_eq!(app.command_count().await, 1);
     // Power lost right after writing the first answer down: the first is
     // resent (a replay) and recorded, the rest not yet sent.
-    let out = outbox_cli(&app, &token, &db, &["flush"], Some("after_record")).await;
+    let out = outbox_cli(
+        &app,
+        &token,
+        &db,
+        &["flush", "--batch", "1"],
+        Some("after_record"),
+    )
+    .await;
     assert!(!out.status.success());
     assert_eq!(app.command_count().await, 1);
     // Power back: everything left goes, once.
-    let out = outbox_cli(&app, &token, &db, &["flush"], None).await;
+    let out = outbox_cli(&app, &token, &db, &["flush", "--batch", "1"], None).await;
     assert!(
         out.status.success(),
         "{}",
@@ -184,4 +207,79 @@ async fn with_the_network_down_a_flush_keeps_everything_for_the_next_one() {
     let report = outbox.flush(&Client::new(&app.base, &token)).await.unwrap();
     assert_eq!(report.answered, 1);
     assert_eq!(outbox.answer(&key).unwrap().unwrap()["state"], "pending");
+}
+
+#[tokio::test]
+async fn a_flush_sends_its_commands_in_one_batch_and_one_commit() {
+    let app = TestApp::spawn().await;
+    let token = app.token("kiosk", Role::Device).await;
+    let scratch = Scratch::new();
+    let outbox = Outbox::open(&scratch.0.join("outbox.sqlite")).unwrap();
+    for i in 0..25 {
+        outbox
+            .record(&Submission::new("steer", "agent-7").args(json!({"step": i})))
+            .unwrap();
+    }
+    // A refusal inside the batch is that entry's answer alone.
+    outbox
+        .record(&Submission::new("Bad Kind", "agent-7").args(json!({})))
+        .unwrap();
+    let report = outbox.flush(&Client::new(&app.base, &token)).await.unwrap();
+    assert_eq!(
+        (report.answered, report.refused, report.pending),
+        (25, 1, 0)
+    );
+    let (rows, commits): (i64, i64) =
+        sqlx::query_as("select count(*), count(distinct xmin::text) from commands")
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!((rows, commits), (25, 1), "one batch, one commit");
+    let refused: Vec<Value> = outbox
+        .entries()
+        .unwrap()
+        .into_iter()
+        .filter_map(|e| e.answer.filter(|a| a.get("refused").is_some()))
+        .collect();
+    assert_eq!(refused.len(), 1);
+    assert_eq!(refused[0]["refused"]["type"], "/problems/invalid-body");
+}
+
+/// The same with the whole queue in one batch: a kill after the server
+/// answered loses the answers of all of it; the next flush resends the
+/// batch and gets each command back as a replay, never a second command.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_device_killed_after_a_batch_was_answered_resends_it_as_replays() {
+    let app = TestApp::spawn().await;
+    let token = app.token("kiosk", Role::Device).await;
+    let scratch = Scratch::new();
+    let db = scratch.0.join("outbox.sqlite");
+    for direction in ["left", "right", "up"] {
+        let arg = format!("direction={direction}");
+        let out = outbox_cli(
+            &app,
+            &token,
+            &db,
+            &["add", "steer", "--authority", "agent-7", "--arg", &arg],
+            None,
+        )
+        .await;
+        assert!(out.status.success());
+    }
+    let out = outbox_cli(&app, &token, &db, &["flush"], Some("after_answer")).await;
+    assert!(!out.status.success(), "the flush was killed");
+    assert_eq!(app.command_count().await, 3, "the batch committed");
+    let out = outbox_cli(&app, &token, &db, &["flush"], None).await;
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "answered 3, refused 0, still pending 0"
+    );
+    assert_eq!(app.command_count().await, 3, "each command exactly once");
+    let out = outbox_cli(&app, &token, &db, &["list"], None).await;
+    let dispositions: Vec<String> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["answer"]["disposition"].to_string())
+        .collect();
+    assert_eq!(dispositions, [r#""replay""#; 3]);
 }
