@@ -35,9 +35,7 @@ impl Awa {
                 .arg("--manifest-path")
                 .arg(&manifest)
                 .arg("--target-dir")
-                .arg(&target)
-                // Not this workspace's offline query data: awa has its own.
-                .env_remove("SQLX_OFFLINE_DIR"),
+                .arg(&target),
         )
         .await?;
         Ok(Awa {

@@ -266,6 +266,33 @@ mod tests {
         );
     }
 
+    #[tokio::test]
+    async fn a_failed_setup_step_names_the_peer_the_step_and_what_it_said() {
+        let missing = setup_command(
+            "graphile-worker",
+            "npm ci",
+            &mut tokio::process::Command::new("/nonexistent/npm"),
+        )
+        .await
+        .expect_err("no such program");
+        let text = missing.to_string();
+        assert!(
+            text.starts_with("peers: graphile-worker: npm ci: could not start"),
+            "{text}"
+        );
+
+        let failed = setup_command(
+            "awa",
+            "cargo build",
+            tokio::process::Command::new("sh").args(["-c", "echo no network >&2; exit 101"]),
+        )
+        .await
+        .expect_err("it exits 101");
+        let text = failed.to_string();
+        assert!(text.starts_with("peers: awa: cargo build failed"), "{text}");
+        assert!(text.ends_with("\nno network"), "{text}");
+    }
+
     #[test]
     fn the_median_of_an_even_count_is_the_mean_of_the_middle_two() {
         assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);

@@ -240,8 +240,10 @@ async fn run(args: &[String], process_start: Instant) -> Result<serde_json::Valu
                 "terminal_from_counters": terminal(&pool).await?,
             }))
         }
-        _ => Err("usage: awa-peer setup | insert-single N CLIENTS | insert-many N BATCH | \
+        _ => Err(
+            "usage: awa-peer setup | insert-single N CLIENTS | insert-many N BATCH | \
                   enqueue-batch N BATCH | work N MAX_WORKERS | count"
-            .into()),
+                .into(),
+        ),
     }
 }
