@@ -187,9 +187,17 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let mut peer_figures = serde_json::Value::Null;
     if let Some(peers) = &peers {
         let bin_dir = command_ledger::embedded_pg::find_bin_dir().unwrap_or_default();
-        peer_figures = peers
+        peer_figures = match peers
             .run(bench.admin_pool(), bench.url(), &bin_dir, &args.out)
-            .await?;
+            .await
+        {
+            Ok(figures) => figures,
+            Err(e) => {
+                // Stop the private cluster before reporting the failure.
+                bench.stop().await?;
+                return Err(e);
+            }
+        };
         println!("peers: {peer_figures}");
     }
     let mut w6 = serde_json::Value::Null;

@@ -4,7 +4,7 @@
 //! around each processing step, awa's own exact count checks that exactly
 //! the jobs queued became terminal, and that none is left.
 
-use super::{Figures, PeerOptions, checkpoint, rate, setup_command, sources_dir, tail};
+use super::{Figures, PeerOptions, STEP_LIMIT, checkpoint, rate, setup_command, sources_dir, tail};
 use anyhow::{Context as _, bail};
 use serde_json::{Value, json};
 use sqlx::PgPool;
@@ -45,11 +45,19 @@ impl Awa {
 
     /// One run of the harness; the JSON line it printed.
     async fn step(&self, url: &str, args: &[String]) -> anyhow::Result<Value> {
-        let output = Command::new(&self.bin)
+        let run = Command::new(&self.bin)
             .args(args)
             .env("DATABASE_URL", url)
-            .output()
+            .kill_on_drop(true)
+            .output();
+        let output = tokio::time::timeout(STEP_LIMIT, run)
             .await
+            .map_err(|_| {
+                anyhow::anyhow!(
+                    "peers: {PEER}: step `{}` still running after {STEP_LIMIT:?}; stopped",
+                    args.join(" ")
+                )
+            })?
             .with_context(|| format!("peers: {PEER}: starting {}", self.bin.display()))?;
         let stdout = String::from_utf8_lossy(&output.stdout);
         if !output.status.success() {

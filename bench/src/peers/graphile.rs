@@ -3,7 +3,7 @@
 //! `add_job` and `add_jobs` functions); processing is its CLI with
 //! `--once`, timed from spawn to exit.
 
-use super::{Figures, PeerOptions, checkpoint, rate, setup_command, sources_dir, tail};
+use super::{Figures, PeerOptions, STEP_LIMIT, checkpoint, rate, setup_command, sources_dir, tail};
 use anyhow::{Context as _, bail};
 use serde_json::{Value, json};
 use sqlx::PgPool;
@@ -230,10 +230,15 @@ impl Graphile {
         if tuned {
             cmd.arg("-C").arg(self.dir.join(TUNED));
         }
+        cmd.kill_on_drop(true);
         let t0 = Instant::now();
-        let output = cmd
-            .output()
+        let output = tokio::time::timeout(STEP_LIMIT, cmd.output())
             .await
+            .map_err(|_| {
+                anyhow::anyhow!(
+                    "peers: {PEER}: the worker (--once) still running after {STEP_LIMIT:?}; stopped"
+                )
+            })?
             .with_context(|| format!("peers: {PEER}: starting the worker"))?;
         let took = t0.elapsed();
         let stderr = String::from_utf8_lossy(&output.stderr).into_owned()

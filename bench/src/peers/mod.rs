@@ -91,6 +91,10 @@ fn median(values: &[f64]) -> f64 {
     }
 }
 
+/// How long one measured peer step may run before it is stopped and the
+/// run fails.
+const STEP_LIMIT: Duration = Duration::from_secs(20 * 60);
+
 /// Where the peers are installed: `target/peers/` of the workspace.
 fn cache_dir() -> PathBuf {
     workspace_dir().join("target").join("peers")
