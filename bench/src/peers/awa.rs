@@ -27,15 +27,36 @@ impl Awa {
         let target = cache.join("awa");
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
         tracing::info!(manifest = %manifest.display(), "building the awa harness (awa {VERSION}; the first build takes minutes)");
+        let mut build = Command::new(cargo);
+        build
+            .args(["build", "--release", "--locked", "--quiet"])
+            .arg("--manifest-path")
+            .arg(&manifest)
+            .arg("--target-dir")
+            .arg(&target);
+        // What `cargo run` sets for this program is not the awa build's
+        // business, and a build script that watches one of them (ring's
+        // watches CARGO_MANIFEST_DIR) would rebuild everything whenever
+        // ledger-bench is started another way.
+        for (name, _) in std::env::vars_os() {
+            let name = name.to_string_lossy();
+            if [
+                "CARGO_PKG_",
+                "CARGO_MANIFEST_",
+                "CARGO_CRATE_",
+                "CARGO_BIN_",
+                "CARGO_PRIMARY_",
+            ]
+            .iter()
+            .any(|p| name.starts_with(p))
+            {
+                build.env_remove(name.as_ref());
+            }
+        }
         setup_command(
             PEER,
             "cargo build of bench/peers/awa (fetching awa from crates.io)",
-            Command::new(cargo)
-                .args(["build", "--release", "--locked", "--quiet"])
-                .arg("--manifest-path")
-                .arg(&manifest)
-                .arg("--target-dir")
-                .arg(&target),
+            &mut build,
         )
         .await?;
         Ok(Awa {
