@@ -36,19 +36,13 @@ impl LedgerFigures {
     }
 }
 
-/// A peer figure of the report by its key: (what, jobs per second).
-fn peer(r: &Value, key: &str) -> Option<(String, f64)> {
+/// A peer figure of the report by its key: (`label`, jobs per second).
+fn peer(r: &Value, key: &str, label: &str) -> Option<(String, f64)> {
     r["peers"]["figures"]
         .as_array()?
         .iter()
         .find(|f| f["key"] == key)
-        .and_then(|f| {
-            let rate = f["jobs_per_s"].as_f64()?;
-            Some((
-                format!("{} {}", f["peer"].as_str()?, f["name"].as_str()?),
-                rate,
-            ))
-        })
+        .and_then(|f| Some((label.to_owned(), f["jobs_per_s"].as_f64()?)))
 }
 
 /// One comparison. `missing` says why there is no ratio when the ledger
@@ -100,18 +94,61 @@ pub(crate) fn ratios(r: &Value) -> Value {
         "no batch figure",
     );
     // The better peer at one job per transaction.
-    let single = [peer(r, "gw_add_job"), peer(r, "awa_insert_with")]
-        .into_iter()
-        .flatten()
-        .max_by(|a, b| a.1.total_cmp(&b.1));
+    let single = [
+        peer(
+            r,
+            "gw_add_job",
+            "graphile-worker `add_job`, one per transaction",
+        ),
+        peer(
+            r,
+            "awa_insert_with",
+            "awa `insert_with`, one per transaction",
+        ),
+    ]
+    .into_iter()
+    .flatten()
+    .max_by(|a, b| a.1.total_cmp(&b.1));
     json!([
-        ratio(w3b, peer(r, "gw_process_tuned"), Some(1.0)),
-        ratio(w3b, peer(r, "gw_process_tuned_startup_adjusted"), None),
-        ratio(w3b, peer(r, "gw_process_defaults"), None),
-        ratio(w3b, peer(r, "awa_process"), None),
+        ratio(
+            w3b,
+            peer(r, "gw_process_tuned", "graphile-worker processing, tuned"),
+            Some(1.0)
+        ),
+        ratio(
+            w3b,
+            peer(
+                r,
+                "gw_process_tuned_startup_adjusted",
+                "graphile-worker processing, tuned, less start-up"
+            ),
+            None
+        ),
+        ratio(
+            w3b,
+            peer(
+                r,
+                "gw_process_defaults",
+                "graphile-worker processing, defaults"
+            ),
+            None
+        ),
+        ratio(w3b, peer(r, "awa_process", "awa processing"), None),
         ratio(w1, single, Some(4.0)),
-        ratio(batch, peer(r, "gw_add_jobs"), Some(0.5)),
-        ratio(batch, peer(r, "awa_enqueue_params_batch"), None),
+        ratio(
+            batch,
+            peer(r, "gw_add_jobs", "graphile-worker `add_jobs`, batches"),
+            Some(0.5)
+        ),
+        ratio(
+            batch,
+            peer(
+                r,
+                "awa_enqueue_params_batch",
+                "awa `enqueue_params_batch`, batches"
+            ),
+            None
+        ),
     ])
 }
 
@@ -244,7 +281,7 @@ mod tests {
         );
         assert_eq!(r["peers"]["ratios"][5]["met"], Value::Null);
         let md = markdown(&r);
-        assert!(md.contains("| batch submit, items/s | – | graphile-worker add_jobs | 100000 | n/a (no batch figure) | >= 0.5 | – |"), "{md}");
+        assert!(md.contains("| batch submit, items/s | – | graphile-worker `add_jobs`, batches | 100000 | n/a (no batch figure) | >= 0.5 | – |"), "{md}");
     }
 
     #[test]
