@@ -157,7 +157,8 @@ impl Awa {
                 rate(o.jobs, Duration::from_secs_f64(seconds)),
                 json!({"how": format!("awa-peer {}", args.join(" ")), "output": r}),
             );
-            self.process(o, url, process_key, label, figures).await?;
+            self.process(o, admin, url, process_key, label, figures)
+                .await?;
         }
         Ok(())
     }
@@ -168,6 +169,7 @@ impl Awa {
     async fn process(
         &self,
         o: &PeerOptions,
+        admin: &PgPool,
         url: &str,
         key: &'static str,
         queued_by: &str,
@@ -180,6 +182,7 @@ impl Awa {
                 o.jobs
             );
         }
+        checkpoint(admin).await;
         let args = vec![
             "work".to_owned(),
             o.jobs.to_string(),
