@@ -12,6 +12,7 @@
 
 mod chart;
 mod load;
+mod peers;
 mod pgbench;
 mod report;
 mod workloads;
@@ -84,6 +85,21 @@ struct Args {
     /// workloads left out read as not met.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
+    /// Also measure the peers on the same cluster in the same run, each in
+    /// a database of its own: graphile-worker 0.18.0 (installed with npm
+    /// into target/peers/) at its defaults and with its documented tuned
+    /// settings, and awa 0.6.9 (bench/peers/awa, built with cargo, fetching
+    /// from crates.io): single and batch enqueue and processing of no-op
+    /// jobs. The report then gives the ledger's figures as ratios to
+    /// theirs. Needs node, npm and cargo; never part of a run without it.
+    #[arg(long)]
+    peers: bool,
+    /// No-op jobs per peer step (default 20,000; 2,000 with --quick).
+    #[arg(long)]
+    peer_jobs: Option<usize>,
+    /// Repetitions of the peers' steps; the median is reported.
+    #[arg(long, default_value_t = 1)]
+    peer_reps: usize,
 }
 
 impl Args {
@@ -134,6 +150,22 @@ async fn run(args: Args) -> anyhow::Result<()> {
         bail!("--docs records a whole run; leave out --only");
     }
     std::fs::create_dir_all(&args.out)?;
+    // Installing the peers comes first: a missing npm or registry fails the
+    // run before any workload.
+    let peers = if args.peers {
+        let options = peers::PeerOptions {
+            jobs: args
+                .peer_jobs
+                .unwrap_or(if args.quick { 2_000 } else { 20_000 }),
+            reps: args.peer_reps,
+            clients: 8,
+            batch: 500,
+            concurrency: 24,
+        };
+        Some(peers::Peers::prepare(options).await?)
+    } else {
+        None
+    };
     let bench = workloads::Bench::start(
         args.database_url.clone(),
         &args.out,
@@ -197,6 +229,22 @@ async fn run(args: Args) -> anyhow::Result<()> {
         w3b = bench.w3b(args.burn_down, best_batch).await?;
         println!("W3b: {w3b}");
     }
+    let mut peer_figures = serde_json::Value::Null;
+    if let Some(peers) = &peers {
+        let bin_dir = command_ledger::embedded_pg::find_bin_dir().unwrap_or_default();
+        peer_figures = match peers
+            .run(bench.admin_pool(), bench.url(), &bin_dir, &args.out)
+            .await
+        {
+            Ok(figures) => figures,
+            Err(e) => {
+                // Stop the private cluster before reporting the failure.
+                bench.stop().await?;
+                return Err(e);
+            }
+        };
+        println!("peers: {peer_figures}");
+    }
     let mut w6 = serde_json::Value::Null;
     if want("w6") {
         w6 = bench
@@ -237,12 +285,20 @@ async fn run(args: Args) -> anyhow::Result<()> {
         "w6": w6,
         "w4": w4,
         "memory": memory,
+        "peers": peer_figures,
+        // Items per second through the batch submit endpoint, for the
+        // peers' ratio; no workload measures it yet.
+        "batch_submit_items_per_s": serde_json::Value::Null,
     });
     results["baselines"]["drift"] = report::drift(&results);
     results["targets"] = report::targets(&results);
+    if !results["peers"].is_null() {
+        results["peers"]["ratios"] = peers::report::ratios(&results);
+    }
     let text = serde_json::to_string_pretty(&results)?;
     std::fs::write(args.out.join("results.json"), &text)?;
-    let markdown = report::markdown(&results);
+    let mut markdown = report::markdown(&results);
+    markdown.push_str(&peers::markdown(&results));
     std::fs::write(args.out.join("results.md"), &markdown)?;
     chart::render(&results, &args.out.join("chart.png")).context("drawing the chart")?;
     println!("\n{markdown}");

@@ -50,6 +50,35 @@ impl PgBench {
         seconds: u64,
         rate: Option<f64>,
     ) -> anyhow::Result<Baseline> {
+        self.exec(name, script, clients, &format!("--time={seconds}"), rate)
+    }
+
+    /// Runs `script` `transactions` times on each of `clients` connections
+    /// (a fixed amount of work rather than a fixed time).
+    pub(crate) fn run_count(
+        &self,
+        name: &str,
+        script: &str,
+        clients: usize,
+        transactions: usize,
+    ) -> anyhow::Result<Baseline> {
+        self.exec(
+            name,
+            script,
+            clients,
+            &format!("--transactions={transactions}"),
+            None,
+        )
+    }
+
+    fn exec(
+        &self,
+        name: &str,
+        script: &str,
+        clients: usize,
+        limit: &str,
+        rate: Option<f64>,
+    ) -> anyhow::Result<Baseline> {
         let script_path = self.dir.join(format!("{name}.sql"));
         std::fs::write(&script_path, script)?;
         let prefix = self.dir.join(format!("{name}-log"));
@@ -60,7 +89,7 @@ impl PgBench {
             .arg(format!("--log-prefix={}", prefix.display()))
             .arg(format!("--client={clients}"))
             .arg(format!("--jobs={threads}"))
-            .arg(format!("--time={seconds}"))
+            .arg(limit)
             .arg(format!("--file={}", script_path.display()))
             .args(rate.map(|r| format!("--rate={r:.1}")))
             .arg(&self.url)

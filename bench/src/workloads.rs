@@ -183,6 +183,16 @@ impl Bench {
         &self.db.pool
     }
 
+    /// The bench's own pool and URL (a superuser's on the private cluster),
+    /// for the peers' databases on the same cluster.
+    pub(crate) fn admin_pool(&self) -> &PgPool {
+        &self.db.pool
+    }
+
+    pub(crate) fn url(&self) -> &str {
+        &self.db.url
+    }
+
     pub(crate) async fn settings(&self) -> anyhow::Result<Value> {
         let rows =
             sqlx::query("select name, setting from pg_settings where name = any($1) order by name")
