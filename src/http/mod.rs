@@ -10,6 +10,7 @@ pub mod error;
 mod extract;
 mod health;
 mod holds;
+mod kinds;
 pub mod limits;
 mod listener;
 mod malformed;
@@ -92,6 +93,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/v1/commands", post(submit::submit).get(commands::list))
         .route("/v1/invoke", post(submit::invoke))
+        .route("/v1/kinds", get(kinds::list))
         .route("/v1/holds", get(holds::list))
         .route("/v1/holds/{id}", get(holds::get_one))
         .route("/v1/holds/{id}/release", post(holds::release))

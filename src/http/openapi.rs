@@ -19,6 +19,7 @@ and 400, 414 or 431 for a request the HTTP layer cannot parse (a header value wi
     paths(
         super::submit::submit,
         super::submit::invoke,
+        super::kinds::list,
         super::commands::get_one,
         super::commands::list,
         super::commands::history,
