@@ -33,6 +33,8 @@ pub(super) struct KindView {
     args_schema: Value,
 }
 
+/// The kinds the catalog names, by name: what a caller needs to call each
+/// (an MCP server makes each one with an authority a tool).
 #[utoipa::path(get, path = "/v1/kinds", operation_id = "listKinds", tag = "commands",
     responses((status = 200, body = KindList), (status = 401, body = super::error::Problem)),
     security(("bearer" = [])))]
