@@ -20,11 +20,18 @@
 //! email_fields = ["customer"]
 //! volatile_fields = ["attempt"]          # dropped, on top of request_id, trace_id, ...
 //!
+//! description = "Refund a customer"     # for callers: GET /v1/kinds, MCP tools
+//! [kinds.refund.args_schema]             # a JSON Schema of the args, shown to callers
+//! type = "object"                        # (default: one made from the fields above)
+//! required = ["to", "amount"]
+//! properties.to = { type = "string", format = "email" }
+//!
 //! [kinds.ping]
 //! executor = "noop"                      # built in
 //! ```
 
 use serde::Deserialize;
+use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
@@ -67,13 +74,23 @@ pub struct KindConfig {
     pub email_fields: Vec<String>,
     #[serde(default)]
     pub volatile_fields: Vec<String>,
+    /// What the kind does, in a sentence, for callers: `GET /v1/kinds`
+    /// lists it and `command-ledger mcp` makes it the tool's description.
+    pub description: Option<String>,
+    /// A JSON Schema of the kind's args, shown to callers (an MCP tool's
+    /// input schema). Advisory: admission checks only what canonical form
+    /// needs (money with a currency, say). Unset: one made from
+    /// `money_fields` and `email_fields`.
+    pub args_schema: Option<Value>,
 }
 
-/// Admission policies by kind; kinds the catalog does not name get the default.
+/// Admission policies by kind; kinds the catalog does not name get the
+/// default. Also what callers are told about each named kind.
 #[derive(Debug, Clone, Default)]
 pub struct Policies {
     by_kind: std::collections::HashMap<String, KindPolicy>,
     default: KindPolicy,
+    descriptions: BTreeMap<String, KindDescription>,
 }
 
 impl Policies {
@@ -83,6 +100,75 @@ impl Policies {
 
     pub fn set(&mut self, kind: &str, policy: KindPolicy) {
         self.by_kind.insert(kind.to_owned(), policy);
+    }
+
+    /// Tells callers what `kind` does and what its args look like.
+    pub fn describe(&mut self, kind: &str, description: KindDescription) {
+        self.descriptions.insert(kind.to_owned(), description);
+    }
+
+    /// Every kind the catalog names, by name, with its policy and what
+    /// callers are told about it (a schema made from the policy when the
+    /// catalog gives none).
+    pub fn kinds(&self) -> Vec<(&str, &KindPolicy, KindDescription)> {
+        let mut kinds: Vec<_> = self
+            .by_kind
+            .iter()
+            .map(|(kind, policy)| {
+                let described = self.descriptions.get(kind).cloned().unwrap_or_default();
+                let description = KindDescription {
+                    args_schema: described
+                        .args_schema
+                        .or_else(|| Some(args_schema_from(policy))),
+                    ..described
+                };
+                (kind.as_str(), policy, description)
+            })
+            .collect();
+        kinds.sort_by(|a, b| a.0.cmp(b.0));
+        kinds
+    }
+}
+
+/// What callers are told about a kind.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct KindDescription {
+    pub description: Option<String>,
+    /// A JSON Schema object (`"type": "object"`).
+    pub args_schema: Option<Value>,
+}
+
+/// The schema a kind's args get when the catalog gives none: any object,
+/// with the fields its canonical form treats specially described.
+fn args_schema_from(policy: &KindPolicy) -> Value {
+    let mut properties = serde_json::Map::new();
+    for field in &policy.canonical.money_fields {
+        properties.insert(field.clone(), json!({"description": MONEY_DESCRIPTION}));
+    }
+    for field in &policy.canonical.email_fields {
+        properties.insert(field.clone(), json!({"type": "string", "format": "email"}));
+    }
+    json!({"type": "object", "properties": properties})
+}
+
+/// How the ledger reads money, for callers.
+pub const MONEY_DESCRIPTION: &str = "an amount with its currency: \"12.00 USD\", \"$12.00\", \"USD 12\", or \"1200 cents\" with a \"currency\" field; never without a currency";
+
+/// A configured args schema: a table whose `type`, if given, is `object`.
+fn checked_args_schema(schema: &Value) -> Result<Value, String> {
+    let Value::Object(map) = schema else {
+        return Err("args_schema must be a table (a JSON Schema object)".to_owned());
+    };
+    match map.get("type") {
+        None => {
+            let mut map = map.clone();
+            map.insert("type".to_owned(), json!("object"));
+            Ok(Value::Object(map))
+        }
+        Some(t) if t == "object" => Ok(schema.clone()),
+        Some(t) => Err(format!(
+            "args_schema describes the args object: its type is \"object\", not {t}"
+        )),
     }
 }
 
@@ -173,6 +259,17 @@ impl Catalog {
                 guard_keyed: cfg.guard_keyed.unwrap_or(false),
             };
             policies.set(kind, policy);
+            let args_schema = match &cfg.args_schema {
+                Some(schema) => Some(checked_args_schema(schema).map_err(invalid)?),
+                None => None,
+            };
+            policies.describe(
+                kind,
+                KindDescription {
+                    description: cfg.description.clone(),
+                    args_schema,
+                },
+            );
         }
         Ok(policies)
     }
@@ -240,6 +337,44 @@ mod tests {
             "coalesce_window = \"soon\"",
             "authority = \"a b\"",
         ] {
+            let c: Catalog = toml::from_str(&format!("[kinds.refund]\n{bad}")).unwrap();
+            assert!(c.policies().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_kind_tells_callers_what_its_args_look_like() {
+        let catalog: Catalog = toml::from_str(
+            r#"
+            [kinds.refund]
+            authority = "payments"
+            description = "Refund a customer"
+            [kinds.refund.args_schema]
+            required = ["to"]
+            properties.to = { type = "string", format = "email" }
+
+            [kinds.steer]
+            money_fields = ["budget"]
+            email_fields = ["owner"]
+            "#,
+        )
+        .unwrap();
+        let policies = catalog.policies().unwrap();
+        let kinds = policies.kinds();
+        let names: Vec<&str> = kinds.iter().map(|k| k.0).collect();
+        assert_eq!(names, ["refund", "steer"]);
+        assert_eq!(kinds[0].2.description.as_deref(), Some("Refund a customer"));
+        assert_eq!(
+            kinds[0].2.args_schema,
+            Some(json!({"type": "object", "required": ["to"],
+                        "properties": {"to": {"type": "string", "format": "email"}}}))
+        );
+        // No schema given: one from the fields canonical form reads.
+        let steer = kinds[1].2.args_schema.clone().unwrap();
+        assert_eq!(steer["type"], "object");
+        assert_eq!(steer["properties"]["owner"]["format"], "email");
+        assert!(steer["properties"]["budget"]["description"].is_string());
+        for bad in ["args_schema = 3", "args_schema = { type = \"string\" }"] {
             let c: Catalog = toml::from_str(&format!("[kinds.refund]\n{bad}")).unwrap();
             assert!(c.policies().is_err(), "{bad}");
         }

@@ -16,7 +16,10 @@
 //!   (problem+json errors, waiting for outcomes, OpenAPI, the console).
 //! - [`custodian`]: leases, the fenced steps (claim, start, record), the one
 //!   pipeline that drives them, effects and executors, recovery.
-//! - [`catalog`]: `ledger.toml`, the kinds and their admission policies.
+//! - [`catalog`]: `ledger.toml`, the kinds, their admission policies and
+//!   what callers are told about them (description, args schema).
+//! - [`mcp`]: the MCP server for agents: the API's kinds as tools, each call
+//!   a `/v1/invoke` through the client crate.
 //! - [`metrics`]: the Prometheus text format, and the custodian's counters.
 //! - [`crash`]: the crash points the crash campaign arms.
 //! - [`demo_sink`]: the demo payments provider, an effect target with a durable log.
@@ -34,5 +37,6 @@ pub mod domain;
 pub mod embedded_pg;
 pub mod http;
 pub mod ledger;
+pub mod mcp;
 pub mod metrics;
 pub mod telemetry;

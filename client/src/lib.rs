@@ -413,6 +413,19 @@ pub struct Invoked {
     pub hold_id: Option<Uuid>,
 }
 
+/// A kind the ledger knows, as `GET /v1/kinds` lists it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Kind {
+    pub kind: String,
+    /// The authority `invoke` uses for it; `None`: the caller must name one.
+    pub authority: Option<String>,
+    /// `required` or `fingerprint` (the intent may stand in for a key).
+    pub key: String,
+    pub description: Option<String>,
+    /// A JSON Schema of the args (an object schema).
+    pub args_schema: Value,
+}
+
 /// A client of one ledger API, with one bearer token.
 #[derive(Debug, Clone)]
 pub struct Client {
@@ -437,6 +450,29 @@ impl Client {
     pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
         self.retry = retry;
         self
+    }
+
+    /// The same API as another principal (sharing connections).
+    #[must_use]
+    pub fn with_token(&self, token: impl Into<String>) -> Self {
+        Client {
+            token: token.into(),
+            ..self.clone()
+        }
+    }
+
+    /// The kinds the ledger knows (`GET /v1/kinds`), by name.
+    pub async fn kinds(&self) -> Result<Vec<Kind>, Error> {
+        #[derive(Deserialize)]
+        struct Kinds {
+            items: Vec<Kind>,
+        }
+        let k: Kinds = decode(
+            self.send(Method::GET, "/v1/kinds", Duration::ZERO, |r| r)
+                .await?,
+        )
+        .await?;
+        Ok(k.items)
     }
 
     /// Records a command (`POST /v1/commands`), retrying safely: every

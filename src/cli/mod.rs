@@ -2,7 +2,7 @@
 //! `recover` (custodian.rs), `migrate` and `inspector-role` (here), `token`
 //! (token.rs), `prune` (prune.rs), `verify` (verify.rs), the operator's
 //! `commands`, `holds` and `authorities` (inspect.rs), and the API's clients
-//! `submit` (submit.rs) and `outbox` (outbox.rs); plus what they share: the
+//! `submit` (submit.rs), `outbox` (outbox.rs) and `mcp` (mcp.rs); plus what they share: the
 //! database (database.rs), durations and the shutdown signal. Every
 //! subcommand but the API's clients talks to `DATABASE_URL` when it is set,
 //! else to the private cluster under `--state-dir` (started on demand,
@@ -11,6 +11,7 @@
 mod custodian;
 mod database;
 mod inspect;
+mod mcp;
 mod outbox;
 mod prune;
 mod serve;
@@ -123,6 +124,10 @@ pub enum Command {
     /// before anything is sent, `flush` sends what is unanswered and records
     /// each answer, `list` shows both.
     Outbox(outbox::OutboxCommand),
+    /// Serve the catalog's kinds as MCP tools for agents, over stdio (or
+    /// streamable HTTP with --http); every call is admitted as an intent
+    /// through the API's /v1/invoke.
+    Mcp(mcp::McpArgs),
     /// Recompute the history's hash chains (live and archived commands) and
     /// name every break; write or check a published digest of the chain heads.
     Verify(verify::VerifyArgs),
@@ -134,6 +139,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
     match cli.command {
         Command::Submit(args) => submit::run(args).await.map(std::process::ExitCode::from),
         Command::Outbox(cmd) => outbox::run(cmd)
+            .await
+            .map(|()| std::process::ExitCode::SUCCESS),
+        Command::Mcp(args) => mcp::run(args)
             .await
             .map(|()| std::process::ExitCode::SUCCESS),
         command => run_command(cli.database_url, &cli.state_dir, command)
@@ -152,7 +160,7 @@ async fn run_command(
         state_dir,
     };
     match command {
-        Command::Submit(_) | Command::Outbox(_) => {
+        Command::Submit(_) | Command::Outbox(_) | Command::Mcp(_) => {
             unreachable!("the API's clients are run above, without a database")
         }
         Command::Serve(args) => serve::run(cli.database_url, cli.state_dir, args).await,

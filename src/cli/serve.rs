@@ -124,6 +124,7 @@ pub(super) async fn run(
                 ..KindPolicy::default()
             },
         );
+        policies.describe("refund", demo_refund_description());
     }
     if embedded && !args.no_demo_sink && effects.get("refund").is_none() {
         let url = start_demo_sink(state_dir, stopped()).await?;
@@ -271,4 +272,28 @@ fn announce_embedded(
         tf = token_file.display(),
     ));
     println!("{text}");
+}
+
+/// What callers (`GET /v1/kinds`, `command-ledger mcp`) are told about the
+/// quickstart's refund.
+fn demo_refund_description() -> crate::catalog::KindDescription {
+    crate::catalog::KindDescription {
+        description: Some(
+            "Refund money to a customer through the demo payments provider. Repeating a call \
+             is safe: copies of one refund (retried, spelled differently, sent by another \
+             worker) make one refund."
+                .to_owned(),
+        ),
+        args_schema: Some(serde_json::json!({
+            "type": "object",
+            "properties": {
+                "to": {"type": "string", "format": "email", "description": "who gets the money"},
+                "amount": {"type": "string", "description": crate::catalog::MONEY_DESCRIPTION},
+                "currency": {"type": "string", "description": "ISO 4217, when the amount does not name it"},
+                "mode": {"type": "string", "enum": ["hang", "stall", "reject"],
+                         "description": "demo only: how the sink misbehaves"}
+            },
+            "required": ["to", "amount"]
+        })),
+    }
 }

@@ -11,6 +11,7 @@ pub mod error;
 mod extract;
 mod health;
 mod holds;
+mod kinds;
 pub mod limits;
 mod listener;
 mod malformed;
@@ -105,6 +106,7 @@ pub fn router(state: AppState) -> Router {
             post(batch::submit_batch).layer(DefaultBodyLimit::max(batch::BODY_LIMIT)),
         )
         .route("/v1/invoke", post(submit::invoke))
+        .route("/v1/kinds", get(kinds::list))
         .route("/v1/holds", get(holds::list))
         .route("/v1/holds/{id}", get(holds::get_one))
         .route("/v1/holds/{id}/release", post(holds::release))

@@ -20,6 +20,7 @@ and 400, 414 or 431 for a request the HTTP layer cannot parse (a header value wi
         super::submit::submit,
         super::batch::submit_batch,
         super::submit::invoke,
+        super::kinds::list,
         super::commands::get_one,
         super::commands::list,
         super::commands::history,

@@ -15,6 +15,7 @@ mod custodian;
 mod harness;
 mod inspect;
 mod matrix;
+mod mcp;
 mod metrics;
 mod outbox;
 mod reads;

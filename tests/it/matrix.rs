@@ -124,6 +124,7 @@ async fn every_endpoint_answers_each_kind_of_caller_as_documented() {
             "/v1/authorities/payments".into(),
             [401, 401, 200, 200, 200],
         ),
+        ("GET", "/v1/kinds".into(), [401, 401, 200, 200, 200]),
         ("GET", "/v1/holds".into(), [401, 401, 403, 403, 200]),
         ("GET", "/v1/state".into(), [401, 401, 403, 403, 200]),
         ("GET", "/metrics".into(), [401, 401, 403, 403, 200]),

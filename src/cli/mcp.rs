@@ -1,0 +1,118 @@
+//! `command-ledger mcp`: the catalog's kinds as MCP tools (`crate::mcp`),
+//! over stdio (an agent host launches it, one principal: `--token`) or
+//! streamable HTTP (`--http ADDR`, path `/mcp`; every request carries its
+//! own bearer token, which the API checks).
+
+use anyhow::Context as _;
+use axum::extract::Request;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use clap::Args;
+use command_ledger_client::Client;
+use rmcp::ServiceExt as _;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use crate::mcp::{LedgerTools, bearer};
+
+#[derive(Debug, Args)]
+pub struct McpArgs {
+    /// Serve streamable HTTP at this address (`http://ADDR/mcp`) instead of
+    /// stdio. Every request must carry `Authorization: Bearer TOKEN` (a ledger
+    /// token; the API checks it), and only loopback host names are answered
+    /// unless `--allowed-host` adds others.
+    #[arg(long, value_name = "ADDR")]
+    pub http: Option<SocketAddr>,
+    /// A host name the HTTP server answers besides localhost, 127.0.0.1 and
+    /// ::1 (a guard against DNS rebinding). Repeat for more.
+    #[arg(long = "allowed-host", value_name = "HOST")]
+    pub allowed_hosts: Vec<String>,
+    /// The run every call belongs to (default: one per MCP session, so a
+    /// retry within a session replays and another session is another run).
+    #[arg(long)]
+    pub run_id: Option<String>,
+    /// The API's base URL.
+    #[arg(
+        long,
+        env = "COMMAND_LEDGER_URL",
+        default_value = "http://127.0.0.1:8080"
+    )]
+    pub url: String,
+    /// A bearer token (`token create` prints one); stdio only: over HTTP
+    /// each request brings its own.
+    #[arg(long, env = "COMMAND_LEDGER_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+}
+
+pub(super) async fn run(args: McpArgs) -> anyhow::Result<()> {
+    match args.http {
+        None => {
+            let token = args.token.context(
+                "mcp over stdio needs a token: --token or COMMAND_LEDGER_TOKEN \
+                 (command-ledger token create --principal NAME --role device)",
+            )?;
+            let tools = LedgerTools::new(Client::new(&args.url, token), args.run_id);
+            let running = tools
+                .serve(rmcp::transport::stdio())
+                .await
+                .context("starting the MCP session on stdio")?;
+            running.waiting().await.context("the MCP session")?;
+            Ok(())
+        }
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding {addr}"))?;
+            let addr = listener.local_addr()?;
+            // Announced on stdout (stdio is not the protocol here), so a
+            // script that asked for port 0 learns the port.
+            println!("MCP (streamable HTTP): http://{addr}/mcp");
+            let client = Client::new(&args.url, "");
+            let run_id = args.run_id;
+            let mut hosts = StreamableHttpServerConfig::default().allowed_hosts;
+            hosts.extend(args.allowed_hosts);
+            let config = StreamableHttpServerConfig::default().with_allowed_hosts(hosts);
+            let stop = config.cancellation_token.clone();
+            let service = StreamableHttpService::new(
+                move || Ok(LedgerTools::per_request(client.clone(), run_id.clone())),
+                Arc::new(LocalSessionManager::default()),
+                config,
+            );
+            let app = axum::Router::new()
+                .nest_service("/mcp", service)
+                .layer(axum::middleware::from_fn(require_bearer));
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    super::shutdown_signal().await;
+                    stop.cancel();
+                })
+                .await
+                .context("serving MCP over HTTP")
+        }
+    }
+}
+
+/// Refuses a request without a bearer token before it reaches a session;
+/// the token itself is checked by the API on every call.
+async fn require_bearer(request: Request, next: Next) -> Response {
+    if bearer(request.headers()).is_some() {
+        return next.run(request).await;
+    }
+    let body = serde_json::json!({
+        "type": "/problems/unauthorized",
+        "title": "Unauthorized",
+        "status": 401,
+        "detail": "send a ledger token as Authorization: Bearer TOKEN",
+    });
+    let mut response = (StatusCode::UNAUTHORIZED, body.to_string()).into_response();
+    let h = response.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
+    h.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    response
+}
