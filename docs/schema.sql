@@ -223,6 +223,25 @@ $$;
 COMMENT ON FUNCTION public.commands_record_history() IS 'After each insert on commands: the command''s first history entry, the head of its hash chain.';
 
 --
+-- Name: commands_retry_of_immutable(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.commands_retry_of_immutable() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+begin
+    raise exception 'command % retry_of is immutable', old.id
+        using errcode = 'CL003';
+end;
+$$;
+
+--
+-- Name: FUNCTION commands_retry_of_immutable(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.commands_retry_of_immutable() IS 'Refuses any change of commands.retry_of after insert.';
+
+--
 -- Name: holds_guard(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -324,6 +343,7 @@ CREATE TABLE public.commands (
     intent_digest bytea,
     canonical_rules text[] DEFAULT '{}'::text[] NOT NULL,
     intent_epoch integer,
+    retry_of uuid,
     CONSTRAINT commands_authority_format CHECK ((authority_id ~ '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$'::text)),
     CONSTRAINT commands_digest_is_sha256 CHECK ((octet_length(request_digest) = 32)),
     CONSTRAINT commands_finished_iff_terminal CHECK (((state = ANY (ARRAY['applied'::text, 'failed'::text, 'ambiguous'::text, 'cancelled'::text, 'expired'::text])) = (finished_at IS NOT NULL))),
@@ -354,7 +374,7 @@ COMMENT ON COLUMN public.commands.id IS 'UUID v7 (time-ordered), assigned by the
 -- Name: COLUMN commands.scope; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON COLUMN public.commands.scope IS 'The principal that submitted the command; keys are unique per scope, never globally.';
+COMMENT ON COLUMN public.commands.scope IS 'The dedup space the command was recorded in: the submitting principal''s fleet id (kinds with dedup_scope = fleet) or its principal id (dedup_scope = principal). Keys are unique per scope, never globally.';
 
 --
 -- Name: COLUMN commands.idempotency_key; Type: COMMENT; Schema: public; Owner: -
@@ -475,6 +495,12 @@ COMMENT ON COLUMN public.commands.canonical_rules IS 'The canonicalizer rules th
 --
 
 COMMENT ON COLUMN public.commands.intent_epoch IS 'For commands admitted under the intent guard: which command of this intent (1, 2, ...) it is in its scope. Unique per (scope, intent_digest); null for commands admitted by key alone.';
+
+--
+-- Name: COLUMN commands.retry_of; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.retry_of IS 'The command of the same intent this one retries: that one ended failed, expired or cancelled with nothing done, and the kind releases such intents (on_failure = release). Null otherwise. Not a foreign key: the retried command may be pruned first.';
 
 --
 -- Name: CONSTRAINT commands_state_known ON commands; Type: COMMENT; Schema: public; Owner: -
@@ -839,7 +865,7 @@ COMMENT ON COLUMN public.coalesced_requests.authority_id IS 'Authority of the re
 -- Name: COLUMN coalesced_requests.scope; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON COLUMN public.coalesced_requests.scope IS 'The principal that sent the request.';
+COMMENT ON COLUMN public.coalesced_requests.scope IS 'The dedup space of the request (as commands.scope).';
 
 --
 -- Name: COLUMN coalesced_requests.request_digest; Type: COMMENT; Schema: public; Owner: -
@@ -1092,6 +1118,41 @@ COMMENT ON COLUMN public.command_transitions.from_state IS 'State the command le
 COMMENT ON COLUMN public.command_transitions.to_state IS 'State the command enters.';
 
 --
+-- Name: fleets; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.fleets (
+    id uuid NOT NULL,
+    name text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT fleets_name_format CHECK ((name ~ '^[A-Za-z0-9][A-Za-z0-9_.@:-]{0,127}$'::text))
+);
+
+--
+-- Name: TABLE fleets; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.fleets IS 'Groups of principals (agents, workers of one tenant) that share one dedup space for the kinds whose dedup_scope is fleet: two members racing one intent make one command.';
+
+--
+-- Name: COLUMN fleets.id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.fleets.id IS 'Stable identifier; commands.scope holds it for commands of fleet-scoped kinds. A principal alone in its fleet has a fleet id equal to its own id.';
+
+--
+-- Name: COLUMN fleets.name; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.fleets.name IS 'Name given with token create --fleet (by default the first principal''s name), unique.';
+
+--
+-- Name: COLUMN fleets.created_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.fleets.created_at IS 'When the fleet was created.';
+
+--
 -- Name: holds; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -1138,7 +1199,7 @@ COMMENT ON COLUMN public.holds.id IS 'Hold identifier (UUID v7).';
 -- Name: COLUMN holds.scope; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON COLUMN public.holds.scope IS 'The principal that sent the request.';
+COMMENT ON COLUMN public.holds.scope IS 'The dedup space of the held request (a fleet id or a principal id, as commands.scope).';
 
 --
 -- Name: COLUMN holds.kind; Type: COMMENT; Schema: public; Owner: -
@@ -1257,6 +1318,7 @@ CREATE TABLE public.principals (
     name text NOT NULL,
     role text NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
+    fleet_id uuid NOT NULL,
     CONSTRAINT principals_name_format CHECK ((name ~ '^[A-Za-z0-9][A-Za-z0-9_.@:-]{0,127}$'::text)),
     CONSTRAINT principals_role_known CHECK ((role = ANY (ARRAY['device'::text, 'operator'::text])))
 );
@@ -1271,7 +1333,7 @@ COMMENT ON TABLE public.principals IS 'Authenticated callers. A device submits a
 -- Name: COLUMN principals.id; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON COLUMN public.principals.id IS 'Stable identifier; commands.scope refers to it.';
+COMMENT ON COLUMN public.principals.id IS 'Stable identifier; commands.scope holds it for commands of principal-scoped kinds.';
 
 --
 -- Name: COLUMN principals.name; Type: COMMENT; Schema: public; Owner: -
@@ -1292,6 +1354,12 @@ COMMENT ON COLUMN public.principals.role IS 'device | operator.';
 COMMENT ON COLUMN public.principals.created_at IS 'When the principal was first created.';
 
 --
+-- Name: COLUMN principals.fleet_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.principals.fleet_id IS 'The fleet the principal belongs to (fixed at creation): its dedup space for fleet-scoped kinds, and whose commands it may read.';
+
+--
 -- Name: holds_awaiting_decision; Type: VIEW; Schema: public; Owner: -
 --
 
@@ -1304,9 +1372,10 @@ CREATE VIEW public.holds_awaiting_decision AS
     (now() - h.created_at) AS waiting_for,
     h.resembles,
     c.state AS resembles_state,
-    p.name AS principal
-   FROM ((public.holds h
-     JOIN public.principals p ON ((p.id = h.scope)))
+    COALESCE(p.name, f.name) AS principal
+   FROM (((public.holds h
+     LEFT JOIN public.principals p ON ((p.id = h.scope)))
+     LEFT JOIN public.fleets f ON ((f.id = h.scope)))
      JOIN public.commands c ON ((c.id = h.resembles)))
   WHERE (h.state = 'open'::text)
   ORDER BY h.created_at;
@@ -1315,7 +1384,7 @@ CREATE VIEW public.holds_awaiting_decision AS
 -- Name: VIEW holds_awaiting_decision; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON VIEW public.holds_awaiting_decision IS 'Open holds, oldest first, with the command each resembles.';
+COMMENT ON VIEW public.holds_awaiting_decision IS 'Open holds, oldest first, with the command each resembles and the principal (or fleet) whose scope holds them.';
 
 --
 -- Name: pruned_commands; Type: TABLE; Schema: public; Owner: -
@@ -1431,6 +1500,20 @@ ALTER TABLE ONLY public.commands
     ADD CONSTRAINT commands_scope_key_unique UNIQUE (scope, idempotency_key);
 
 --
+-- Name: fleets fleets_name_unique; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.fleets
+    ADD CONSTRAINT fleets_name_unique UNIQUE (name);
+
+--
+-- Name: fleets fleets_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.fleets
+    ADD CONSTRAINT fleets_pkey PRIMARY KEY (id);
+
+--
 -- Name: holds holds_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -1531,6 +1614,12 @@ CREATE UNIQUE INDEX holds_open_request_unique ON public.holds USING btree (scope
 CREATE INDEX holds_state_created_idx ON public.holds USING btree (state, created_at DESC);
 
 --
+-- Name: principals_fleet_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX principals_fleet_idx ON public.principals USING btree (fleet_id);
+
+--
 -- Name: pruned_commands_scope_key_idx; Type: INDEX; Schema: public; Owner: -
 --
 
@@ -1621,6 +1710,12 @@ CREATE TRIGGER commands_record_changes AFTER UPDATE ON public.commands REFERENCI
 CREATE TRIGGER commands_record_history AFTER INSERT ON public.commands FOR EACH ROW EXECUTE FUNCTION public.commands_record_history();
 
 --
+-- Name: commands commands_retry_of_immutable; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER commands_retry_of_immutable BEFORE UPDATE OF retry_of ON public.commands FOR EACH ROW WHEN ((new.retry_of IS DISTINCT FROM old.retry_of)) EXECUTE FUNCTION public.commands_retry_of_immutable();
+
+--
 -- Name: holds holds_guard; Type: TRIGGER; Schema: public; Owner: -
 --
 
@@ -1653,13 +1748,6 @@ ALTER TABLE ONLY public.coalesced_requests
     ADD CONSTRAINT coalesced_requests_command_id_fkey FOREIGN KEY (command_id) REFERENCES public.commands(id) ON DELETE CASCADE;
 
 --
--- Name: coalesced_requests coalesced_requests_scope_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
---
-
-ALTER TABLE ONLY public.coalesced_requests
-    ADD CONSTRAINT coalesced_requests_scope_fkey FOREIGN KEY (scope) REFERENCES public.principals(id);
-
---
 -- Name: command_history command_history_command_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -1681,13 +1769,6 @@ ALTER TABLE ONLY public.command_transitions
     ADD CONSTRAINT command_transitions_to_state_fkey FOREIGN KEY (to_state) REFERENCES public.command_states(state);
 
 --
--- Name: commands commands_scope_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
---
-
-ALTER TABLE ONLY public.commands
-    ADD CONSTRAINT commands_scope_fkey FOREIGN KEY (scope) REFERENCES public.principals(id);
-
---
 -- Name: holds holds_command_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -1702,11 +1783,11 @@ ALTER TABLE ONLY public.holds
     ADD CONSTRAINT holds_resembles_fkey FOREIGN KEY (resembles) REFERENCES public.commands(id);
 
 --
--- Name: holds holds_scope_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+-- Name: principals principals_fleet_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
 --
 
-ALTER TABLE ONLY public.holds
-    ADD CONSTRAINT holds_scope_fkey FOREIGN KEY (scope) REFERENCES public.principals(id);
+ALTER TABLE ONLY public.principals
+    ADD CONSTRAINT principals_fleet_fkey FOREIGN KEY (fleet_id) REFERENCES public.fleets(id);
 
 --
 -- PostgreSQL database dump complete

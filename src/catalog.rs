@@ -16,6 +16,8 @@
 //! near_duplicate = "hold"                # hold | allow | reject, after the window (default hold)
 //! near_duplicate_horizon = "24h"         # after this, the same intent is new (default 24h)
 //! guard_keyed = false                    # the same guard for keyed submissions (opt-in)
+//! dedup_scope = "fleet"                  # or "principal": where keys and intents are unique
+//! on_failure = "release"                 # or "replay": may a retry run an intent that ended with nothing done?
 //! money_fields = ["amount"]              # on top of auto-detection (auto_detect = true)
 //! email_fields = ["customer"]
 //! volatile_fields = ["attempt"]          # dropped, on top of request_id, trace_id, ...
@@ -29,7 +31,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use crate::domain::admission::{KeyMode, KindPolicy, NearDuplicate};
+use crate::domain::admission::{DedupScope, KeyMode, KindPolicy, NearDuplicate, OnFailure};
 use crate::domain::canonical::Policy;
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -61,6 +63,10 @@ pub struct KindConfig {
     pub auto_detect: Option<bool>,
     /// Apply the intent guard to keyed submissions as well.
     pub guard_keyed: Option<bool>,
+    /// `fleet` (default) or `principal`.
+    pub dedup_scope: Option<String>,
+    /// `release` (default) or `replay`.
+    pub on_failure: Option<String>,
     #[serde(default)]
     pub money_fields: Vec<String>,
     #[serde(default)]
@@ -147,6 +153,24 @@ impl Catalog {
                     )));
                 }
             };
+            let dedup_scope = match cfg.dedup_scope.as_deref() {
+                None | Some("fleet") => DedupScope::Fleet,
+                Some("principal") => DedupScope::Principal,
+                Some(other) => {
+                    return Err(invalid(format!(
+                        "dedup_scope {other:?} is fleet or principal"
+                    )));
+                }
+            };
+            let on_failure = match cfg.on_failure.as_deref() {
+                None | Some("release") => OnFailure::Release,
+                Some("replay") => OnFailure::Replay,
+                Some(other) => {
+                    return Err(invalid(format!(
+                        "on_failure {other:?} is release or replay"
+                    )));
+                }
+            };
             if let Some(a) = &cfg.authority {
                 crate::domain::AuthorityId::parse(a).map_err(|e| invalid(e.to_string()))?;
             }
@@ -171,6 +195,8 @@ impl Catalog {
                 )?,
                 authority: cfg.authority.clone(),
                 guard_keyed: cfg.guard_keyed.unwrap_or(false),
+                dedup_scope,
+                on_failure,
             };
             policies.set(kind, policy);
         }
@@ -211,6 +237,8 @@ mod tests {
             near_duplicate = "reject"
             near_duplicate_horizon = "1h"
             money_fields = ["sum"]
+            dedup_scope = "principal"
+            on_failure = "replay"
             "#,
         )
         .unwrap();
@@ -224,6 +252,10 @@ mod tests {
         assert_eq!(p.near_duplicate, NearDuplicate::Reject);
         assert_eq!(p.authority.as_deref(), Some("payments"));
         assert_eq!(p.canonical.money_fields, ["sum"]);
+        assert_eq!(
+            (p.dedup_scope, p.on_failure),
+            (DedupScope::Principal, OnFailure::Replay)
+        );
         assert_eq!(policies.get("other"), &KindPolicy::default());
         let no_window: Catalog = toml::from_str("[kinds.r]\ncoalesce_window = \"0s\"").unwrap();
         assert_eq!(
@@ -239,6 +271,8 @@ mod tests {
             "near_duplicate = \"shrug\"",
             "coalesce_window = \"soon\"",
             "authority = \"a b\"",
+            "dedup_scope = \"team\"",
+            "on_failure = \"retry\"",
         ] {
             let c: Catalog = toml::from_str(&format!("[kinds.refund]\n{bad}")).unwrap();
             assert!(c.policies().is_err(), "{bad}");

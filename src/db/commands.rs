@@ -36,6 +36,9 @@ pub struct CommandRow {
     pub intent_digest: Option<Vec<u8>>,
     pub canonical_rules: Vec<String>,
     pub intent_epoch: Option<i32>,
+    /// The command of the same intent this one retries (it ended with
+    /// nothing done, and the kind releases such intents).
+    pub retry_of: Option<Uuid>,
 }
 
 impl CommandRow {
@@ -99,6 +102,8 @@ pub struct NewCommand<'a> {
     pub canonical: &'a Value,
     pub deadline_at: Option<DateTime<Utc>>,
     pub actor: &'a str,
+    /// The command of the same intent this one retries, if any.
+    pub retry_of: Option<Uuid>,
 }
 
 impl<'a> NewCommand<'a> {
@@ -128,7 +133,15 @@ impl<'a> NewCommand<'a> {
             canonical: request.canonical,
             deadline_at: request.deadline_at,
             actor,
+            retry_of: None,
         }
+    }
+
+    /// The same command, recorded as the retry of `failed` (a command of
+    /// the same intent that ended with nothing done).
+    pub fn retrying(mut self, failed: Uuid) -> Self {
+        self.retry_of = Some(failed);
+        self
     }
 }
 
@@ -144,8 +157,8 @@ pub async fn insert_pending(
         r#"
         insert into commands (id, scope, idempotency_key, request_digest, digest_version, kind,
                               authority_id, run_id, args, canonical, deadline_at, pinned_generation,
-                              intent_digest, canonical_rules, intent_epoch)
-        select $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $13, $14, $15, $16
+                              intent_digest, canonical_rules, intent_epoch, retry_of)
+        select $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $13, $14, $15, $16, $17
         from (select set_config('command_ledger.actor', $12, true)) as ctx
         on conflict (scope, idempotency_key) do nothing
         returning *
@@ -166,6 +179,7 @@ pub async fn insert_pending(
         new.intent_digest,
         new.canonical_rules,
         new.intent_epoch,
+        new.retry_of,
     )
     .fetch_optional(ex)
     .await
@@ -207,6 +221,8 @@ pub struct LatestIntent {
     pub same_request: bool,
     pub age_seconds: f64,
     pub max_epoch: i32,
+    /// Its state now.
+    pub state: String,
 }
 
 pub async fn latest_by_intent(
@@ -223,7 +239,8 @@ pub async fn latest_by_intent(
                (c.request_digest = $4 or r.command_id is not null) as "same_request!",
                extract(epoch from now() - c.created_at)::float8 as "age_seconds!",
                (select coalesce(max(e.intent_epoch), 0) from commands e
-                where e.scope = $1 and e.intent_digest = $3) as "max_epoch!"
+                where e.scope = $1 and e.intent_digest = $3) as "max_epoch!",
+               c.state
         from commands c
         left join coalesced_requests r
                on r.authority_id = $2 and r.scope = $1 and r.request_digest = $4 and r.command_id = c.id
@@ -285,17 +302,17 @@ pub async fn effects_started(ex: impl PgExecutor<'_>) -> Result<i64, sqlx::Error
     .await
 }
 
-/// A command by id, visible to `scope` (`None`: every scope, for operators).
+/// A command by id, visible in one of `scopes` (`None`: every scope, for operators).
 pub async fn get(
     ex: impl PgExecutor<'_>,
     id: Uuid,
-    scope: Option<Uuid>,
+    scope: Option<&[Uuid]>,
 ) -> Result<Option<CommandRow>, sqlx::Error> {
     sqlx::query_as!(
         CommandRow,
         r#"
         select * from commands
-        where id = $1 and ($2::uuid is null or scope = $2)
+        where id = $1 and ($2::uuid[] is null or scope = any($2))
         "#,
         id,
         scope,
@@ -307,8 +324,8 @@ pub async fn get(
 /// Filters for listing commands, newest first.
 #[derive(Debug, Clone, Default)]
 pub struct ListFilter {
-    /// `None`: every scope (operators).
-    pub scope: Option<Uuid>,
+    /// The scopes listed; `None`: every scope (operators).
+    pub scope: Option<Vec<Uuid>>,
     pub state: Option<State>,
     pub authority_id: Option<String>,
     /// Keyset cursor: only ids older than this one.
@@ -326,7 +343,7 @@ pub async fn list(
         CommandRow,
         r#"
         select * from commands
-        where ($1::uuid is null or scope = $1)
+        where ($1::uuid[] is null or scope = any($1))
           and ($2::text is null or state = $2)
           and ($3::text is null or authority_id = $3)
           and ($4::uuid is null or id < $4)
@@ -334,7 +351,7 @@ pub async fn list(
         order by id desc
         limit $5
         "#,
-        filter.scope,
+        filter.scope.as_deref(),
         filter.state.map(State::as_str),
         filter.authority_id.as_deref(),
         filter.before_id,
@@ -379,7 +396,7 @@ pub enum CancelOutcome {
 pub async fn cancel(
     conn: &mut sqlx::PgConnection,
     id: Uuid,
-    scope: Option<Uuid>,
+    scope: Option<&[Uuid]>,
     actor: &str,
 ) -> Result<CancelOutcome, sqlx::Error> {
     let cancelled = sqlx::query_as!(
@@ -390,7 +407,7 @@ pub async fn cancel(
             error = jsonb_build_object('reason', 'cancelled', 'by', $3::text)
         from (select set_config('command_ledger.actor', $3, true),
                      set_config('command_ledger.reason', 'cancel requested', true)) as ctx
-        where c.id = $1 and ($2::uuid is null or c.scope = $2)
+        where c.id = $1 and ($2::uuid[] is null or c.scope = any($2))
           and c.state in ('pending', 'prepared')
         returning c.*
         "#,

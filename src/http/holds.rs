@@ -197,7 +197,7 @@ pub(super) async fn get_one(
         .ok_or(ApiError::NotFound)?;
     if principal
         .visible_scope()
-        .is_some_and(|scope| scope != hold.scope)
+        .is_some_and(|scopes| !scopes.contains(&hold.scope))
     {
         return Err(ApiError::NotFound);
     }

@@ -18,7 +18,7 @@ use crate::domain::admission::{
 };
 use crate::domain::{
     AuthorityRef, CanonicalRequest, Disposition, IdempotencyKey, KeyError, Kind, RequestDigest,
-    canonical_request, differences, disposition, request_digest_v1,
+    State, canonical_request, differences, disposition, request_digest_v1,
 };
 
 /// A validated submission: what the front end parsed, before canonical form.
@@ -35,6 +35,9 @@ pub struct Submission {
 struct Ctx<'a> {
     pool: &'a PgPool,
     wake: &'a PendingWake,
+    /// The dedup space the request is admitted in: the principal's fleet or
+    /// the principal itself, as the kind's `dedup_scope` says.
+    scope: uuid::Uuid,
 }
 
 /// What admission did with a request.
@@ -65,14 +68,16 @@ pub async fn admit(
         &policy.canonical,
     )
     .map_err(LedgerError::InvalidArgs)?;
-    let ctx = &Ctx { pool, wake };
+    let ctx = &Ctx {
+        pool,
+        wake,
+        scope: policy.dedup_scope.scope(principal.id, principal.fleet_id),
+    };
     let admitted = match key {
-        Some(key) if policy.guard_keyed => {
-            match under_key(ctx, principal, &key, sub, &canonical).await? {
-                Some(admitted) => admitted,
-                None => guarded(ctx, principal, Some(&key), sub, &canonical, policy).await?,
-            }
-        }
+        Some(key) if policy.guard_keyed => match under_key(ctx, &key, sub, &canonical).await? {
+            Some(admitted) => admitted,
+            None => guarded(ctx, principal, Some(&key), sub, &canonical, policy).await?,
+        },
         Some(key) => keyed(ctx, principal, &key, sub, &canonical).await?,
         None if policy.key == KeyMode::Fingerprint => {
             guarded(ctx, principal, None, sub, &canonical, policy).await?
@@ -83,13 +88,9 @@ pub async fn admit(
 }
 
 /// The request a submission records, as a command or as a hold.
-fn request<'a>(
-    principal: &Principal,
-    sub: &'a Submission,
-    canonical: &'a CanonicalRequest,
-) -> Request<'a> {
+fn request<'a>(ctx: &Ctx<'_>, sub: &'a Submission, canonical: &'a CanonicalRequest) -> Request<'a> {
     Request {
-        scope: principal.id,
+        scope: ctx.scope,
         kind: sub.kind.as_str(),
         authority_id: sub.authority.id.as_str(),
         pinned_generation: sub.authority.pinned_generation,
@@ -113,18 +114,13 @@ async fn keyed(
     canonical: &CanonicalRequest,
 ) -> Result<Admitted, LedgerError> {
     let actor = principal.actor();
-    let new = NewCommand::new(
-        &request(principal, sub, canonical),
-        key.as_str(),
-        None,
-        &actor,
-    );
+    let new = NewCommand::new(&request(ctx, sub, canonical), key.as_str(), None, &actor);
     // If the stored row vanished in between (retention), insert again.
     for _ in 0..3 {
         if let Some(row) = db::commands::insert_pending(ctx.pool, &new).await? {
             return Ok(recorded(ctx, row).await);
         }
-        if let Some(admitted) = under_key(ctx, principal, key, sub, canonical).await? {
+        if let Some(admitted) = under_key(ctx, key, sub, canonical).await? {
             return Ok(admitted);
         }
     }
@@ -138,13 +134,11 @@ async fn keyed(
 /// the key is unused.
 async fn under_key(
     ctx: &Ctx<'_>,
-    principal: &Principal,
     key: &IdempotencyKey,
     sub: &Submission,
     canonical: &CanonicalRequest,
 ) -> Result<Option<Admitted>, LedgerError> {
-    let Some(stored) = db::commands::find_by_key(ctx.pool, principal.id, key.as_str()).await?
-    else {
+    let Some(stored) = db::commands::find_by_key(ctx.pool, ctx.scope, key.as_str()).await? else {
         return Ok(None);
     };
     let incoming = match stored.digest_version {
@@ -200,7 +194,7 @@ async fn guarded(
     for _ in 0..4 {
         let latest = db::commands::latest_by_intent(
             ctx.pool,
-            principal.id,
+            ctx.scope,
             sub.authority.id.as_str(),
             canonical.intent_digest.as_bytes(),
             canonical.digest.as_bytes(),
@@ -210,27 +204,35 @@ async fn guarded(
             same_request: l.same_request,
             age: Duration::from_secs_f64(l.age_seconds.max(0.0)),
             epoch: u32::try_from(l.max_epoch).unwrap_or(0),
+            nothing_done: l
+                .state
+                .parse::<State>()
+                .is_ok_and(State::ended_with_nothing_done),
+            run_named: sub.run_id.is_some(),
         });
-        match (intent_verdict(facts, policy), latest) {
-            (IntentVerdict::New { epoch }, _) => {
+        let verdict = intent_verdict(facts, policy);
+        let retry_of = match (verdict, &latest) {
+            (IntentVerdict::Retry { .. }, Some(l)) => Some(l.id),
+            _ => None,
+        };
+        match (verdict, latest) {
+            (IntentVerdict::New { epoch } | IntentVerdict::Retry { epoch }, _) => {
                 let derived = derived_key(&canonical.intent_digest, epoch);
                 let key_str = key.map_or(derived.as_str(), IdempotencyKey::as_str);
                 let epoch = i32::try_from(epoch)
                     .map_err(|_| LedgerError::Internal(anyhow::anyhow!("intent epoch overflow")))?;
-                let new = NewCommand::new(
-                    &request(principal, sub, canonical),
-                    key_str,
-                    Some(epoch),
-                    &actor,
-                );
+                let mut new =
+                    NewCommand::new(&request(ctx, sub, canonical), key_str, Some(epoch), &actor);
+                if let Some(failed) = retry_of {
+                    new = new.retrying(failed);
+                }
                 match db::commands::insert_pending(ctx.pool, &new).await {
                     Ok(Some(row)) => return Ok(recorded(ctx, row).await),
                     // The client's key was taken meanwhile: the key decides. (A
                     // derived key taken means another copy won this epoch.)
                     Ok(None) => {
                         if let Some(key) = key
-                            && let Some(admitted) =
-                                under_key(ctx, principal, key, sub, canonical).await?
+                            && let Some(admitted) = under_key(ctx, key, sub, canonical).await?
                         {
                             return Ok(admitted);
                         }
@@ -240,7 +242,7 @@ async fn guarded(
                 }
             }
             (IntentVerdict::Same, Some(l)) => {
-                let row = db::commands::get(ctx.pool, l.id, Some(principal.id))
+                let row = db::commands::get(ctx.pool, l.id, Some(&[ctx.scope]))
                     .await?
                     .ok_or(LedgerError::NotFound)?;
                 // Another run's command answers this request: remember it
@@ -266,7 +268,7 @@ async fn guarded(
                 let mut conn = ctx.pool.acquire().await?;
                 let hold = db::holds::hold(
                     &mut conn,
-                    &NewHold::new(&request(principal, sub, canonical), l.id),
+                    &NewHold::new(&request(ctx, sub, canonical), l.id),
                 )
                 .await?;
                 tracing::info!(hold.id = %hold.id, resembles = %l.id, "near-duplicate held");
