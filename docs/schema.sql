@@ -545,6 +545,28 @@ $$;
 COMMENT ON FUNCTION public.ledger_utc(t timestamp with time zone) IS 'A timestamp in the canonical texts of the history chain: UTC, microseconds, independent of TimeZone.';
 
 --
+-- Name: principals_own_fleet(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.principals_own_fleet() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+begin
+    if new.fleet_id is null then
+        insert into fleets (id, name) values (new.id, new.name) on conflict (name) do nothing;
+        new.fleet_id := (select id from fleets where name = new.name);
+    end if;
+    return new;
+end;
+$$;
+
+--
+-- Name: FUNCTION principals_own_fleet(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.principals_own_fleet() IS 'Before insert on principals: a principal given no fleet gets one of its own (id = its id, name = its name).';
+
+--
 -- Name: prune_commands(interval, integer); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -1726,6 +1748,12 @@ CREATE TRIGGER holds_guard BEFORE DELETE OR UPDATE ON public.holds FOR EACH ROW 
 --
 
 CREATE TRIGGER holds_kept BEFORE TRUNCATE ON public.holds FOR EACH STATEMENT EXECUTE FUNCTION public.refuse_holds_truncate();
+
+--
+-- Name: principals principals_own_fleet; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER principals_own_fleet BEFORE INSERT ON public.principals FOR EACH ROW EXECUTE FUNCTION public.principals_own_fleet();
 
 --
 -- Name: pruned_commands pruned_commands_append_only; Type: TRIGGER; Schema: public; Owner: -

@@ -66,3 +66,23 @@ order by h.created_at;
 
 comment on view holds_awaiting_decision is
     'Open holds, oldest first, with the command each resembles and the principal (or fleet) whose scope holds them.';
+
+-- A principal inserted without a fleet (by hand, or by a tool that predates
+-- fleets) forms a fleet of its own, as the command line does.
+create function principals_own_fleet() returns trigger
+language plpgsql as $$
+begin
+    if new.fleet_id is null then
+        insert into fleets (id, name) values (new.id, new.name) on conflict (name) do nothing;
+        new.fleet_id := (select id from fleets where name = new.name);
+    end if;
+    return new;
+end;
+$$;
+
+comment on function principals_own_fleet() is
+    'Before insert on principals: a principal given no fleet gets one of its own (id = its id, name = its name).';
+
+create trigger principals_own_fleet
+    before insert on principals
+    for each row execute function principals_own_fleet();

@@ -19,6 +19,7 @@
 //! dedup_scope = "fleet"                  # or "principal": where keys and intents are unique
 //! on_failure = "release"                 # or "replay": may a retry run an intent that ended with nothing done?
 //! money_fields = ["amount"]              # on top of auto-detection (auto_detect = true)
+//! currency = "USD"                       # amounts naming no currency ("1200 cents") are in it
 //! email_fields = ["customer"]
 //! volatile_fields = ["attempt"]          # dropped, on top of request_id, trace_id, ...
 //!
@@ -67,6 +68,8 @@ pub struct KindConfig {
     pub dedup_scope: Option<String>,
     /// `release` (default) or `replay`.
     pub on_failure: Option<String>,
+    /// The kind's currency (ISO 4217) for amounts that name none.
+    pub currency: Option<String>,
     #[serde(default)]
     pub money_fields: Vec<String>,
     #[serde(default)]
@@ -171,6 +174,17 @@ impl Catalog {
                     )));
                 }
             };
+            let currency = match cfg.currency.as_deref().map(str::trim) {
+                None => None,
+                Some(c) if crate::domain::money::minor_units(&c.to_ascii_uppercase()).is_some() => {
+                    Some(c.to_ascii_uppercase())
+                }
+                Some(c) => {
+                    return Err(invalid(format!(
+                        "currency {c:?} is not an ISO 4217 code such as USD, EUR or JPY"
+                    )));
+                }
+            };
             if let Some(a) = &cfg.authority {
                 crate::domain::AuthorityId::parse(a).map_err(|e| invalid(e.to_string()))?;
             }
@@ -180,6 +194,7 @@ impl Catalog {
                     money_fields: cfg.money_fields.clone(),
                     email_fields: cfg.email_fields.clone(),
                     volatile_fields: cfg.volatile_fields.clone(),
+                    currency,
                 },
                 key,
                 // "0s": no coalescing; a copy after the first is a near-duplicate.
@@ -239,6 +254,7 @@ mod tests {
             money_fields = ["sum"]
             dedup_scope = "principal"
             on_failure = "replay"
+            currency = "usd"
             "#,
         )
         .unwrap();
@@ -256,6 +272,7 @@ mod tests {
             (p.dedup_scope, p.on_failure),
             (DedupScope::Principal, OnFailure::Replay)
         );
+        assert_eq!(p.canonical.currency.as_deref(), Some("USD"));
         assert_eq!(policies.get("other"), &KindPolicy::default());
         let no_window: Catalog = toml::from_str("[kinds.r]\ncoalesce_window = \"0s\"").unwrap();
         assert_eq!(
@@ -273,6 +290,7 @@ mod tests {
             "authority = \"a b\"",
             "dedup_scope = \"team\"",
             "on_failure = \"retry\"",
+            "currency = \"dollars\"",
         ] {
             let c: Catalog = toml::from_str(&format!("[kinds.refund]\n{bad}")).unwrap();
             assert!(c.policies().is_err(), "{bad}");

@@ -302,6 +302,19 @@ pub async fn effects_started(ex: impl PgExecutor<'_>) -> Result<i64, sqlx::Error
     .await
 }
 
+/// How many effects were started at or after `since`.
+pub async fn effects_started_since(
+    ex: impl PgExecutor<'_>,
+    since: DateTime<Utc>,
+) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"select count(*) as "n!" from command_history where to_state = 'effect_started' and at >= $1"#,
+        since,
+    )
+    .fetch_one(ex)
+    .await
+}
+
 /// A command by id, visible in one of `scopes` (`None`: every scope, for operators).
 pub async fn get(
     ex: impl PgExecutor<'_>,

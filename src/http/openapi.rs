@@ -19,6 +19,7 @@ and 400, 414 or 431 for a request the HTTP layer cannot parse (a header value wi
     paths(
         super::submit::submit,
         super::submit::invoke,
+        super::explain::explain,
         super::commands::get_one,
         super::commands::list,
         super::commands::history,
@@ -32,6 +33,10 @@ and 400, 414 or 431 for a request the HTTP layer cannot parse (a header value wi
         super::metrics::get,
         super::health::healthz,
         super::health::readyz,
+        super::adapter::invoke,
+        super::adapter::get_state,
+        super::adapter::release,
+        super::adapter::reset,
     ),
     modifiers(&Bearer, &Uniform)
 )]

@@ -5,6 +5,7 @@
 // Tests fail loudly: an unwrap is the assertion.
 #![allow(clippy::unwrap_used)]
 
+mod adapter;
 mod admission;
 mod auth;
 mod cancel;
