@@ -4,6 +4,10 @@
 //! (new / the same command: coalesced or replay / held / refused). The
 //! unique index on (scope, key) decides every race; keyless commands are
 //! recorded under a key derived from the intent, so racing copies collide.
+//! The scope is the principal's fleet or the principal itself, as the
+//! kind's `dedup_scope` says; an intent whose latest command ended with
+//! nothing done is free again for another run when the kind's `on_failure`
+//! is `release` (the new command names the one it retries).
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;

@@ -132,6 +132,20 @@ async fn a_cancelled_or_expired_intent_is_free_and_a_keyless_retry_without_run_r
         state(&app, &agent, &third["command_id"]).await["retry_of"],
         id2.as_str()
     );
+    // The link is the database's to keep: it cannot be rewritten by hand.
+    let rewrite = sqlx::query(
+        "update commands set retry_of = null where state = 'pending' and retry_of is not null",
+    )
+    .execute(&app.pool)
+    .await
+    .unwrap_err();
+    assert_eq!(
+        rewrite
+            .as_database_error()
+            .and_then(|e| e.code())
+            .as_deref(),
+        Some("CL003")
+    );
 
     // Keyless POST /v1/commands names no run: after a cancel, the same
     // request runs again instead of replaying the cancel.
