@@ -246,6 +246,25 @@ $$;
 COMMENT ON FUNCTION public.commands_record_inserts() IS 'After each insert statement on commands: each new command''s first history entry (the head of its hash chain) and its place in command_queue.';
 
 --
+-- Name: commands_retry_of_immutable(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.commands_retry_of_immutable() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+begin
+    raise exception 'command % retry_of is immutable', old.id
+        using errcode = 'CL003';
+end;
+$$;
+
+--
+-- Name: FUNCTION commands_retry_of_immutable(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.commands_retry_of_immutable() IS 'Refuses any change of commands.retry_of after insert.';
+
+--
 -- Name: holds_guard(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -364,6 +383,7 @@ CREATE TABLE public.commands (
     intent_digest bytea,
     canonical_rules text[] DEFAULT '{}'::text[] NOT NULL,
     intent_epoch integer,
+    retry_of uuid,
     CONSTRAINT commands_authority_format CHECK ((authority_id ~ '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$'::text)),
     CONSTRAINT commands_digest_is_sha256 CHECK ((octet_length(request_digest) = 32)),
     CONSTRAINT commands_finished_iff_terminal CHECK (((state = ANY (ARRAY['applied'::text, 'failed'::text, 'ambiguous'::text, 'cancelled'::text, 'expired'::text])) = (finished_at IS NOT NULL))),
@@ -395,7 +415,7 @@ COMMENT ON COLUMN public.commands.id IS 'UUID v7 (time-ordered), assigned by the
 -- Name: COLUMN commands.scope; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON COLUMN public.commands.scope IS 'The principal that submitted the command; keys are unique per scope, never globally.';
+COMMENT ON COLUMN public.commands.scope IS 'The dedup space the command was recorded in: the submitting principal''s fleet id (kinds with dedup_scope = fleet) or its principal id (dedup_scope = principal). Keys are unique per scope, never globally.';
 
 --
 -- Name: COLUMN commands.idempotency_key; Type: COMMENT; Schema: public; Owner: -
@@ -518,6 +538,12 @@ COMMENT ON COLUMN public.commands.canonical_rules IS 'The canonicalizer rules th
 COMMENT ON COLUMN public.commands.intent_epoch IS 'For commands admitted under the intent guard: which command of this intent (1, 2, ...) it is in its scope. Unique per (scope, intent_digest); null for commands admitted by key alone.';
 
 --
+-- Name: COLUMN commands.retry_of; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.retry_of IS 'The command of the same intent this one retries: that one ended failed, expired or cancelled with nothing done, and the kind releases such intents (on_failure = release). Null otherwise. Not a foreign key: the retried command may be pruned first.';
+
+--
 -- Name: CONSTRAINT commands_state_known ON commands; Type: COMMENT; Schema: public; Owner: -
 --
 
@@ -586,6 +612,28 @@ $$;
 --
 
 COMMENT ON FUNCTION public.ledger_utc(t timestamp with time zone) IS 'A timestamp in the canonical texts of the history chain: UTC, microseconds, independent of TimeZone.';
+
+--
+-- Name: principals_own_fleet(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.principals_own_fleet() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+begin
+    if new.fleet_id is null then
+        insert into fleets (id, name) values (new.id, new.name) on conflict (name) do nothing;
+        new.fleet_id := (select id from fleets where name = new.name);
+    end if;
+    return new;
+end;
+$$;
+
+--
+-- Name: FUNCTION principals_own_fleet(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.principals_own_fleet() IS 'Before insert on principals: a principal given no fleet gets one of its own (id = its id, name = its name).';
 
 --
 -- Name: prune_commands(interval, integer); Type: FUNCTION; Schema: public; Owner: -
@@ -930,7 +978,7 @@ COMMENT ON COLUMN public.coalesced_requests.authority_id IS 'Authority of the re
 -- Name: COLUMN coalesced_requests.scope; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON COLUMN public.coalesced_requests.scope IS 'The principal that sent the request.';
+COMMENT ON COLUMN public.coalesced_requests.scope IS 'The dedup space of the request (as commands.scope).';
 
 --
 -- Name: COLUMN coalesced_requests.request_digest; Type: COMMENT; Schema: public; Owner: -
@@ -1248,6 +1296,41 @@ COMMENT ON COLUMN public.command_transitions.from_state IS 'State the command le
 COMMENT ON COLUMN public.command_transitions.to_state IS 'State the command enters.';
 
 --
+-- Name: fleets; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.fleets (
+    id uuid NOT NULL,
+    name text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT fleets_name_format CHECK ((name ~ '^[A-Za-z0-9][A-Za-z0-9_.@:-]{0,127}$'::text))
+);
+
+--
+-- Name: TABLE fleets; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.fleets IS 'Groups of principals (agents, workers of one tenant) that share one dedup space for the kinds whose dedup_scope is fleet: two members racing one intent make one command.';
+
+--
+-- Name: COLUMN fleets.id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.fleets.id IS 'Stable identifier; commands.scope holds it for commands of fleet-scoped kinds. A principal alone in its fleet has a fleet id equal to its own id.';
+
+--
+-- Name: COLUMN fleets.name; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.fleets.name IS 'Name given with token create --fleet (by default the first principal''s name), unique.';
+
+--
+-- Name: COLUMN fleets.created_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.fleets.created_at IS 'When the fleet was created.';
+
+--
 -- Name: holds; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -1294,7 +1377,7 @@ COMMENT ON COLUMN public.holds.id IS 'Hold identifier (UUID v7).';
 -- Name: COLUMN holds.scope; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON COLUMN public.holds.scope IS 'The principal that sent the request.';
+COMMENT ON COLUMN public.holds.scope IS 'The dedup space of the held request (a fleet id or a principal id, as commands.scope).';
 
 --
 -- Name: COLUMN holds.kind; Type: COMMENT; Schema: public; Owner: -
@@ -1413,6 +1496,7 @@ CREATE TABLE public.principals (
     name text NOT NULL,
     role text NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
+    fleet_id uuid NOT NULL,
     CONSTRAINT principals_name_format CHECK ((name ~ '^[A-Za-z0-9][A-Za-z0-9_.@:-]{0,127}$'::text)),
     CONSTRAINT principals_role_known CHECK ((role = ANY (ARRAY['device'::text, 'operator'::text])))
 );
@@ -1427,7 +1511,7 @@ COMMENT ON TABLE public.principals IS 'Authenticated callers. A device submits a
 -- Name: COLUMN principals.id; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON COLUMN public.principals.id IS 'Stable identifier; commands.scope refers to it.';
+COMMENT ON COLUMN public.principals.id IS 'Stable identifier; commands.scope holds it for commands of principal-scoped kinds.';
 
 --
 -- Name: COLUMN principals.name; Type: COMMENT; Schema: public; Owner: -
@@ -1448,6 +1532,12 @@ COMMENT ON COLUMN public.principals.role IS 'device | operator.';
 COMMENT ON COLUMN public.principals.created_at IS 'When the principal was first created.';
 
 --
+-- Name: COLUMN principals.fleet_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.principals.fleet_id IS 'The fleet the principal belongs to (fixed at creation): its dedup space for fleet-scoped kinds, and whose commands it may read.';
+
+--
 -- Name: holds_awaiting_decision; Type: VIEW; Schema: public; Owner: -
 --
 
@@ -1460,9 +1550,10 @@ CREATE VIEW public.holds_awaiting_decision AS
     (now() - h.created_at) AS waiting_for,
     h.resembles,
     c.state AS resembles_state,
-    p.name AS principal
-   FROM ((public.holds h
-     JOIN public.principals p ON ((p.id = h.scope)))
+    COALESCE(p.name, f.name) AS principal
+   FROM (((public.holds h
+     LEFT JOIN public.principals p ON ((p.id = h.scope)))
+     LEFT JOIN public.fleets f ON ((f.id = h.scope)))
      JOIN public.commands c ON ((c.id = h.resembles)))
   WHERE (h.state = 'open'::text)
   ORDER BY h.created_at;
@@ -1471,7 +1562,7 @@ CREATE VIEW public.holds_awaiting_decision AS
 -- Name: VIEW holds_awaiting_decision; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON VIEW public.holds_awaiting_decision IS 'Open holds, oldest first, with the command each resembles.';
+COMMENT ON VIEW public.holds_awaiting_decision IS 'Open holds, oldest first, with the command each resembles and the principal (or fleet) whose scope holds them.';
 
 --
 -- Name: pruned_commands; Type: TABLE; Schema: public; Owner: -
@@ -1601,6 +1692,20 @@ ALTER TABLE ONLY public.commands
     ADD CONSTRAINT commands_scope_key_unique UNIQUE (scope, idempotency_key);
 
 --
+-- Name: fleets fleets_name_unique; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.fleets
+    ADD CONSTRAINT fleets_name_unique UNIQUE (name);
+
+--
+-- Name: fleets fleets_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.fleets
+    ADD CONSTRAINT fleets_pkey PRIMARY KEY (id);
+
+--
 -- Name: holds holds_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -1681,6 +1786,12 @@ CREATE UNIQUE INDEX holds_open_request_unique ON public.holds USING btree (scope
 --
 
 CREATE INDEX holds_state_created_idx ON public.holds USING btree (state, created_at DESC);
+
+--
+-- Name: principals_fleet_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX principals_fleet_idx ON public.principals USING btree (fleet_id);
 
 --
 -- Name: pruned_commands_scope_key_idx; Type: INDEX; Schema: public; Owner: -
@@ -1785,6 +1896,12 @@ CREATE TRIGGER commands_record_changes AFTER UPDATE ON public.commands REFERENCI
 CREATE TRIGGER commands_record_inserts AFTER INSERT ON public.commands REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.commands_record_inserts();
 
 --
+-- Name: commands commands_retry_of_immutable; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER commands_retry_of_immutable BEFORE UPDATE OF retry_of ON public.commands FOR EACH ROW WHEN ((new.retry_of IS DISTINCT FROM old.retry_of)) EXECUTE FUNCTION public.commands_retry_of_immutable();
+
+--
 -- Name: holds holds_guard; Type: TRIGGER; Schema: public; Owner: -
 --
 
@@ -1795,6 +1912,12 @@ CREATE TRIGGER holds_guard BEFORE DELETE OR UPDATE ON public.holds FOR EACH ROW 
 --
 
 CREATE TRIGGER holds_kept BEFORE TRUNCATE ON public.holds FOR EACH STATEMENT EXECUTE FUNCTION public.refuse_holds_truncate();
+
+--
+-- Name: principals principals_own_fleet; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER principals_own_fleet BEFORE INSERT ON public.principals FOR EACH ROW EXECUTE FUNCTION public.principals_own_fleet();
 
 --
 -- Name: pruned_commands pruned_commands_append_only; Type: TRIGGER; Schema: public; Owner: -
@@ -1815,13 +1938,6 @@ ALTER TABLE ONLY public.api_tokens
 
 ALTER TABLE ONLY public.coalesced_requests
     ADD CONSTRAINT coalesced_requests_command_id_fkey FOREIGN KEY (command_id) REFERENCES public.commands(id) ON DELETE CASCADE;
-
---
--- Name: coalesced_requests coalesced_requests_scope_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
---
-
-ALTER TABLE ONLY public.coalesced_requests
-    ADD CONSTRAINT coalesced_requests_scope_fkey FOREIGN KEY (scope) REFERENCES public.principals(id);
 
 --
 -- Name: command_history command_history_command_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
@@ -1845,13 +1961,6 @@ ALTER TABLE ONLY public.command_transitions
     ADD CONSTRAINT command_transitions_to_state_fkey FOREIGN KEY (to_state) REFERENCES public.command_states(state);
 
 --
--- Name: commands commands_scope_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
---
-
-ALTER TABLE ONLY public.commands
-    ADD CONSTRAINT commands_scope_fkey FOREIGN KEY (scope) REFERENCES public.principals(id);
-
---
 -- Name: holds holds_command_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -1866,11 +1975,11 @@ ALTER TABLE ONLY public.holds
     ADD CONSTRAINT holds_resembles_fkey FOREIGN KEY (resembles) REFERENCES public.commands(id);
 
 --
--- Name: holds holds_scope_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+-- Name: principals principals_fleet_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
 --
 
-ALTER TABLE ONLY public.holds
-    ADD CONSTRAINT holds_scope_fkey FOREIGN KEY (scope) REFERENCES public.principals(id);
+ALTER TABLE ONLY public.principals
+    ADD CONSTRAINT principals_fleet_fkey FOREIGN KEY (fleet_id) REFERENCES public.fleets(id);
 
 --
 -- PostgreSQL database dump complete

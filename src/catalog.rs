@@ -16,7 +16,10 @@
 //! near_duplicate = "hold"                # hold | allow | reject, after the window (default hold)
 //! near_duplicate_horizon = "24h"         # after this, the same intent is new (default 24h)
 //! guard_keyed = false                    # the same guard for keyed submissions (opt-in)
+//! dedup_scope = "fleet"                  # or "principal": where keys and intents are unique
+//! on_failure = "release"                 # or "replay": may a retry run an intent that ended with nothing done?
 //! money_fields = ["amount"]              # on top of auto-detection (auto_detect = true)
+//! currency = "USD"                       # amounts naming no currency ("1200 cents") are in it
 //! email_fields = ["customer"]
 //! volatile_fields = ["attempt"]          # dropped, on top of request_id, trace_id, ...
 //!
@@ -36,7 +39,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use crate::domain::admission::{KeyMode, KindPolicy, NearDuplicate};
+use crate::domain::admission::{DedupScope, KeyMode, KindPolicy, NearDuplicate, OnFailure};
 use crate::domain::canonical::Policy;
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -68,6 +71,12 @@ pub struct KindConfig {
     pub auto_detect: Option<bool>,
     /// Apply the intent guard to keyed submissions as well.
     pub guard_keyed: Option<bool>,
+    /// `fleet` (default) or `principal`.
+    pub dedup_scope: Option<String>,
+    /// `release` (default) or `replay`.
+    pub on_failure: Option<String>,
+    /// The kind's currency (ISO 4217) for amounts that name none.
+    pub currency: Option<String>,
     #[serde(default)]
     pub money_fields: Vec<String>,
     #[serde(default)]
@@ -233,6 +242,35 @@ impl Catalog {
                     )));
                 }
             };
+            let dedup_scope = match cfg.dedup_scope.as_deref() {
+                None | Some("fleet") => DedupScope::Fleet,
+                Some("principal") => DedupScope::Principal,
+                Some(other) => {
+                    return Err(invalid(format!(
+                        "dedup_scope {other:?} is fleet or principal"
+                    )));
+                }
+            };
+            let on_failure = match cfg.on_failure.as_deref() {
+                None | Some("release") => OnFailure::Release,
+                Some("replay") => OnFailure::Replay,
+                Some(other) => {
+                    return Err(invalid(format!(
+                        "on_failure {other:?} is release or replay"
+                    )));
+                }
+            };
+            let currency = match cfg.currency.as_deref().map(str::trim) {
+                None => None,
+                Some(c) if crate::domain::money::minor_units(&c.to_ascii_uppercase()).is_some() => {
+                    Some(c.to_ascii_uppercase())
+                }
+                Some(c) => {
+                    return Err(invalid(format!(
+                        "currency {c:?} is not an ISO 4217 code such as USD, EUR or JPY"
+                    )));
+                }
+            };
             if let Some(a) = &cfg.authority {
                 crate::domain::AuthorityId::parse(a).map_err(|e| invalid(e.to_string()))?;
             }
@@ -242,6 +280,7 @@ impl Catalog {
                     money_fields: cfg.money_fields.clone(),
                     email_fields: cfg.email_fields.clone(),
                     volatile_fields: cfg.volatile_fields.clone(),
+                    currency,
                 },
                 key,
                 // "0s": no coalescing; a copy after the first is a near-duplicate.
@@ -257,6 +296,8 @@ impl Catalog {
                 )?,
                 authority: cfg.authority.clone(),
                 guard_keyed: cfg.guard_keyed.unwrap_or(false),
+                dedup_scope,
+                on_failure,
             };
             policies.set(kind, policy);
             let args_schema = match &cfg.args_schema {
@@ -308,6 +349,9 @@ mod tests {
             near_duplicate = "reject"
             near_duplicate_horizon = "1h"
             money_fields = ["sum"]
+            dedup_scope = "principal"
+            on_failure = "replay"
+            currency = "usd"
             "#,
         )
         .unwrap();
@@ -321,6 +365,11 @@ mod tests {
         assert_eq!(p.near_duplicate, NearDuplicate::Reject);
         assert_eq!(p.authority.as_deref(), Some("payments"));
         assert_eq!(p.canonical.money_fields, ["sum"]);
+        assert_eq!(
+            (p.dedup_scope, p.on_failure),
+            (DedupScope::Principal, OnFailure::Replay)
+        );
+        assert_eq!(p.canonical.currency.as_deref(), Some("USD"));
         assert_eq!(policies.get("other"), &KindPolicy::default());
         let no_window: Catalog = toml::from_str("[kinds.r]\ncoalesce_window = \"0s\"").unwrap();
         assert_eq!(
@@ -336,6 +385,9 @@ mod tests {
             "near_duplicate = \"shrug\"",
             "coalesce_window = \"soon\"",
             "authority = \"a b\"",
+            "dedup_scope = \"team\"",
+            "on_failure = \"retry\"",
+            "currency = \"dollars\"",
         ] {
             let c: Catalog = toml::from_str(&format!("[kinds.refund]\n{bad}")).unwrap();
             assert!(c.policies().is_err(), "{bad}");

@@ -346,6 +346,24 @@ fn show_command(c: &CommandRow, history: &[HistoryRow]) {
     println!("authority {} (generation {generation})", c.authority_id);
     println!("key       {}", c.idempotency_key);
     println!("args      {}", c.args);
+    println!(
+        "canonical {}",
+        crate::domain::digest::canonical_json(&c.canonical)
+    );
+    println!(
+        "rules     {}",
+        if c.canonical_rules.is_empty() {
+            "-".to_owned()
+        } else {
+            c.canonical_rules.join(" ")
+        }
+    );
+    if let Some(d) = &c.intent_digest {
+        println!("intent    {}", hex::encode(d));
+    }
+    if let Some(r) = c.retry_of {
+        println!("retry of  {r}");
+    }
     if let Some(r) = &c.result {
         println!("result    {r}");
     }

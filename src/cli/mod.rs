@@ -27,7 +27,7 @@ use crate::telemetry::LogFormat;
 pub use custodian::{CustodianArgs, spawn_custodian};
 pub use database::Database;
 pub use submit::exit as submit_exit;
-pub use token::issue_token;
+pub use token::{issue_token, issue_token_in};
 
 /// A duration argument (500ms, 10s, 2m, 12h, 30d), for every subcommand.
 fn duration(s: &str) -> Result<std::time::Duration, String> {

@@ -166,6 +166,8 @@ pub(super) async fn run(
     state.max_connections = args.max_http_connections;
     state.max_wait = std::time::Duration::from_secs(args.max_wait_seconds);
     state.retention = args.retention;
+    // The embedded demo may start a new counting epoch for /api/state.
+    state.api_reset = embedded && !args.no_demo_sink;
     state.limiter = http::limits::Limiter::new(http::limits::RateLimit {
         per_second: args.rate_limit_per_second,
         burst: args.rate_limit_burst,

@@ -19,6 +19,12 @@ pub enum TokenCommand {
         principal: String,
         #[arg(long, value_parser = parse_role)]
         role: Role,
+        /// The fleet the principal joins (created if new): its members share
+        /// one dedup space for the kinds whose dedup_scope is fleet. Without
+        /// it, a new principal forms a fleet of its own, named after it. A
+        /// principal never changes fleet.
+        #[arg(long)]
+        fleet: Option<String>,
         /// Lifetime such as 90d, 12h or 30m; no expiry when omitted.
         #[arg(long, value_parser = parse_lifetime)]
         expires_in: Option<chrono::Duration>,
@@ -74,11 +80,14 @@ async fn run_on(pool: &PgPool, cmd: TokenCommand) -> anyhow::Result<()> {
         TokenCommand::Create {
             principal,
             role,
+            fleet,
             expires_in,
         } => {
             let expires_at = expires_in.map(|d| Utc::now() + d);
-            let token = issue_token(pool, &principal, role, expires_at).await?;
-            eprintln!("token for {principal} ({role}); it is shown only this once:");
+            let token =
+                issue_token_in(pool, &principal, role, fleet.as_deref(), expires_at).await?;
+            let fleet = fleet.as_deref().unwrap_or(&principal);
+            eprintln!("token for {principal} ({role}, fleet {fleet}); it is shown only this once:");
             println!("{token}");
         }
         TokenCommand::Revoke { principal, prefix } => {
@@ -90,8 +99,8 @@ async fn run_on(pool: &PgPool, cmd: TokenCommand) -> anyhow::Result<()> {
         }
         TokenCommand::List => {
             println!(
-                "{:<14} {:<24} {:<9} {:<20} {:<20} revoked",
-                "prefix", "principal", "role", "created", "expires"
+                "{:<14} {:<24} {:<9} {:<24} {:<20} {:<20} revoked",
+                "prefix", "principal", "role", "fleet", "created", "expires"
             );
             let fmt = |t: Option<DateTime<Utc>>| {
                 t.map_or_else(
@@ -101,10 +110,11 @@ async fn run_on(pool: &PgPool, cmd: TokenCommand) -> anyhow::Result<()> {
             };
             for t in db::principals::list_tokens(pool).await? {
                 println!(
-                    "{:<14} {:<24} {:<9} {:<20} {:<20} {}",
+                    "{:<14} {:<24} {:<9} {:<24} {:<20} {:<20} {}",
                     t.prefix,
                     t.principal,
                     t.role,
+                    t.fleet,
                     fmt(Some(t.created_at)),
                     fmt(t.expires_at),
                     fmt(t.revoked_at),
@@ -115,11 +125,23 @@ async fn run_on(pool: &PgPool, cmd: TokenCommand) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Creates a token for `principal` (created with `role` if new) and returns it.
+/// Creates a token for `principal` (created with `role` if new, in a fleet
+/// of its own) and returns it.
 pub async fn issue_token(
     pool: &PgPool,
     principal: &str,
     role: Role,
+    expires_at: Option<DateTime<Utc>>,
+) -> anyhow::Result<String> {
+    issue_token_in(pool, principal, role, None, expires_at).await
+}
+
+/// [`issue_token`], the principal (if new) joining `fleet` (created if new).
+pub async fn issue_token_in(
+    pool: &PgPool,
+    principal: &str,
+    role: Role,
+    fleet: Option<&str>,
     expires_at: Option<DateTime<Utc>>,
 ) -> anyhow::Result<String> {
     let mut random = [0u8; 32];
@@ -129,6 +151,7 @@ pub async fn issue_token(
         pool,
         principal,
         role,
+        fleet,
         &token_hash(&token),
         listed_prefix(&token),
         expires_at,

@@ -36,6 +36,9 @@ pub struct CommandRow {
     pub intent_digest: Option<Vec<u8>>,
     pub canonical_rules: Vec<String>,
     pub intent_epoch: Option<i32>,
+    /// The command of the same intent this one retries (it ended with
+    /// nothing done, and the kind releases such intents).
+    pub retry_of: Option<Uuid>,
 }
 
 impl CommandRow {
@@ -100,6 +103,8 @@ pub struct NewCommand {
     pub canonical: Value,
     pub deadline_at: Option<DateTime<Utc>>,
     pub actor: String,
+    /// The command of the same intent this one retries, if any.
+    pub retry_of: Option<Uuid>,
 }
 
 impl NewCommand {
@@ -129,7 +134,15 @@ impl NewCommand {
             canonical: request.canonical.clone(),
             deadline_at: request.deadline_at,
             actor: actor.to_owned(),
+            retry_of: None,
         }
+    }
+
+    /// The same command, recorded as the retry of `failed` (a command of
+    /// the same intent that ended with nothing done).
+    pub fn retrying(mut self, failed: Uuid) -> Self {
+        self.retry_of = Some(failed);
+        self
     }
 }
 
@@ -145,8 +158,8 @@ pub async fn insert_pending(
         r#"
         insert into commands (id, scope, idempotency_key, request_digest, digest_version, kind,
                               authority_id, run_id, args, canonical, deadline_at, pinned_generation,
-                              intent_digest, canonical_rules, intent_epoch)
-        select $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $13, $14, $15, $16
+                              intent_digest, canonical_rules, intent_epoch, retry_of)
+        select $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $13, $14, $15, $16, $17
         from (select set_config('command_ledger.actor', $12, true)) as ctx
         on conflict (scope, idempotency_key) do nothing
         returning *
@@ -167,6 +180,7 @@ pub async fn insert_pending(
         new.intent_digest,
         &new.canonical_rules,
         new.intent_epoch,
+        new.retry_of,
     )
     .fetch_optional(ex)
     .await
@@ -203,6 +217,7 @@ pub async fn insert_pending_many(
         .map(|r| Value::from(r.canonical_rules.clone()))
         .collect();
     let epochs: Vec<Option<i32>> = rows.iter().map(|r| r.intent_epoch).collect();
+    let retry_of: Vec<Option<Uuid>> = rows.iter().map(|r| r.retry_of).collect();
     let actors: serde_json::Map<String, Value> = rows
         .iter()
         .map(|r| (r.id.to_string(), Value::from(r.actor.clone())))
@@ -212,17 +227,17 @@ pub async fn insert_pending_many(
         r#"
         insert into commands (id, scope, idempotency_key, request_digest, digest_version, kind,
                               authority_id, run_id, args, canonical, deadline_at, pinned_generation,
-                              intent_digest, canonical_rules, intent_epoch)
+                              intent_digest, canonical_rules, intent_epoch, retry_of)
         select r.id, r.scope, r.key, r.request_digest, r.digest_version, r.kind, r.authority_id,
                r.run_id, r.args, r.canonical, r.deadline_at, r.pinned_generation, r.intent_digest,
-               array(select jsonb_array_elements_text(r.rules)), r.intent_epoch
+               array(select jsonb_array_elements_text(r.rules)), r.intent_epoch, r.retry_of
         from unnest($1::uuid[], $2::uuid[], $3::text[], $4::bytea[], $5::int2[], $6::text[],
                     $7::text[], $8::text[], $9::jsonb[], $10::jsonb[], $11::timestamptz[],
-                    $12::int8[], $13::bytea[], $14::jsonb[], $15::int4[])
+                    $12::int8[], $13::bytea[], $14::jsonb[], $15::int4[], $17::uuid[])
                  with ordinality
                  as r(id, scope, key, request_digest, digest_version, kind, authority_id, run_id,
                       args, canonical, deadline_at, pinned_generation, intent_digest, rules,
-                      intent_epoch, n),
+                      intent_epoch, retry_of, n),
              (select set_config('command_ledger.actors', $16, true)) as ctx
         order by r.n
         on conflict do nothing
@@ -244,6 +259,7 @@ pub async fn insert_pending_many(
         &rules,
         &epochs as &[Option<i32>],
         Value::Object(actors).to_string(),
+        &retry_of as &[Option<Uuid>],
     )
     .fetch_all(ex)
     .await
@@ -285,6 +301,8 @@ pub struct LatestIntent {
     pub same_request: bool,
     pub age_seconds: f64,
     pub max_epoch: i32,
+    /// Its state now.
+    pub state: String,
 }
 
 pub async fn latest_by_intent(
@@ -301,7 +319,8 @@ pub async fn latest_by_intent(
                (c.request_digest = $4 or r.command_id is not null) as "same_request!",
                extract(epoch from now() - c.created_at)::float8 as "age_seconds!",
                (select coalesce(max(e.intent_epoch), 0) from commands e
-                where e.scope = $1 and e.intent_digest = $3) as "max_epoch!"
+                where e.scope = $1 and e.intent_digest = $3) as "max_epoch!",
+               c.state
         from commands c
         left join coalesced_requests r
                on r.authority_id = $2 and r.scope = $1 and r.request_digest = $4 and r.command_id = c.id
@@ -382,17 +401,30 @@ pub async fn find_by_keys(
     .await
 }
 
-/// A command by id, visible to `scope` (`None`: every scope, for operators).
+/// How many effects were started at or after `since`.
+pub async fn effects_started_since(
+    ex: impl PgExecutor<'_>,
+    since: DateTime<Utc>,
+) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"select count(*) as "n!" from command_history where to_state = 'effect_started' and at >= $1"#,
+        since,
+    )
+    .fetch_one(ex)
+    .await
+}
+
+/// A command by id, visible in one of `scopes` (`None`: every scope, for operators).
 pub async fn get(
     ex: impl PgExecutor<'_>,
     id: Uuid,
-    scope: Option<Uuid>,
+    scope: Option<&[Uuid]>,
 ) -> Result<Option<CommandRow>, sqlx::Error> {
     sqlx::query_as!(
         CommandRow,
         r#"
         select * from commands
-        where id = $1 and ($2::uuid is null or scope = $2)
+        where id = $1 and ($2::uuid[] is null or scope = any($2))
         "#,
         id,
         scope,
@@ -404,8 +436,8 @@ pub async fn get(
 /// Filters for listing commands, newest first.
 #[derive(Debug, Clone, Default)]
 pub struct ListFilter {
-    /// `None`: every scope (operators).
-    pub scope: Option<Uuid>,
+    /// The scopes listed; `None`: every scope (operators).
+    pub scope: Option<Vec<Uuid>>,
     pub state: Option<State>,
     pub authority_id: Option<String>,
     /// Keyset cursor: only ids older than this one.
@@ -438,14 +470,14 @@ pub async fn list(
                     select command_id from command_history where to_state = 'ambiguous' and $2 = 'ambiguous'
                   )
               and state = $2
-              and ($1::uuid is null or scope = $1)
+              and ($1::uuid[] is null or scope = any($1))
               and ($3::text is null or authority_id = $3)
               and ($4::uuid is null or id < $4)
               and ($6::timestamptz is null or created_at >= $6)
             order by id desc
             limit $5
             "#,
-            filter.scope,
+            filter.scope.as_deref(),
             state.as_str(),
             filter.authority_id.as_deref(),
             filter.before_id,
@@ -459,7 +491,7 @@ pub async fn list(
         CommandRow,
         r#"
         select * from commands
-        where ($1::uuid is null or scope = $1)
+        where ($1::uuid[] is null or scope = any($1))
           and ($2::text is null or state = $2)
           and ($3::text is null or authority_id = $3)
           and ($4::uuid is null or id < $4)
@@ -467,7 +499,7 @@ pub async fn list(
         order by id desc
         limit $5
         "#,
-        filter.scope,
+        filter.scope.as_deref(),
         filter.state.map(State::as_str),
         filter.authority_id.as_deref(),
         filter.before_id,
@@ -512,7 +544,7 @@ pub enum CancelOutcome {
 pub async fn cancel(
     conn: &mut sqlx::PgConnection,
     id: Uuid,
-    scope: Option<Uuid>,
+    scope: Option<&[Uuid]>,
     actor: &str,
 ) -> Result<CancelOutcome, sqlx::Error> {
     let cancelled = sqlx::query_as!(
@@ -523,7 +555,7 @@ pub async fn cancel(
             error = jsonb_build_object('reason', 'cancelled', 'by', $3::text)
         from (select set_config('command_ledger.actor', $3, true),
                      set_config('command_ledger.reason', 'cancel requested', true)) as ctx
-        where c.id = $1 and ($2::uuid is null or c.scope = $2)
+        where c.id = $1 and ($2::uuid[] is null or c.scope = any($2))
           and c.state in ('pending', 'prepared')
         returning c.*
         "#,

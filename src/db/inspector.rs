@@ -16,6 +16,7 @@ const READABLE: &[&str] = &[
     "pruned_commands",
     "authorities",
     "principals",
+    "fleets",
     "command_counts_by_state",
     "command_oldest_in_flight",
     "holds_awaiting_decision",

@@ -43,14 +43,18 @@ pub struct Principal {
     pub id: Uuid,
     pub name: String,
     pub role: Role,
+    /// The fleet it belongs to: the dedup space of fleet-scoped kinds. A
+    /// principal alone in its fleet has `fleet_id == id`.
+    pub fleet_id: Uuid,
 }
 
 impl Principal {
-    /// The scope a listing or lookup is restricted to: a device sees its own
-    /// commands, an operator every command.
-    pub fn visible_scope(&self) -> Option<Uuid> {
+    /// The scopes a listing or lookup is restricted to: a device sees the
+    /// commands of its own scope and of its fleet's, an operator every command.
+    pub fn visible_scope(&self) -> Option<Vec<Uuid>> {
         match self.role {
-            Role::Device => Some(self.id),
+            Role::Device if self.fleet_id == self.id => Some(vec![self.id]),
+            Role::Device => Some(vec![self.id, self.fleet_id]),
             Role::Operator => None,
         }
     }
@@ -65,35 +69,101 @@ impl Principal {
 pub enum PrincipalError {
     #[error("principal {name} already exists with role {existing}")]
     RoleMismatch { name: String, existing: String },
+    #[error(
+        "principal {name} already belongs to fleet {existing}; a principal never changes fleet"
+    )]
+    FleetMismatch { name: String, existing: String },
+    #[error(
+        "fleet {0} is the fleet of principal {0} alone (its id is that principal's scope); create a new fleet name instead"
+    )]
+    PrivateFleet(String),
+    #[error(
+        "a fleet named {0} exists; pass --fleet {0} to join it, or choose another principal name"
+    )]
+    FleetNameTaken(String),
     #[error(transparent)]
     Sqlx(#[from] sqlx::Error),
 }
 
 /// The principal named `name`, created with `role` if it does not exist.
+/// A new principal joins the fleet named `fleet` (created if new), or,
+/// without one, forms a fleet of its own, named after it, whose id is its
+/// own (the two scopes coincide). A fleet of one principal's own takes no
+/// other member: its id is that principal's scope. An existing principal
+/// keeps its fleet, and naming another one is an error.
 pub async fn ensure_principal(
-    ex: impl PgExecutor<'_>,
+    conn: &mut sqlx::PgConnection,
     name: &str,
     role: Role,
+    fleet: Option<&str>,
 ) -> Result<Uuid, PrincipalError> {
-    let row = sqlx::query!(
+    let existing = sqlx::query!(
         r#"
-        insert into principals (id, name, role) values ($1, $2, $3)
-        on conflict (name) do update set name = excluded.name
-        returning id, role
+        select p.id, p.role, f.name as fleet
+        from principals p join fleets f on f.id = p.fleet_id
+        where p.name = $1
         "#,
-        Uuid::now_v7(),
+        name,
+    )
+    .fetch_optional(&mut *conn)
+    .await?;
+    if let Some(p) = existing {
+        if p.role != role.as_str() {
+            return Err(PrincipalError::RoleMismatch {
+                name: name.to_owned(),
+                existing: p.role,
+            });
+        }
+        if fleet.is_some_and(|f| f != p.fleet) {
+            return Err(PrincipalError::FleetMismatch {
+                name: name.to_owned(),
+                existing: p.fleet,
+            });
+        }
+        return Ok(p.id);
+    }
+    let id = Uuid::now_v7();
+    let fleet_id = match fleet {
+        Some(fleet) => {
+            let f = sqlx::query!(
+                r#"
+                insert into fleets (id, name) values ($1, $2)
+                on conflict (name) do update set name = excluded.name
+                returning id, exists (select 1 from principals p where p.id = fleets.id) as "private!"
+                "#,
+                Uuid::now_v7(),
+                fleet,
+            )
+            .fetch_one(&mut *conn)
+            .await?;
+            if f.private {
+                return Err(PrincipalError::PrivateFleet(fleet.to_owned()));
+            }
+            f.id
+        }
+        None => sqlx::query_scalar!(
+            r#"
+            insert into fleets (id, name) values ($1, $2)
+            on conflict (name) do nothing
+            returning id
+            "#,
+            id,
+            name,
+        )
+        .fetch_optional(&mut *conn)
+        .await?
+        .ok_or_else(|| PrincipalError::FleetNameTaken(name.to_owned()))?,
+    };
+    sqlx::query!(
+        "insert into principals (id, name, role, fleet_id) values ($1, $2, $3, $4)",
+        id,
         name,
         role.as_str(),
+        fleet_id,
     )
-    .fetch_one(ex)
+    .execute(&mut *conn)
     .await?;
-    if row.role != role.as_str() {
-        return Err(PrincipalError::RoleMismatch {
-            name: name.to_owned(),
-            existing: row.role,
-        });
-    }
-    Ok(row.id)
+    Ok(id)
 }
 
 pub async fn insert_token(
@@ -119,18 +189,19 @@ pub async fn insert_token(
     .await
 }
 
-/// Creates `name` (with `role`) unless it exists, and gives it a token,
-/// in one transaction.
+/// Creates `name` (with `role`, in `fleet`) unless it exists, and gives
+/// it a token, in one transaction.
 pub async fn issue_token(
     pool: &sqlx::PgPool,
     name: &str,
     role: Role,
+    fleet: Option<&str>,
     token_hash: &[u8],
     prefix: &str,
     expires_at: Option<DateTime<Utc>>,
 ) -> Result<Uuid, PrincipalError> {
     let mut tx = pool.begin().await?;
-    let id = ensure_principal(&mut *tx, name, role).await?;
+    let id = ensure_principal(&mut tx, name, role, fleet).await?;
     insert_token(&mut *tx, id, token_hash, prefix, expires_at).await?;
     tx.commit().await?;
     Ok(id)
@@ -143,7 +214,7 @@ pub async fn authenticate(
 ) -> Result<Option<Principal>, sqlx::Error> {
     let row = sqlx::query!(
         r#"
-        select p.id, p.name, p.role
+        select p.id, p.name, p.role, p.fleet_id
         from api_tokens t
         join principals p on p.id = t.principal_id
         where t.token_hash = $1
@@ -159,6 +230,7 @@ pub async fn authenticate(
             id: r.id,
             name: r.name,
             role: Role::parse(&r.role)?,
+            fleet_id: r.fleet_id,
         })
     }))
 }
@@ -193,6 +265,7 @@ pub struct TokenRow {
     pub prefix: String,
     pub principal: String,
     pub role: String,
+    pub fleet: String,
     pub created_at: DateTime<Utc>,
     pub expires_at: Option<DateTime<Utc>>,
     pub revoked_at: Option<DateTime<Utc>>,
@@ -202,9 +275,11 @@ pub async fn list_tokens(ex: impl PgExecutor<'_>) -> Result<Vec<TokenRow>, sqlx:
     sqlx::query_as!(
         TokenRow,
         r#"
-        select t.prefix, p.name as principal, p.role, t.created_at, t.expires_at, t.revoked_at
+        select t.prefix, p.name as principal, p.role, f.name as fleet,
+               t.created_at, t.expires_at, t.revoked_at
         from api_tokens t
         join principals p on p.id = t.principal_id
+        join fleets f on f.id = p.fleet_id
         order by t.created_at
         "#
     )

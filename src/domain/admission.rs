@@ -60,6 +60,37 @@ pub enum NearDuplicate {
     Reject,
 }
 
+/// Where a kind's idempotency keys and intent fingerprints are unique.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DedupScope {
+    /// Per fleet: two agents of one fleet racing one intent make one command.
+    Fleet,
+    /// Per principal: each token's principal has a dedup space of its own.
+    Principal,
+}
+
+impl DedupScope {
+    /// The scope a command of this kind is recorded in, for a principal of
+    /// `fleet_id`.
+    pub fn scope(self, principal_id: uuid::Uuid, fleet_id: uuid::Uuid) -> uuid::Uuid {
+        match self {
+            DedupScope::Fleet => fleet_id,
+            DedupScope::Principal => principal_id,
+        }
+    }
+}
+
+/// What a definite failure does to its intent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnFailure {
+    /// A command that ended with nothing done (failed, expired, cancelled)
+    /// frees its intent: the next request of it from another run records a
+    /// new command. `ambiguous` never does.
+    Release,
+    /// The failure is replayed like any outcome, until the horizon.
+    Replay,
+}
+
 /// A kind's admission policy (from the catalog).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KindPolicy {
@@ -76,6 +107,10 @@ pub struct KindPolicy {
     /// new key on every re-plan): a new key for a recent intent is the same
     /// command, or a near-duplicate.
     pub guard_keyed: bool,
+    /// Where keys and intent fingerprints are unique (default: the fleet).
+    pub dedup_scope: DedupScope,
+    /// What a definite failure does to its intent (default: release it).
+    pub on_failure: OnFailure,
 }
 
 impl Default for KindPolicy {
@@ -88,6 +123,8 @@ impl Default for KindPolicy {
             horizon: Duration::from_secs(24 * 3600),
             authority: None,
             guard_keyed: false,
+            dedup_scope: DedupScope::Fleet,
+            on_failure: OnFailure::Release,
         }
     }
 }
@@ -105,6 +142,12 @@ pub struct Latest {
     pub age: Duration,
     /// The highest epoch this intent has reached (the how-many-th command of it).
     pub epoch: u32,
+    /// It ended with nothing done: failed (not dispatched, refused, or not
+    /// applied by the reconcile probe), expired or cancelled.
+    pub nothing_done: bool,
+    /// The request names its run (a run id): a retry of the same request is
+    /// then the same run asking again.
+    pub run_named: bool,
 }
 
 /// What a keyless submission (or a keyed one under the intent guard) is.
@@ -112,6 +155,9 @@ pub struct Latest {
 pub enum IntentVerdict {
     /// Record a new command, the `epoch`-th of this intent.
     New { epoch: u32 },
+    /// Record a new command, the `epoch`-th of this intent, as the retry of
+    /// the latest one, which ended with nothing done.
+    Retry { epoch: u32 },
     /// It is the latest command (a retry, or a racing worker in the window).
     Same,
     /// A near-duplicate to hold for a human.
@@ -124,6 +170,15 @@ pub fn intent_verdict(latest: Option<Latest>, policy: &KindPolicy) -> IntentVerd
     match latest {
         None => IntentVerdict::New { epoch: 1 },
         Some(l) if l.age > policy.horizon => IntentVerdict::New { epoch: l.epoch + 1 },
+        // A released failure: the same run asking again still sees the
+        // failure it saw; anyone else (or a request naming no run) retries.
+        Some(l)
+            if l.nothing_done
+                && policy.on_failure == OnFailure::Release
+                && !(l.same_request && l.run_named) =>
+        {
+            IntentVerdict::Retry { epoch: l.epoch + 1 }
+        }
         Some(l) if l.same_request || l.age <= policy.window => IntentVerdict::Same,
         Some(l) => match policy.near_duplicate {
             NearDuplicate::Hold => IntentVerdict::Held,
@@ -148,7 +203,67 @@ mod tests {
             same_request,
             age: Duration::from_secs(age_secs),
             epoch,
+            nothing_done: false,
+            run_named: true,
         })
+    }
+
+    fn failed(same_request: bool, run_named: bool, age_secs: u64) -> Option<Latest> {
+        Some(Latest {
+            same_request,
+            age: Duration::from_secs(age_secs),
+            epoch: 1,
+            nothing_done: true,
+            run_named,
+        })
+    }
+
+    #[test]
+    fn a_failure_with_nothing_done_frees_its_intent_for_another_run() {
+        let p = KindPolicy::default();
+        // Another run, inside or after the window: a new command, the retry.
+        assert_eq!(
+            intent_verdict(failed(false, true, 1), &p),
+            IntentVerdict::Retry { epoch: 2 }
+        );
+        assert_eq!(
+            intent_verdict(failed(false, true, 60), &p),
+            IntentVerdict::Retry { epoch: 2 }
+        );
+        // The same run asking again sees the failure it saw.
+        assert_eq!(
+            intent_verdict(failed(true, true, 60), &p),
+            IntentVerdict::Same
+        );
+        // A request naming no run cannot be told from a retry: it retries.
+        assert_eq!(
+            intent_verdict(failed(true, false, 60), &p),
+            IntentVerdict::Retry { epoch: 2 }
+        );
+    }
+
+    #[test]
+    fn a_kind_that_replays_failures_keeps_them_and_ambiguous_is_never_freed() {
+        let replay = KindPolicy {
+            on_failure: OnFailure::Replay,
+            ..KindPolicy::default()
+        };
+        assert_eq!(
+            intent_verdict(failed(false, true, 60), &replay),
+            IntentVerdict::Held
+        );
+        // An ambiguous (or applied) command is not "nothing done".
+        assert_eq!(
+            intent_verdict(latest(false, 60, 1), &KindPolicy::default()),
+            IntentVerdict::Held
+        );
+    }
+
+    #[test]
+    fn the_dedup_scope_is_the_fleet_or_the_principal() {
+        let (p, f) = (uuid::Uuid::from_u128(1), uuid::Uuid::from_u128(2));
+        assert_eq!(DedupScope::Fleet.scope(p, f), f);
+        assert_eq!(DedupScope::Principal.scope(p, f), p);
     }
 
     #[test]

@@ -35,6 +35,10 @@ pub struct Policy {
     pub email_fields: Vec<String>,
     /// Dropped, on top of `DEFAULT_VOLATILE`.
     pub volatile_fields: Vec<String>,
+    /// The kind's own currency (ISO 4217): an amount that names none (no
+    /// code, no currency field beside it: `"1200 cents"`, `"12.00"`) is in
+    /// it. Without one, such an amount is refused, never guessed.
+    pub currency: Option<String>,
 }
 
 impl Default for Policy {
@@ -44,6 +48,7 @@ impl Default for Policy {
             money_fields: Vec::new(),
             email_fields: Vec::new(),
             volatile_fields: Vec::new(),
+            currency: None,
         }
     }
 }
@@ -59,7 +64,7 @@ pub struct Canonical {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CanonError {
     #[error(
-        "{path}: {text:?} is an amount without a currency; add a currency field or write it like \"12.00 USD\""
+        "{path}: {text:?} is an amount without a currency; add a currency field, write it like \"12.00 USD\", or give the kind a currency in the catalog"
     )]
     AmbiguousMoney { path: String, text: String },
     #[error("{path}: {text:?} is not an amount of money")]
@@ -190,7 +195,15 @@ fn walk_object(
         let is_money = listed(&child, &policy.money_fields)
             || (policy.auto_detect && named(key, MONEY_NAMES) && money_shaped(v));
         if is_money && !is_canonical_money(v) {
-            let money = parse_money(v, currency_given.as_deref(), &child)?;
+            let money = parse_money(
+                v,
+                currency_given.as_deref(),
+                policy.currency.as_deref(),
+                &child,
+            )?;
+            if money.used_kind_currency {
+                rules.push(format!("kind_currency@{child}"));
+            }
             if money.used_sibling_currency {
                 currency_consumed = true;
             } else if let Some(given) = &currency_given {

@@ -11,6 +11,8 @@ pub(super) struct Money {
     pub(super) minor: i64,
     pub(super) currency: &'static str,
     pub(super) used_sibling_currency: bool,
+    /// The amount named no currency, and the kind's own was used.
+    pub(super) used_kind_currency: bool,
 }
 
 impl Money {
@@ -19,9 +21,12 @@ impl Money {
     }
 }
 
+/// `sibling`: the currency field beside the amount; `kind`: the kind's own
+/// currency (catalog `currency = "USD"`), for amounts that name none.
 pub(super) fn parse_money(
     v: &Value,
     sibling: Option<&str>,
+    kind: Option<&str>,
     path: &str,
 ) -> Result<Money, CanonError> {
     let text = match v {
@@ -39,6 +44,8 @@ pub(super) fn parse_money(
         text: text.clone(),
     };
     let (currency_in_text, number, cents) = split_money(&text).ok_or_else(bad)?;
+    let kind = kind.map(|k| resolve_code(k, path)).transpose()?;
+    let mut used_kind = false;
     let (currency, used_sibling) = match (currency_in_text, sibling) {
         (Some(MoneyUnit::Code(code)), _) => (code, false),
         (Some(MoneyUnit::Symbol(default, compatible)), Some(given)) => {
@@ -49,14 +56,27 @@ pub(super) fn parse_money(
                 (default, false)
             }
         }
+        // "$" in a kind that counts in CAD is CAD.
+        (Some(MoneyUnit::Symbol(_, compatible)), None)
+            if kind.is_some_and(|k| compatible.contains(&k)) =>
+        {
+            used_kind = true;
+            (kind.expect("checked above"), false)
+        }
         (Some(MoneyUnit::Symbol(default, _)), None) => (default, false),
         (None, Some(given)) => (resolve_code(given, path)?, true),
-        (None, None) => {
-            return Err(CanonError::AmbiguousMoney {
-                path: path.into(),
-                text,
-            });
-        }
+        (None, None) => match kind {
+            Some(k) => {
+                used_kind = true;
+                (k, false)
+            }
+            None => {
+                return Err(CanonError::AmbiguousMoney {
+                    path: path.into(),
+                    text,
+                });
+            }
+        },
     };
     let digits = minor_units(currency).expect("resolved codes are known");
     let minor = if cents {
@@ -84,6 +104,7 @@ pub(super) fn parse_money(
         minor,
         currency,
         used_sibling_currency: used_sibling,
+        used_kind_currency: used_kind,
     })
 }
 

@@ -67,6 +67,14 @@ impl State {
         !TRANSITIONS.iter().any(|&(from, _)| from == self)
     }
 
+    /// It ended and nothing happened in the world: `failed` (every executor
+    /// records `failed` only when the effect certainly did not happen, or
+    /// the target refused it), `expired` or `cancelled` (no effect was ever
+    /// attempted). `ambiguous` is not: nobody knows.
+    pub fn ended_with_nothing_done(self) -> bool {
+        matches!(self, State::Failed | State::Expired | State::Cancelled)
+    }
+
     /// A client may still cancel the command: no effect has been attempted.
     pub fn is_cancellable(self) -> bool {
         can_transition(self, State::Cancelled)

@@ -42,6 +42,17 @@ pub(super) struct CommandView<'a> {
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
     finished_at: Option<DateTime<Utc>>,
+    /// The request in canonical form: what its digests were computed over.
+    #[schema(value_type = Object)]
+    canonical: &'a Value,
+    /// The canonicalization rules that fired (why two spellings are one intent).
+    canonical_rules: &'a [String],
+    /// The intent digest (hex): equal for every spelling of one intent in one
+    /// authority, whatever the run; null for commands recorded before intents.
+    fingerprint: Option<String>,
+    /// The command of the same intent this one retries (that one ended with
+    /// nothing done and the kind releases such intents); null otherwise.
+    retry_of: Option<Uuid>,
     #[serde(skip_serializing_if = "Option::is_none")]
     disposition: Option<&'static str>,
 }
@@ -76,6 +87,10 @@ pub(super) fn view(row: &CommandRow, disposition: Option<Disposition>) -> Comman
         created_at: row.created_at,
         updated_at: row.updated_at,
         finished_at: row.finished_at,
+        canonical: &row.canonical,
+        canonical_rules: &row.canonical_rules,
+        fingerprint: row.intent_digest.as_deref().map(hex::encode),
+        retry_of: row.retry_of,
         disposition: disposition.map(Disposition::as_str),
     }
 }
@@ -122,11 +137,11 @@ pub(super) async fn get_one(
             "wait must be 0-{WAIT_LIMIT} seconds"
         )));
     }
-    let row = db::commands::get(&state.pool, id, principal.visible_scope())
+    let row = db::commands::get(&state.pool, id, principal.visible_scope().as_deref())
         .await?
         .ok_or(ApiError::NotFound)?;
     let wait = q.wait.map(|w| Duration::from_secs(w).min(state.max_wait));
-    let (row, waited) = settle(&state, row, wait, principal.visible_scope()).await?;
+    let (row, waited) = settle(&state, row, wait, principal.visible_scope().as_deref()).await?;
     let mut response = Json(view(&row, None)).into_response();
     applied_wait(&mut response, waited);
     key_expiry(&mut response, &row, state.retention);
@@ -141,7 +156,7 @@ pub(super) async fn settle(
     state: &AppState,
     row: CommandRow,
     wait: Option<Duration>,
-    scope: Option<Uuid>,
+    scope: Option<&[Uuid]>,
 ) -> Result<(CommandRow, Option<Duration>), ApiError> {
     let Some(wait) = wait.filter(|w| !w.is_zero()) else {
         return Ok((row, None));
@@ -245,7 +260,7 @@ struct ListView<'a> {
 
 /// Reads the listing's query parameters (untrusted input) into a filter and
 /// the page size.
-fn list_filter(q: &ListQuery, scope: Option<Uuid>) -> Result<(ListFilter, i64), ApiError> {
+fn list_filter(q: &ListQuery, scope: Option<Vec<Uuid>>) -> Result<(ListFilter, i64), ApiError> {
     let invalid = |e: &dyn std::fmt::Display| ApiError::InvalidQuery(e.to_string());
     let state = q
         .state
@@ -344,7 +359,7 @@ pub(super) async fn history(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let id = parse_id(&id)?;
-    db::commands::get(&state.pool, id, principal.visible_scope())
+    db::commands::get(&state.pool, id, principal.visible_scope().as_deref())
         .await?
         .ok_or(ApiError::NotFound)?;
     let entries = db::commands::history(&state.pool, id).await?;
@@ -369,7 +384,13 @@ pub(super) async fn cancel(
 ) -> Result<Response, ApiError> {
     let id = parse_id(&id)?;
     let mut conn = state.pool.acquire().await?;
-    match db::commands::cancel(&mut conn, id, principal.visible_scope(), &principal.actor()).await?
+    match db::commands::cancel(
+        &mut conn,
+        id,
+        principal.visible_scope().as_deref(),
+        &principal.actor(),
+    )
+    .await?
     {
         CancelOutcome::Cancelled(row) => {
             tracing::info!(command.id = %row.id, actor = %principal.actor(), "command cancelled");

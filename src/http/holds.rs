@@ -72,6 +72,16 @@ pub(super) struct HoldAnswer<'a> {
     command: Option<CommandView<'a>>,
 }
 
+impl<'a> HoldAnswer<'a> {
+    /// A released hold and the command its release recorded.
+    pub(super) fn released(hold: &'a HoldRow, command: &'a db::CommandRow) -> Self {
+        HoldAnswer {
+            hold: hold_view(hold),
+            command: Some(view(command, None)),
+        }
+    }
+}
+
 /// A held submission: `{"disposition": "held", "hold": hold}`.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(super) struct HeldAnswer<'a> {
@@ -197,7 +207,7 @@ pub(super) async fn get_one(
         .ok_or(ApiError::NotFound)?;
     if principal
         .visible_scope()
-        .is_some_and(|scope| scope != hold.scope)
+        .is_some_and(|scopes| !scopes.contains(&hold.scope))
     {
         return Err(ApiError::NotFound);
     }

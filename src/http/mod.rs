@@ -2,12 +2,14 @@
 //! handlers that parse, call the use cases (`ledger`) or read the database,
 //! and answer; they record intents and read outcomes, and never run an effect.
 
+mod adapter;
 mod authorities;
 pub mod batch;
 mod commands;
 mod console;
 pub mod counters;
 pub mod error;
+mod explain;
 mod extract;
 mod health;
 mod holds;
@@ -68,6 +70,11 @@ pub struct AppState {
     /// The advertised replay window: how long a finished command's key is
     /// kept before pruning may remove it.
     pub retention: Option<Duration>,
+    /// The counting epoch of `GET /api/state`.
+    pub epoch: Arc<std::sync::Mutex<adapter::Epoch>>,
+    /// Whether `POST /api/reset` may start a new counting epoch: only in the
+    /// embedded demo (it deletes nothing anywhere, but resets what the demo shows).
+    pub api_reset: bool,
 }
 
 impl AppState {
@@ -94,6 +101,8 @@ impl AppState {
             max_connections: MAX_CONNECTIONS,
             custodian_stats: None,
             retention: None,
+            epoch: adapter::Epoch::first(),
+            api_reset: false,
         }
     }
 }
@@ -107,6 +116,11 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/v1/invoke", post(submit::invoke))
         .route("/v1/kinds", get(kinds::list))
+        .route("/v1/intents/explain", post(explain::explain))
+        .route("/api/invoke", post(adapter::invoke))
+        .route("/api/state", get(adapter::get_state))
+        .route("/api/release", post(adapter::release))
+        .route("/api/reset", post(adapter::reset))
         .route("/v1/holds", get(holds::list))
         .route("/v1/holds/{id}", get(holds::get_one))
         .route("/v1/holds/{id}/release", post(holds::release))

@@ -21,6 +21,7 @@ and 400, 414 or 431 for a request the HTTP layer cannot parse (a header value wi
         super::batch::submit_batch,
         super::submit::invoke,
         super::kinds::list,
+        super::explain::explain,
         super::commands::get_one,
         super::commands::list,
         super::commands::history,
@@ -34,6 +35,10 @@ and 400, 414 or 431 for a request the HTTP layer cannot parse (a header value wi
         super::metrics::get,
         super::health::healthz,
         super::health::readyz,
+        super::adapter::invoke,
+        super::adapter::get_state,
+        super::adapter::release,
+        super::adapter::reset,
     ),
     modifiers(&Bearer, &Uniform)
 )]

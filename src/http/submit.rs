@@ -108,11 +108,11 @@ pub(super) struct PinnedAuthority {
     generation: i64,
 }
 
-fn invalid(e: &dyn std::fmt::Display) -> ApiError {
+pub(super) fn invalid(e: &dyn std::fmt::Display) -> ApiError {
     ApiError::InvalidBody(e.to_string())
 }
 
-fn authority(field: AuthorityField) -> Result<AuthorityRef, ApiError> {
+pub(super) fn authority(field: AuthorityField) -> Result<AuthorityRef, ApiError> {
     Ok(match field {
         AuthorityField::Name(AuthorityName(id)) => AuthorityRef {
             id: AuthorityId::parse(&id).map_err(|e| invalid(&e))?,
@@ -130,7 +130,7 @@ fn authority(field: AuthorityField) -> Result<AuthorityRef, ApiError> {
     })
 }
 
-fn args(value: Option<Value>) -> Result<Value, ApiError> {
+pub(super) fn args(value: Option<Value>) -> Result<Value, ApiError> {
     match value {
         None => Ok(Value::Object(Map::new())),
         Some(v @ Value::Object(_)) if holds_nul(&v) => Err(invalid(
@@ -176,7 +176,7 @@ fn generation<'de, D: serde::Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
     }
 }
 
-fn run_id(run_id: Option<String>) -> Result<Option<String>, ApiError> {
+pub(super) fn run_id(run_id: Option<String>) -> Result<Option<String>, ApiError> {
     if let Some(r) = &run_id {
         let printable = r.bytes().all(|b| (0x20..=0x7e).contains(&b));
         if r.is_empty() || r.len() > RUN_ID_MAX_LEN || !printable {
@@ -256,7 +256,8 @@ pub(super) async fn submit(
         }
         Admitted::Command { row, disposition } => {
             state.counters.count(disposition);
-            let (row, waited) = settle(&state, row, wait, principal.visible_scope()).await?;
+            let (row, waited) =
+                settle(&state, row, wait, principal.visible_scope().as_deref()).await?;
             let status = if disposition == Disposition::New {
                 StatusCode::ACCEPTED
             } else {
@@ -305,9 +306,13 @@ pub(super) struct InvokeBody {
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
-struct InvokeView<'a> {
+pub(super) struct InvokeView<'a> {
     /// `executed`, `coalesced`, `replay`, `held` or `pending`.
     outcome: &'static str,
+    /// The outcome is `coalesced`: another call's command answered this one.
+    coalesced: bool,
+    /// The outcome is `replay`: the command had finished before this call.
+    replay: bool,
     /// The intent digest: equal for every spelling of one intent.
     fingerprint: String,
     command_id: Option<Uuid>,
@@ -384,6 +389,8 @@ pub(super) async fn invoke(
             state.counters.count(Disposition::Held);
             let v = InvokeView {
                 outcome: "held",
+                coalesced: false,
+                replay: false,
                 fingerprint,
                 command_id: None,
                 state: None,
@@ -395,7 +402,13 @@ pub(super) async fn invoke(
         }
         Admitted::Command { row, disposition } => {
             state.counters.count(disposition);
-            let (row, _) = settle(&state, row, Some(wait), principal.visible_scope()).await?;
+            let (row, _) = settle(
+                &state,
+                row,
+                Some(wait),
+                principal.visible_scope().as_deref(),
+            )
+            .await?;
             let outcome = match (disposition, row.state().is_terminal()) {
                 (_, false) => "pending",
                 (Disposition::New, true) => "executed",
@@ -409,6 +422,8 @@ pub(super) async fn invoke(
             };
             let v = InvokeView {
                 outcome,
+                coalesced: outcome == "coalesced",
+                replay: outcome == "replay",
                 fingerprint,
                 command_id: Some(row.id),
                 state: Some(&row.state),

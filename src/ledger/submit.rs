@@ -4,6 +4,10 @@
 //! (new / the same command: coalesced or replay / held / refused). The
 //! unique index on (scope, key) decides every race; keyless commands are
 //! recorded under a key derived from the intent, so racing copies collide.
+//! The scope is the principal's fleet or the principal itself, as the
+//! kind's `dedup_scope` says; an intent whose latest command ended with
+//! nothing done is free again for another run when the kind's `on_failure`
+//! is `release` (the new command names the one it retries).
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -21,7 +25,7 @@ use crate::domain::admission::{
 };
 use crate::domain::{
     AuthorityRef, CanonicalRequest, Disposition, IdempotencyKey, KeyError, Kind, RequestDigest,
-    canonical_request, differences, disposition, request_digest_v1,
+    State, canonical_request, differences, disposition, request_digest_v1,
 };
 
 /// A validated submission: what the front end parsed, before canonical form.
@@ -39,6 +43,9 @@ struct Ctx<'a> {
     pool: &'a PgPool,
     wake: &'a PendingWake,
     group: &'a GroupCommit,
+    /// The dedup space the request is admitted in: the principal's fleet or
+    /// the principal itself, as the kind's `dedup_scope` says.
+    scope: Uuid,
 }
 
 /// What admission did with a request.
@@ -70,14 +77,17 @@ pub async fn admit(
         &policy.canonical,
     )
     .map_err(LedgerError::InvalidArgs)?;
-    let ctx = &Ctx { pool, wake, group };
+    let ctx = &Ctx {
+        pool,
+        wake,
+        group,
+        scope: policy.dedup_scope.scope(principal.id, principal.fleet_id),
+    };
     let admitted = match key {
-        Some(key) if policy.guard_keyed => {
-            match under_key(ctx, principal, &key, sub, &canonical).await? {
-                Some(admitted) => admitted,
-                None => guarded(ctx, principal, Some(&key), sub, &canonical, policy).await?,
-            }
-        }
+        Some(key) if policy.guard_keyed => match under_key(ctx, &key, sub, &canonical).await? {
+            Some(admitted) => admitted,
+            None => guarded(ctx, principal, Some(&key), sub, &canonical, policy).await?,
+        },
         Some(key) => keyed(ctx, principal, &key, sub, &canonical).await?,
         None if policy.key == KeyMode::Fingerprint => {
             guarded(ctx, principal, None, sub, &canonical, policy).await?
@@ -88,13 +98,9 @@ pub async fn admit(
 }
 
 /// The request a submission records, as a command or as a hold.
-fn request<'a>(
-    principal: &Principal,
-    sub: &'a Submission,
-    canonical: &'a CanonicalRequest,
-) -> Request<'a> {
+fn request<'a>(ctx: &Ctx<'_>, sub: &'a Submission, canonical: &'a CanonicalRequest) -> Request<'a> {
     Request {
-        scope: principal.id,
+        scope: ctx.scope,
         kind: sub.kind.as_str(),
         authority_id: sub.authority.id.as_str(),
         pinned_generation: sub.authority.pinned_generation,
@@ -118,18 +124,13 @@ async fn keyed(
     canonical: &CanonicalRequest,
 ) -> Result<Admitted, LedgerError> {
     let actor = principal.actor();
-    let new = NewCommand::new(
-        &request(principal, sub, canonical),
-        key.as_str(),
-        None,
-        &actor,
-    );
+    let new = NewCommand::new(&request(ctx, sub, canonical), key.as_str(), None, &actor);
     // If the stored row vanished in between (retention), insert again.
     for _ in 0..3 {
         if let Some(row) = ctx.group.insert(&new).await? {
             return Ok(recorded(ctx, row).await);
         }
-        if let Some(admitted) = under_key(ctx, principal, key, sub, canonical).await? {
+        if let Some(admitted) = under_key(ctx, key, sub, canonical).await? {
             return Ok(admitted);
         }
     }
@@ -143,13 +144,11 @@ async fn keyed(
 /// the key is unused.
 async fn under_key(
     ctx: &Ctx<'_>,
-    principal: &Principal,
     key: &IdempotencyKey,
     sub: &Submission,
     canonical: &CanonicalRequest,
 ) -> Result<Option<Admitted>, LedgerError> {
-    let Some(stored) = db::commands::find_by_key(ctx.pool, principal.id, key.as_str()).await?
-    else {
+    let Some(stored) = db::commands::find_by_key(ctx.pool, ctx.scope, key.as_str()).await? else {
         return Ok(None);
     };
     judge(stored, sub, canonical).map(Some)
@@ -248,7 +247,16 @@ pub async fn admit_batch(
         .filter_map(|(i, (item, canonical))| {
             let canonical = canonical.as_ref()?;
             let key = item.key.as_ref().filter(|_| !item.policy.guard_keyed)?;
-            let request = request(principal, &item.sub, canonical);
+            let ctx = Ctx {
+                pool,
+                wake,
+                group,
+                scope: item
+                    .policy
+                    .dedup_scope
+                    .scope(principal.id, principal.fleet_id),
+            };
+            let request = request(&ctx, &item.sub, canonical);
             Some((i, NewCommand::new(&request, key.as_str(), None, &actor)))
         })
         .collect();
@@ -264,22 +272,23 @@ pub async fn admit_batch(
                 for authority in authorities {
                     wake.pending(authority).await;
                 }
-                let taken: Vec<String> = plain
-                    .iter()
-                    .filter(|(_, n)| !by_id.contains_key(&n.id))
-                    .map(|(_, n)| n.idempotency_key.clone())
-                    .collect();
-                let stored: HashMap<String, CommandRow> = if taken.is_empty() {
-                    HashMap::new()
-                } else {
-                    match db::commands::find_by_keys(pool, principal.id, &taken).await {
-                        Ok(rows) => rows
-                            .into_iter()
-                            .map(|r| (r.idempotency_key.clone(), r))
-                            .collect(),
-                        Err(_) => HashMap::new(),
+                // Keys already taken, per dedup scope (kinds may differ).
+                let mut taken: HashMap<Uuid, Vec<String>> = HashMap::new();
+                for (_, n) in plain.iter().filter(|(_, n)| !by_id.contains_key(&n.id)) {
+                    taken
+                        .entry(n.scope)
+                        .or_default()
+                        .push(n.idempotency_key.clone());
+                }
+                let mut stored: HashMap<(Uuid, String), CommandRow> = HashMap::new();
+                for (scope, keys) in &taken {
+                    if let Ok(rows) = db::commands::find_by_keys(pool, *scope, keys).await {
+                        stored.extend(
+                            rows.into_iter()
+                                .map(|r| ((r.scope, r.idempotency_key.clone()), r)),
+                        );
                     }
-                };
+                }
                 for (i, new) in &plain {
                     let canonical = canonicals[*i].as_ref().expect("plain items are canonical");
                     answers[*i] = if let Some(row) = by_id.remove(&new.id) {
@@ -292,7 +301,7 @@ pub async fn admit_batch(
                         // Another item of this batch, or an earlier request,
                         // holds the key; a row gone meanwhile is admitted alone.
                         stored
-                            .get(&new.idempotency_key)
+                            .get(&(new.scope, new.idempotency_key.clone()))
                             .cloned()
                             .map(|row| judge(row, &items[*i].sub, canonical))
                     };
@@ -342,7 +351,7 @@ async fn guarded(
     for _ in 0..4 {
         let latest = db::commands::latest_by_intent(
             ctx.pool,
-            principal.id,
+            ctx.scope,
             sub.authority.id.as_str(),
             canonical.intent_digest.as_bytes(),
             canonical.digest.as_bytes(),
@@ -352,27 +361,35 @@ async fn guarded(
             same_request: l.same_request,
             age: Duration::from_secs_f64(l.age_seconds.max(0.0)),
             epoch: u32::try_from(l.max_epoch).unwrap_or(0),
+            nothing_done: l
+                .state
+                .parse::<State>()
+                .is_ok_and(State::ended_with_nothing_done),
+            run_named: sub.run_id.is_some(),
         });
-        match (intent_verdict(facts, policy), latest) {
-            (IntentVerdict::New { epoch }, _) => {
+        let verdict = intent_verdict(facts, policy);
+        let retry_of = match (verdict, &latest) {
+            (IntentVerdict::Retry { .. }, Some(l)) => Some(l.id),
+            _ => None,
+        };
+        match (verdict, latest) {
+            (IntentVerdict::New { epoch } | IntentVerdict::Retry { epoch }, _) => {
                 let derived = derived_key(&canonical.intent_digest, epoch);
                 let key_str = key.map_or(derived.as_str(), IdempotencyKey::as_str);
                 let epoch = i32::try_from(epoch)
                     .map_err(|_| LedgerError::Internal(anyhow::anyhow!("intent epoch overflow")))?;
-                let new = NewCommand::new(
-                    &request(principal, sub, canonical),
-                    key_str,
-                    Some(epoch),
-                    &actor,
-                );
+                let mut new =
+                    NewCommand::new(&request(ctx, sub, canonical), key_str, Some(epoch), &actor);
+                if let Some(failed) = retry_of {
+                    new = new.retrying(failed);
+                }
                 match ctx.group.insert(&new).await {
                     Ok(Some(row)) => return Ok(recorded(ctx, row).await),
                     // The client's key was taken meanwhile: the key decides. (A
                     // derived key taken means another copy won this epoch.)
                     Ok(None) => {
                         if let Some(key) = key
-                            && let Some(admitted) =
-                                under_key(ctx, principal, key, sub, canonical).await?
+                            && let Some(admitted) = under_key(ctx, key, sub, canonical).await?
                         {
                             return Ok(admitted);
                         }
@@ -382,7 +399,7 @@ async fn guarded(
                 }
             }
             (IntentVerdict::Same, Some(l)) => {
-                let row = db::commands::get(ctx.pool, l.id, Some(principal.id))
+                let row = db::commands::get(ctx.pool, l.id, Some(&[ctx.scope]))
                     .await?
                     .ok_or(LedgerError::NotFound)?;
                 // Another run's command answers this request: remember it
@@ -408,7 +425,7 @@ async fn guarded(
                 let mut conn = ctx.pool.acquire().await?;
                 let hold = db::holds::hold(
                     &mut conn,
-                    &NewHold::new(&request(principal, sub, canonical), l.id),
+                    &NewHold::new(&request(ctx, sub, canonical), l.id),
                 )
                 .await?;
                 tracing::info!(hold.id = %hold.id, resembles = %l.id, "near-duplicate held");

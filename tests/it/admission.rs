@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
 
-async fn invoke(app: &TestApp, token: &str, body: Value) -> (u16, Value) {
+pub(crate) async fn invoke(app: &TestApp, token: &str, body: Value) -> (u16, Value) {
     let resp = app
         .client
         .post(app.url("/v1/invoke"))
@@ -25,7 +25,7 @@ async fn invoke(app: &TestApp, token: &str, body: Value) -> (u16, Value) {
 }
 
 /// The three spellings of the refund.
-fn spellings() -> [Value; 3] {
+pub(crate) fn spellings() -> [Value; 3] {
     [
         json!({"tool": "refund", "runId": "worker-a",
                "args": {"customer": "Ada@Example.com", "amount": "$12.00", "currency": "usd", "trace_id": "t-a"}}),
@@ -36,7 +36,7 @@ fn spellings() -> [Value; 3] {
     ]
 }
 
-async fn start_custodian(
+pub(crate) async fn start_custodian(
     app: &TestApp,
     sink: &TestSink,
 ) -> (Arc<Custodian>, tokio::sync::oneshot::Sender<()>) {
@@ -365,7 +365,7 @@ async fn a_near_duplicate_can_be_rejected_by_an_operator_or_by_policy() {
     problem(resp, 409, "/problems/near-duplicate").await;
 }
 
-async fn invoke_nowait(app: &TestApp, token: &str, body: &Value) -> (u16, Value) {
+pub(crate) async fn invoke_nowait(app: &TestApp, token: &str, body: &Value) -> (u16, Value) {
     let resp = app
         .client
         .post(app.url("/v1/invoke"))

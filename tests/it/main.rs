@@ -5,6 +5,7 @@
 // Tests fail loudly: an unwrap is the assertion.
 #![allow(clippy::unwrap_used)]
 
+mod adapter;
 mod admission;
 mod auth;
 mod batch;
@@ -12,6 +13,7 @@ mod cancel;
 mod client;
 mod crash;
 mod custodian;
+mod fleets;
 mod harness;
 mod inspect;
 mod matrix;
@@ -20,6 +22,7 @@ mod metrics;
 mod outbox;
 mod reads;
 mod recovery;
+mod release;
 mod retention;
 mod schema;
 mod schema_file;

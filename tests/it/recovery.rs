@@ -309,3 +309,91 @@ async fn a_custodians_recovery_keeps_to_its_own_authorities() {
     assert_eq!(own.run_once().await.unwrap().ambiguous, 1);
     assert_eq!(row(&app, &id).await.0, "ambiguous");
 }
+
+/// The one-shot `command-ledger recover`, as cron runs it after a crash: it
+/// expires what is overdue and settles a started command through the
+/// catalog's reconcile probe, never re-executing, and says what it did.
+#[tokio::test]
+async fn the_recover_command_expires_the_overdue_and_settles_the_started_by_the_probe() {
+    let app = TestApp::spawn().await;
+    let token = app.token("dev", Role::Device).await;
+    let sink = TestSink::start(Mode::Ok).await;
+    let c = custodian(&app.pool, &["payments"], effects(&sink, true), 10 * SECOND);
+    let started = app.create(&token, "started", &refund(1)).await;
+    crash_after_start(&app, &c, true).await;
+    let mut overdue = refund(2);
+    overdue["deadline"] = json!((chrono::Utc::now() + chrono::Duration::hours(1)).to_rfc3339());
+    let overdue = app.create(&token, "overdue", &overdue).await;
+    sqlx::query(
+        "update commands set deadline_at = now() - interval '1 second' where id = $1::uuid",
+    )
+    .bind(&overdue)
+    .execute(&app.pool)
+    .await
+    .unwrap();
+
+    let dir = std::env::temp_dir().join(format!(
+        "command-ledger-recover-{}",
+        uuid::Uuid::now_v7().simple()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let catalog = dir.join("ledger.toml");
+    std::fs::write(
+        &catalog,
+        format!(
+            "[kinds.refund]\nurl = \"{0}/refunds\"\nreconcile_url = \"{0}/applied/{{key}}\"\n",
+            sink.url
+        ),
+    )
+    .unwrap();
+    let bin = env!("CARGO_BIN_EXE_command-ledger");
+    let out = tokio::process::Command::new(bin)
+        .arg("--state-dir")
+        .arg(dir.join("state"))
+        .args(["recover", "--catalog"])
+        .arg(&catalog)
+        .env("DATABASE_URL", &app.db_url)
+        .env("RUST_LOG", "warn")
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("expired 1, adopted 0, resolved applied 1, failed 0, ambiguous 0"),
+        "{stdout}"
+    );
+    assert_eq!(row(&app, &overdue).await.0, "expired");
+    assert_eq!(row(&app, &started).await.0, "applied");
+    assert_eq!(
+        (sink.count("applied"), sink.requests()),
+        (1, 1),
+        "probed, never re-executed"
+    );
+    let actors: Vec<String> = sqlx::query_scalar(
+        "select actor from command_history where to_state in ('expired', 'applied') order by id",
+    )
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    assert!(
+        actors.iter().all(|a| a.starts_with("recovery:")),
+        "{actors:?}"
+    );
+    // A second pass finds nothing left to do.
+    let again = tokio::process::Command::new(bin)
+        .arg("--state-dir")
+        .arg(dir.join("state"))
+        .arg("recover")
+        .env("DATABASE_URL", &app.db_url)
+        .env("RUST_LOG", "warn")
+        .output()
+        .await
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(String::from_utf8_lossy(&again.stdout).starts_with("examined 0,"));
+}

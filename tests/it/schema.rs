@@ -560,7 +560,11 @@ const TRUNCATE_ALLOWED: &[(&str, &str)] = &[
     ),
     (
         "principals",
-        "deletable by the owner; one that has commands or holds cannot go (foreign keys, and truncating those is refused)",
+        "deletable by the owner; one that has tokens cannot go (a foreign key), and its id (a UUIDv7) is never issued again, so the commands recorded in its scope stay its alone",
+    ),
+    (
+        "fleets",
+        "deletable by the owner; one that has members cannot go (a foreign key), and its id (a UUIDv7) is never issued again, so the commands recorded in its scope stay its alone",
     ),
     (
         "api_tokens",

@@ -114,6 +114,42 @@ fn money_without_a_currency_is_an_error_not_a_guess() {
 }
 
 #[test]
+fn a_kind_with_a_currency_reads_amounts_that_name_none_in_it() {
+    let usd = Policy {
+        currency: Some("USD".into()),
+        ..Policy::default()
+    };
+    let expected = json!({"amount": {"amount_minor": 1200, "currency": "USD"}});
+    for args in [
+        json!({"amount": "1200 cents"}),
+        json!({"amount": "12.00"}),
+        json!({"amount": 12}),
+        json!({"amount": "$12"}),
+        json!({"amount": "12 USD"}),
+    ] {
+        let c = canonicalize(&args, &usd).unwrap();
+        assert_eq!(c.value, expected, "{args}");
+    }
+    let c = canonicalize(&json!({"amount": "1200 cents"}), &usd).unwrap();
+    assert_eq!(c.rules, ["kind_currency@/amount", "money@/amount"]);
+    // A currency the request names still wins: the kind's is a default.
+    let eur = canonicalize(&json!({"amount": "12 EUR"}), &usd).unwrap();
+    assert_eq!(eur.value["amount"]["currency"], "EUR");
+    // "$" in a kind counting in CAD is CAD.
+    let cad = Policy {
+        currency: Some("CAD".into()),
+        ..Policy::default()
+    };
+    let c = canonicalize(&json!({"amount": "$5"}), &cad).unwrap();
+    assert_eq!(c.value["amount"]["currency"], "CAD");
+    // Without the kind's currency, still an error.
+    assert!(matches!(
+        err(json!({"amount": "1200 cents"})),
+        CanonError::AmbiguousMoney { .. }
+    ));
+}
+
+#[test]
 fn fields_that_are_not_money_are_left_alone() {
     let args = json!({"direction": "left", "degrees": 12.5, "amount_minor": 1200, "currency": "usd", "note": "pay $12"});
     let out = canonicalize(&args, &Policy::default()).unwrap();
@@ -144,6 +180,7 @@ fn the_policy_names_fields_explicitly() {
         money_fields: vec!["refund.sum".into()],
         email_fields: vec!["who".into()],
         volatile_fields: vec!["attempt".into()],
+        currency: None,
     };
     let out = canonicalize(
         &json!({"refund": {"sum": "3 EUR"}, "who": "X@Y.org", "attempt": 4}),

@@ -1,0 +1,124 @@
+//! `POST /v1/intents/explain`: why two requests are (or are not) one
+//! intent. Canonicalizes a request exactly as admission would, under the
+//! kind's policy, and answers with the canonical form, the fingerprint and
+//! the rules that fired. Records nothing.
+
+use axum::Json;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::AppState;
+use super::error::{ApiError, Problem};
+use super::extract::{AppJson, Auth};
+use super::submit::{AuthorityField, args, authority, invalid, run_id};
+use crate::domain::admission::{DedupScope, KeyMode, OnFailure};
+use crate::domain::{AuthorityId, AuthorityRef, Kind, canonical_request};
+
+/// A request to explain: the body of `POST /v1/commands` or of
+/// `POST /v1/invoke` (`tool`, `runId`), the authority defaulting to the
+/// catalog's for the kind.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ExplainBody {
+    #[serde(alias = "tool")]
+    #[schema(pattern = r"^[a-z][a-z0-9_.\-]{0,63}$")]
+    kind: String,
+    #[serde(default)]
+    authority: Option<AuthorityField>,
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    args: Option<Value>,
+    #[serde(default, alias = "runId")]
+    #[schema(pattern = r"^[ -~]{1,128}$")]
+    run_id: Option<String>,
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(super) struct Explanation {
+    /// The request in canonical form: what the digests are computed over.
+    #[schema(value_type = Object)]
+    canonical: Value,
+    /// The canonicalization rules that fired, as `rule@path`.
+    canonical_rules: Vec<String>,
+    /// The intent digest (hex): equal for every spelling of one intent, whatever the run.
+    fingerprint: String,
+    /// The request digest (hex): the intent plus the run id; decides replay
+    /// against conflict under one key.
+    request_digest: String,
+    canonicalizer_version: i16,
+    /// The kind's admission policy that would apply.
+    policy: PolicyView,
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+struct PolicyView {
+    /// `required` or `fingerprint` (the intent may stand in for a key).
+    key: &'static str,
+    /// `fleet` or `principal`: where keys and fingerprints are unique.
+    dedup_scope: &'static str,
+    /// `release` or `replay`: what a failure with nothing done does to its intent.
+    on_failure: &'static str,
+    /// The kind's currency for amounts that name none, if any.
+    currency: Option<String>,
+}
+
+/// `POST /v1/intents/explain`: canonicalizes without recording anything.
+#[utoipa::path(post, path = "/v1/intents/explain", operation_id = "explainIntent", tag = "commands",
+    request_body = ExplainBody,
+    responses((status = 200, body = Explanation), (status = 400, body = Problem), (status = 401, body = Problem),
+              (status = 429, body = Problem)),
+    security(("bearer" = [])))]
+pub(super) async fn explain(
+    State(state): State<AppState>,
+    Auth(_principal): Auth,
+    AppJson(body): AppJson<ExplainBody>,
+) -> Result<Response, ApiError> {
+    let kind = Kind::parse(&body.kind).map_err(|e| invalid(&e))?;
+    let policy = state.policies.get(kind.as_str());
+    let authority = match (body.authority, &policy.authority) {
+        (Some(field), _) => authority(field)?,
+        (None, Some(a)) => AuthorityRef {
+            id: AuthorityId::parse(a).map_err(|e| invalid(&e))?,
+            pinned_generation: None,
+        },
+        (None, None) => {
+            return Err(invalid(&format_args!(
+                "no authority given, and the catalog names none for kind {kind}"
+            )));
+        }
+    };
+    let args = args(body.args)?;
+    let run_id = run_id(body.run_id)?;
+    let c = canonical_request(
+        kind.as_str(),
+        &authority.canonical(),
+        &args,
+        run_id.as_deref(),
+        &policy.canonical,
+    )?;
+    Ok(Json(Explanation {
+        canonical: c.form,
+        canonical_rules: c.rules,
+        fingerprint: c.intent_digest.to_string(),
+        request_digest: c.digest.to_string(),
+        canonicalizer_version: c.version,
+        policy: PolicyView {
+            key: match policy.key {
+                KeyMode::Required => "required",
+                KeyMode::Fingerprint => "fingerprint",
+            },
+            dedup_scope: match policy.dedup_scope {
+                DedupScope::Fleet => "fleet",
+                DedupScope::Principal => "principal",
+            },
+            on_failure: match policy.on_failure {
+                OnFailure::Release => "release",
+                OnFailure::Replay => "replay",
+            },
+            currency: policy.canonical.currency.clone(),
+        },
+    })
+    .into_response())
+}
