@@ -49,7 +49,7 @@ struct Args {
     #[arg(long, value_delimiter = ',', default_value = "1,20,200")]
     effect_ms: Vec<u64>,
     /// Custodian settings W8 tries beside the defaults, as batch:max_in_flight.
-    #[arg(long, value_delimiter = ',', default_value = "128:512,256:2048")]
+    #[arg(long, value_delimiter = ',', default_value = "32:64,128:1024")]
     w8_custodians: Vec<String>,
     /// Pending commands preloaded for W3b.
     #[arg(long, default_value_t = 100_000)]
