@@ -129,23 +129,7 @@ pub(crate) async fn closed_loop(
             (ok, errors, hist)
         }));
     }
-    let mut result = LoadResult {
-        ok: 0,
-        errors: 0,
-        seconds: 0.0,
-        latency_us: histogram(),
-    };
-    for task in tasks {
-        let (ok, errors, hist) = task.await.expect("a load task does not panic");
-        result.ok += ok;
-        result.errors += errors;
-        result
-            .latency_us
-            .add(&hist)
-            .expect("histograms with the same bounds add");
-    }
-    result.seconds = started.elapsed().as_secs_f64();
-    result
+    gather(tasks, started).await
 }
 
 /// Requests sent at `rate` per second for `duration`, whether or not earlier
@@ -260,6 +244,14 @@ pub(crate) async fn batch_loop(
             (ok, errors, hist)
         }));
     }
+    gather(tasks, started).await
+}
+
+/// The clients' counts and latencies added up, over the time since `started`.
+async fn gather(
+    tasks: Vec<tokio::task::JoinHandle<(u64, u64, Histogram<u64>)>>,
+    started: Instant,
+) -> LoadResult {
     let mut result = LoadResult {
         ok: 0,
         errors: 0,
