@@ -30,10 +30,12 @@ pub const BODY_LIMIT: usize = 1024 * 1024;
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct BatchBody {
-    /// 1 to 500 items. Each is read on its own: a malformed item is
-    /// answered `invalid` and does not affect the others.
-    #[schema(value_type = Vec<BatchItemBody>, min_items = 1, max_items = 500)]
-    items: Vec<Value>,
+    /// 1 to 500 JSON objects, each a `BatchItemBody`. Each is read on its
+    /// own: an object that is not one (a missing or unknown field, a wrong
+    /// type) is answered `invalid` in its place and does not affect the
+    /// others, so the document does not hold the items to that schema.
+    #[schema(value_type = Vec<Object>, min_items = 1, max_items = 500)]
+    items: Vec<serde_json::Map<String, Value>>,
 }
 
 /// One item: the body of `POST /v1/commands` plus its idempotency key.
@@ -114,7 +116,7 @@ pub(super) async fn submit_batch(
     let mut refused: Vec<Option<ApiError>> = Vec::with_capacity(n);
     let mut items = Vec::with_capacity(n);
     for raw in body.items {
-        match item(&state, raw) {
+        match item(&state, Value::Object(raw)) {
             Ok(item) => {
                 items.push(item);
                 refused.push(None);

@@ -40,6 +40,9 @@ and 400, 414 or 431 for a request the HTTP layer cannot parse (a header value wi
         super::adapter::release,
         super::adapter::reset,
     ),
+    // Referenced by name from the batch endpoint's description, which does
+    // not hold its items to it (an item that is not one is answered invalid).
+    components(schemas(super::batch::BatchItemBody)),
     modifiers(&Bearer, &Uniform)
 )]
 pub struct ApiDoc;

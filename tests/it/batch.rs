@@ -56,7 +56,7 @@ async fn a_batch_records_its_new_items_in_one_commit_and_answers_each_in_order()
         item("q-2", 200),
         bad_kind,
         json!({"kind": "refund", "authority": "payments"}),
-        json!("not an object"),
+        json!({"kind": "refund", "authority": "payments", "idempotency_key": null}),
         item("q-4", 400),
     ];
     let got = answers(batch(&app, &token, items).await).await;
@@ -172,6 +172,9 @@ async fn an_unusable_batch_is_refused_whole_and_records_nothing() {
         body["detail"].as_str().unwrap().contains("1 to 500"),
         "{body}"
     );
+    // Every item is a JSON object; anything else is a malformed batch.
+    let resp = batch(&app, &token, vec![item("u-0", 1), json!("not an object")]).await;
+    problem(resp, 400, "/problems/invalid-body").await;
     let resp = app
         .client
         .post(app.url("/v1/commands/batch"))
