@@ -202,7 +202,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let mut w5 = serde_json::Value::Null;
     if want("w5") {
         let default_batch = command_ledger::custodian::CustodianConfig::new(Vec::new()).batch_size;
-        w5 = bench.w5(default_batch).await?;
+        w5 = bench.w5(default_batch, args.burn_down.min(20_000)).await?;
         println!("W5: {w5}");
     }
     let mut w7 = serde_json::Value::Null;

@@ -91,6 +91,8 @@ pub(crate) fn targets(r: &Value) -> Value {
     let retries = f(&w5["serializable"]["retries_per_1000_transitions"]);
     let isolation_cost =
         f(&w5["serializable"]["applied_per_s"]) / f(&w5["read_committed"]["applied_per_s"]);
+    let claim_cost = f(&w5["burn_down"]["serializable"]["applied_per_s"])
+        / f(&w5["burn_down"]["claim_read_committed"]["applied_per_s"]);
     let memory = f(&r["memory"]["change"]);
     let sizes = match (small, large) {
         (Some(s), Some(l)) => format!("{} vs {} rows", l["rows"], s["rows"]),
@@ -179,6 +181,12 @@ pub(crate) fn targets(r: &Value) -> Value {
             isolation_cost,
             "reported",
             isolation_cost.is_finite()
+        ),
+        target(
+            "W5 burn-down with the claim at SERIALIZABLE / at READ COMMITTED",
+            claim_cost,
+            "reported",
+            claim_cost.is_finite()
         ),
         target(
             "resident memory change over the W3 run",
@@ -338,23 +346,46 @@ pub(crate) fn markdown(r: &Value) -> String {
     let w5 = &r["w5"];
     let _ = writeln!(
         md,
-        "\n**W5 isolation** (W3 at the custodian's default batch of {}, back to back; READ COMMITTED \
-         is a mode only the harness selects):\n\n\
-         | start and record at | applied/s | submit→applied p99 ms | serialization retries | per 1,000 transitions |\n\
-         |---|---|---|---|---|",
+        "\n**W5 isolation** (W3 at the custodian's default batch of {}, back to back; the service runs \
+         `{}`; READ COMMITTED is a mode only the harness selects):\n\n\
+         | claim at | start and record at | applied/s | submit→applied p99 ms | serialization retries | per 1,000 transitions |\n\
+         |---|---|---|---|---|---|",
         w5["batch"],
+        w5["service"].as_str().unwrap_or("?"),
     );
-    for (name, p) in [
-        ("SERIALIZABLE", &w5["serializable"]),
-        ("READ COMMITTED", &w5["read_committed"]),
+    for (claim, rest, p) in [
+        ("SERIALIZABLE", "SERIALIZABLE", &w5["serializable"]),
+        (
+            "READ COMMITTED",
+            "SERIALIZABLE",
+            &w5["claim_read_committed"],
+        ),
+        ("READ COMMITTED", "READ COMMITTED", &w5["read_committed"]),
     ] {
         let _ = writeln!(
             md,
-            "| {name} | {} | {} | {} | {} |",
+            "| {claim} | {rest} | {} | {} | {} | {} |",
             n(&p["applied_per_s"]),
             n(&p["p99_ms"]),
             p["serialization_retries"],
             n(&p["retries_per_1000_transitions"]),
+        );
+    }
+    let _ = writeln!(
+        md,
+        "\nBurn-down of {} preloaded commands (no HTTP), start and record at SERIALIZABLE:\n\n\
+         | claim at | applied/s | serialization retries |\n|---|---|---|",
+        w5["burn_down"]["serializable"]["preloaded"],
+    );
+    for (claim, p) in [
+        ("SERIALIZABLE", &w5["burn_down"]["serializable"]),
+        ("READ COMMITTED", &w5["burn_down"]["claim_read_committed"]),
+    ] {
+        let _ = writeln!(
+            md,
+            "| {claim} | {} | {} |",
+            n(&p["applied_per_s"]),
+            p["serialization_retries"],
         );
     }
     let b = &r["w3b"];

@@ -27,12 +27,39 @@ use crate::pgbench::{Baseline, PgBench};
 /// Clients for the workloads that are not a sweep.
 const CLIENTS: usize = 64;
 
+/// The isolation of the custodian's transactions: what W5 compares.
+#[derive(Debug, Clone, Copy)]
+struct Txns {
+    claim: Isolation,
+    /// Start and record.
+    transitions: Isolation,
+}
+
+impl Txns {
+    /// The service's own settings.
+    fn service() -> Self {
+        let c = CustodianConfig::new(Vec::new());
+        Txns {
+            claim: c.claim_isolation,
+            transitions: c.isolation,
+        }
+    }
+
+    fn all(isolation: Isolation) -> Self {
+        Txns {
+            claim: isolation,
+            transitions: isolation,
+        }
+    }
+}
+
 /// The custodian the harness runs for `authority`: a claim batch, at least
 /// 64 effects in flight (more for a bigger batch), the isolation to compare.
-fn custodian_config(authority: &str, batch: i64, isolation: Isolation) -> CustodianConfig {
+fn custodian_config(authority: &str, batch: i64, txns: Txns) -> CustodianConfig {
     let mut config = CustodianConfig::new(vec![authority.to_owned()]);
     config.batch_size = batch;
-    config.isolation = isolation;
+    config.isolation = txns.transitions;
+    config.claim_isolation = txns.claim;
     config.max_in_flight = usize::try_from(batch.max(64)).unwrap_or(64);
     config
 }
@@ -395,11 +422,11 @@ impl Bench {
         &self,
         authority: &str,
         batch: i64,
-        isolation: Isolation,
+        txns: Txns,
     ) -> anyhow::Result<RunningCustodian> {
         self.custodian_with(
             authority,
-            custodian_config(authority, batch, isolation),
+            custodian_config(authority, batch, txns),
             Effects::default(),
         )
         .await
@@ -485,13 +512,8 @@ impl Bench {
 
     /// Submissions from 64 clients with a custodian of `batch` running:
     /// applied per second counted in the database over the measured window.
-    async fn end_to_end(
-        &self,
-        authority: &str,
-        batch: i64,
-        isolation: Isolation,
-    ) -> anyhow::Result<Value> {
-        let config = custodian_config(authority, batch, isolation);
+    async fn end_to_end(&self, authority: &str, batch: i64, txns: Txns) -> anyhow::Result<Value> {
+        let config = custodian_config(authority, batch, txns);
         self.end_to_end_with(authority, config, Effects::default(), Submitters::Single)
             .await
     }
@@ -605,7 +627,7 @@ impl Bench {
         let mut r = self
             .end_to_end_with(
                 authority,
-                custodian_config(authority, batch, Isolation::Serializable),
+                custodian_config(authority, batch, Txns::service()),
                 Effects::default(),
                 Submitters::Batches { clients, items },
             )
@@ -635,7 +657,7 @@ impl Bench {
         for &ms in latencies_ms {
             for &(batch, in_flight) in &configs {
                 let authority = format!("w8-{ms}ms-b{batch}-f{in_flight}");
-                let mut config = custodian_config(&authority, batch, Isolation::Serializable);
+                let mut config = custodian_config(&authority, batch, Txns::service());
                 config.max_in_flight = in_flight;
                 let mut effects = Effects::default();
                 effects.register(
@@ -660,34 +682,62 @@ impl Bench {
         let mut out = Vec::new();
         for &b in batches {
             out.push(
-                self.end_to_end(&format!("e2e-b{b}"), b, Isolation::Serializable)
+                self.end_to_end(&format!("e2e-b{b}"), b, Txns::service())
                     .await?,
             );
         }
         Ok(Value::Array(out))
     }
 
-    /// W5: W3 at the custodian's default batch size, back to back at
-    /// SERIALIZABLE (the service's setting) and at READ COMMITTED (a mode
-    /// only the harness selects), to show what the stronger isolation costs.
-    pub(crate) async fn w5(&self, batch: i64) -> anyhow::Result<Value> {
+    /// W5: what SERIALIZABLE costs. W3 at the custodian's default batch,
+    /// back to back, with every transaction at SERIALIZABLE, with only the
+    /// claim at READ COMMITTED, and with everything at READ COMMITTED (a mode
+    /// only the harness selects); then a burn-down of `burn` commands with
+    /// the claim at each isolation (the claim's own cost, without HTTP).
+    pub(crate) async fn w5(&self, batch: i64, burn: usize) -> anyhow::Result<Value> {
+        use Isolation::{ReadCommitted, Serializable};
+        let claim_rc = Txns {
+            claim: ReadCommitted,
+            transitions: Serializable,
+        };
         let serializable = self
-            .end_to_end(&format!("w5-ser-b{batch}"), batch, Isolation::Serializable)
+            .end_to_end(&format!("w5-ser-b{batch}"), batch, Txns::all(Serializable))
+            .await?;
+        let claim_read_committed = self
+            .end_to_end(&format!("w5-crc-b{batch}"), batch, claim_rc)
             .await?;
         let read_committed = self
-            .end_to_end(&format!("w5-rc-b{batch}"), batch, Isolation::ReadCommitted)
+            .end_to_end(&format!("w5-rc-b{batch}"), batch, Txns::all(ReadCommitted))
+            .await?;
+        let burn_serializable = self
+            .burn_down(
+                &["w5-burn-ser".to_owned()],
+                burn,
+                batch,
+                Txns::all(Serializable),
+            )
+            .await?;
+        let burn_claim_rc = self
+            .burn_down(&["w5-burn-crc".to_owned()], burn, batch, claim_rc)
             .await?;
         Ok(json!({
             "batch": batch,
+            "service": format!("{:?}", Txns::service()),
             "serializable": serializable,
+            "claim_read_committed": claim_read_committed,
             "read_committed": read_committed,
+            "burn_down": {
+                "serializable": burn_serializable,
+                "claim_read_committed": burn_claim_rc,
+            },
         }))
     }
 
     /// `n` pending commands recorded up front (by SQL, as the API would
     /// record them), then a custodian drains them.
     pub(crate) async fn w3b(&self, n: usize, batch: i64) -> anyhow::Result<Value> {
-        self.burn_down(&["burn".to_owned()], n, batch).await
+        self.burn_down(&["burn".to_owned()], n, batch, Txns::service())
+            .await
     }
 
     /// W6: the burn-down again with 1, 2, 4 custodians, each with an
@@ -697,7 +747,9 @@ impl Bench {
         let mut out = Vec::new();
         for &k in counts {
             let authorities: Vec<String> = (0..k).map(|i| format!("scale{k}-{i}")).collect();
-            let mut r = self.burn_down(&authorities, n / k.max(1), batch).await?;
+            let mut r = self
+                .burn_down(&authorities, n / k.max(1), batch, Txns::service())
+                .await?;
             r["custodians"] = json!(k);
             out.push(r);
         }
@@ -712,6 +764,7 @@ impl Bench {
         authorities: &[String],
         per_authority: usize,
         batch: i64,
+        txns: Txns,
     ) -> anyhow::Result<Value> {
         for authority in authorities {
             for chunk in ids(per_authority).chunks(10_000) {
@@ -735,10 +788,7 @@ impl Bench {
         let started = Instant::now();
         let mut custodians = Vec::new();
         for authority in authorities {
-            custodians.push(
-                self.custodian(authority, batch, Isolation::Serializable)
-                    .await?,
-            );
+            custodians.push(self.custodian(authority, batch, txns).await?);
         }
         for authority in authorities {
             self.drain(authority, Duration::from_secs(3600)).await?;
@@ -774,9 +824,7 @@ impl Bench {
     /// (API, custodian and the load client together) is sampled each second.
     pub(crate) async fn memory(&self, duration: Duration, batch: i64) -> anyhow::Result<Value> {
         let authority = "memory";
-        let custodian = self
-            .custodian(authority, batch, Isolation::Serializable)
-            .await?;
+        let custodian = self.custodian(authority, batch, Txns::service()).await?;
         let body = body(authority);
         let (done_tx, done_rx) = watch::channel(false);
         let sampler = tokio::spawn(async move {
@@ -836,7 +884,7 @@ impl Bench {
             };
             let r = load::closed_loop(&self.target, CLIENTS, self.point, &keys, body).await;
             let e2e = self
-                .end_to_end(&format!("w4-{size}"), batch, Isolation::Serializable)
+                .end_to_end(&format!("w4-{size}"), batch, Txns::service())
                 .await?;
             let plan = self.claim_plan(&format!("w4-{size}"), batch).await?;
             out.push(json!({

@@ -49,9 +49,13 @@ pub struct CustodianConfig {
     pub shutdown_grace: Duration,
     /// How often the custodian runs a recovery pass.
     pub recovery_interval: Duration,
-    /// SERIALIZABLE, except in the benchmark's comparison (see [`Isolation`]).
+    /// The isolation of the start and record transactions: SERIALIZABLE,
+    /// except in the benchmark's comparison (see [`Isolation`]).
     #[doc(hidden)]
     pub isolation: Isolation,
+    /// The isolation of the claim (see `Custodian::claim`).
+    #[doc(hidden)]
+    pub claim_isolation: Isolation,
 }
 
 impl CustodianConfig {
@@ -67,6 +71,7 @@ impl CustodianConfig {
             shutdown_grace: defaults::SHUTDOWN_GRACE,
             recovery_interval: default_duration(defaults::RECOVERY_INTERVAL),
             isolation: Isolation::Serializable,
+            claim_isolation: Isolation::Serializable,
         }
     }
 }

@@ -74,16 +74,29 @@ impl Custodian {
             return Ok(Vec::new());
         }
         let ids: Vec<String> = held.keys().cloned().collect();
-        let claimed = db::lifecycle::claim(
+        let look_for_stale = self.stale_pass_due();
+        let mut retry = txn::Retrying::new(
             &self.pool,
-            &ids,
-            &self.config.holder,
-            limit,
-            self.config.lease_ttl,
-            self.stale_pass_due(),
-            &self.actor,
-        )
-        .await?;
+            &self.stats.serialization_retries,
+            "claim",
+            self.config.claim_isolation,
+        );
+        let claimed = loop {
+            let mut tx = retry.begin().await?;
+            let attempt = db::lifecycle::claim(
+                &mut *tx,
+                &ids,
+                &self.config.holder,
+                limit,
+                self.config.lease_ttl,
+                look_for_stale,
+                &self.actor,
+            )
+            .await;
+            if let Some(rows) = retry.finish(tx, attempt).await? {
+                break rows;
+            }
+        };
         if !claimed.is_empty() {
             crash::point(CrashPoint::AfterPrepared);
         }

@@ -15,7 +15,7 @@ use uuid::Uuid;
 use super::AppState;
 use super::error::{ApiError, Problem};
 use super::extract::{AppQuery, Auth};
-use crate::db::{self, CancelOutcome, CommandRow, HistoryRow, ListFilter};
+use crate::db::{self, CancelOutcome, CommandRow, HistoryRow, ListFilter, txn};
 use crate::domain::{AuthorityId, Disposition, State as CommandState};
 
 /// Default and largest page for listings.
@@ -383,15 +383,23 @@ pub(super) async fn cancel(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let id = parse_id(&id)?;
-    let mut conn = state.pool.acquire().await?;
-    match db::commands::cancel(
-        &mut conn,
-        id,
-        principal.visible_scope().as_deref(),
-        &principal.actor(),
-    )
-    .await?
-    {
+    let (scope, actor) = (principal.visible_scope(), principal.actor());
+    // SERIALIZABLE: a custodian that moves the row on meanwhile makes this
+    // transaction retry and then report the state it found.
+    let mut retry = txn::Retrying::new(
+        &state.pool,
+        &state.serialization_retries,
+        "cancel",
+        txn::Isolation::Serializable,
+    );
+    let outcome = loop {
+        let mut tx = retry.begin().await?;
+        let attempt = db::commands::cancel(&mut tx, id, scope.as_deref(), &actor).await;
+        if let Some(outcome) = retry.finish(tx, attempt).await? {
+            break outcome;
+        }
+    };
+    match outcome {
         CancelOutcome::Cancelled(row) => {
             tracing::info!(command.id = %row.id, actor = %principal.actor(), "command cancelled");
             Ok(Json(view(&row, None)).into_response())

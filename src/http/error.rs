@@ -97,6 +97,19 @@ impl From<LedgerError> for ApiError {
     }
 }
 
+impl From<crate::db::txn::TxError> for ApiError {
+    fn from(e: crate::db::txn::TxError) -> Self {
+        use crate::db::txn::TxError;
+        match e {
+            TxError::Failed(e) => e.into(),
+            // Whether it committed is unknown: a 503, and the client's retry
+            // (every write behind this is idempotent) finds out.
+            TxError::CommitUnknown(e) => ApiError::Unavailable(e),
+            TxError::Exhausted => ApiError::Internal(e.into()),
+        }
+    }
+}
+
 impl From<sqlx::Error> for ApiError {
     fn from(e: sqlx::Error) -> Self {
         if is_unavailable(&e) {

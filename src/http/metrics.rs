@@ -45,6 +45,11 @@ pub(super) async fn get(
             (&[("disposition", "refused")], load(&c.refused)),
         ],
     );
+    e.counter(
+        "ledger_api_serialization_retries_total",
+        "Serialization conflicts retried by this process's SERIALIZABLE writes (cancels).",
+        &[(&[], load(&state.serialization_retries))],
+    );
     if let Some(s) = &state.custodian_stats {
         crate::metrics::custodian(&mut e, s);
     }

@@ -75,6 +75,9 @@ pub struct AppState {
     /// Whether `POST /api/reset` may start a new counting epoch: only in the
     /// embedded demo (it deletes nothing anywhere, but resets what the demo shows).
     pub api_reset: bool,
+    /// Serialization conflicts retried by this process's SERIALIZABLE
+    /// writes (cancels), for `/metrics`.
+    pub serialization_retries: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl AppState {
@@ -103,6 +106,7 @@ impl AppState {
             retention: None,
             epoch: adapter::Epoch::first(),
             api_reset: false,
+            serialization_retries: Arc::default(),
         }
     }
 }

@@ -16,6 +16,7 @@ mod custodian;
 mod fleets;
 mod harness;
 mod inspect;
+mod isolation;
 mod matrix;
 mod mcp;
 mod metrics;

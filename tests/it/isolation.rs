@@ -1,0 +1,147 @@
+//! Every statement that moves a command runs in a SERIALIZABLE transaction:
+//! the claim, start and record, a cancel, and recovery's expire, adopt and
+//! resolve. Seen from inside the database: a trigger notes the isolation of
+//! the transaction behind each change of a `commands` row.
+
+use crate::harness::{TestApp, TestSink, custodian, refund};
+use command_ledger::custodian::StepReport;
+use command_ledger::custodian::effects::Effects;
+use command_ledger::custodian::http_executor::HttpExecutor;
+use command_ledger::custodian::recovery::Recovery;
+use command_ledger::db::Role;
+use command_ledger::demo_sink::Mode;
+use serde_json::json;
+use std::sync::Arc;
+use std::time::Duration;
+
+const SECOND: Duration = Duration::from_secs(1);
+
+/// Notes `(old state, new state, isolation)` for every update of `commands`.
+async fn watch_isolation(app: &TestApp) {
+    for sql in [
+        "create table isolation_seen (from_state text, to_state text, isolation text)",
+        "create function note_isolation() returns trigger language plpgsql as $$ \
+         begin insert into isolation_seen \
+               values (old.state, new.state, current_setting('transaction_isolation')); \
+               return null; end $$",
+        "create trigger zz_note_isolation after update on commands \
+         for each row execute function note_isolation()",
+    ] {
+        sqlx::query(sql).execute(&app.pool).await.unwrap();
+    }
+}
+
+fn effects(sink: &TestSink) -> Effects {
+    let mut effects = Effects::default();
+    let executor = HttpExecutor::new(
+        format!("{}/refunds", sink.url),
+        Default::default(),
+        5 * SECOND,
+    )
+    .unwrap()
+    .with_reconcile_url(Some(format!("{}/applied/{{key}}", sink.url)));
+    effects.register("refund", executor, 5 * SECOND);
+    effects
+}
+
+async fn sql(app: &TestApp, text: &'static str) {
+    sqlx::query(text).execute(&app.pool).await.unwrap();
+}
+
+#[tokio::test]
+async fn every_change_of_a_commands_state_runs_at_serializable() {
+    let app = TestApp::spawn().await;
+    watch_isolation(&app).await;
+    let token = app.token("dev", Role::Device).await;
+    let sink = TestSink::start(Mode::Ok).await;
+    let recovery = || {
+        Recovery::new(
+            app.pool.clone(),
+            Arc::new(effects(&sink)),
+            "recovery".into(),
+        )
+    };
+
+    // Claim, start and record: pending → prepared → effect_started → applied.
+    let c = custodian(&app.pool, &["payments"], effects(&sink), 10 * SECOND);
+    app.create(&token, "runs", &refund(1)).await;
+    let report = c.run_once().await.unwrap();
+    assert_eq!(report.applied, 1, "{report:?}");
+
+    // A cancel: pending → cancelled.
+    let cancelled = app.create(&token, "cancelled", &refund(2)).await;
+    let resp = app
+        .post(&token, &format!("/v1/commands/{cancelled}/cancel"))
+        .await;
+    assert_eq!(resp.status(), 200);
+
+    // Recovery's expire: an overdue pending command.
+    let mut overdue = refund(3);
+    overdue["deadline"] = json!((chrono::Utc::now() + chrono::Duration::hours(1)).to_rfc3339());
+    let overdue = app.create(&token, "overdue", &overdue).await;
+    sqlx::query(
+        "update commands set deadline_at = now() - interval '1 second' where id = $1::uuid",
+    )
+    .bind(&overdue)
+    .execute(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(recovery().run_once().await.unwrap().expired, 1);
+
+    // Recovery's adopt: a prepared row of a generation that lost its lease.
+    app.create(&token, "adopted", &refund(4)).await;
+    c.heartbeat().await.unwrap();
+    assert_eq!(
+        c.claim(1, &mut StepReport::default()).await.unwrap().len(),
+        1
+    );
+    sql(
+        &app,
+        "update authorities set generation = generation + 1, lease_holder = 'someone', \
+               lease_expires_at = now() + interval '1 minute' where id = 'payments'",
+    )
+    .await;
+    assert_eq!(recovery().run_once().await.unwrap().adopted, 1);
+
+    // Recovery's resolve: started by an executor that died after dispatch.
+    let b = custodian(&app.pool, &["receipts"], effects(&sink), 10 * SECOND);
+    let mut started = refund(5);
+    started["authority"] = json!("receipts");
+    app.create(&token, "resolved", &started).await;
+    b.heartbeat().await.unwrap();
+    let calls = b
+        .claim_and_start(1, &mut StepReport::default())
+        .await
+        .unwrap();
+    assert_eq!(calls.len(), 1);
+    let _never_recorded = b.execute(calls).await;
+    sql(&app, "update authorities set lease_expires_at = now() - interval '1 second' where id = 'receipts'").await;
+    assert_eq!(recovery().run_once().await.unwrap().applied, 1);
+
+    let seen: Vec<(String, String, String)> = sqlx::query_as(
+        // pending → pending is this test's own change of a deadline.
+        "select distinct from_state, to_state, isolation from isolation_seen \
+         where not (from_state = 'pending' and to_state = 'pending') order by 1, 2, 3",
+    )
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    let expected: Vec<(String, String, String)> = [
+        ("effect_started", "applied"),
+        ("pending", "cancelled"),
+        ("pending", "expired"),
+        ("pending", "prepared"),
+        ("prepared", "effect_started"),
+        ("prepared", "prepared"),
+    ]
+    .iter()
+    .map(|(from, to)| {
+        (
+            (*from).to_owned(),
+            (*to).to_owned(),
+            "serializable".to_owned(),
+        )
+    })
+    .collect();
+    assert_eq!(seen, expected);
+}
