@@ -1,6 +1,7 @@
 //! The catalog (`ledger.toml`): which kinds exist, how each is executed,
-//! and how its requests are admitted. The admission policies are built
-//! here; the executors in `custodian/executors.rs`, so that the API, which
+//! and how its requests are admitted. It is read here into the admission
+//! policies (`domain::admission::Policies`, pure) and the executors'
+//! settings (built in `custodian/executors.rs`), so that the API, which
 //! needs only the policies, does not depend on the executors.
 //!
 //! ```toml
@@ -39,7 +40,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use crate::domain::admission::{DedupScope, KeyMode, KindPolicy, NearDuplicate, OnFailure};
+use crate::domain::admission::{
+    DedupScope, KeyMode, KindDescription, KindPolicy, NearDuplicate, OnFailure, Policies,
+};
 use crate::domain::canonical::Policy;
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -92,76 +95,6 @@ pub struct KindConfig {
     /// `money_fields` and `email_fields`.
     pub args_schema: Option<Value>,
 }
-
-/// Admission policies by kind; kinds the catalog does not name get the
-/// default. Also what callers are told about each named kind.
-#[derive(Debug, Clone, Default)]
-pub struct Policies {
-    by_kind: std::collections::HashMap<String, KindPolicy>,
-    default: KindPolicy,
-    descriptions: BTreeMap<String, KindDescription>,
-}
-
-impl Policies {
-    pub fn get(&self, kind: &str) -> &KindPolicy {
-        self.by_kind.get(kind).unwrap_or(&self.default)
-    }
-
-    pub fn set(&mut self, kind: &str, policy: KindPolicy) {
-        self.by_kind.insert(kind.to_owned(), policy);
-    }
-
-    /// Tells callers what `kind` does and what its args look like.
-    pub fn describe(&mut self, kind: &str, description: KindDescription) {
-        self.descriptions.insert(kind.to_owned(), description);
-    }
-
-    /// Every kind the catalog names, by name, with its policy and what
-    /// callers are told about it (a schema made from the policy when the
-    /// catalog gives none).
-    pub fn kinds(&self) -> Vec<(&str, &KindPolicy, KindDescription)> {
-        let mut kinds: Vec<_> = self
-            .by_kind
-            .iter()
-            .map(|(kind, policy)| {
-                let described = self.descriptions.get(kind).cloned().unwrap_or_default();
-                let description = KindDescription {
-                    args_schema: described
-                        .args_schema
-                        .or_else(|| Some(args_schema_from(policy))),
-                    ..described
-                };
-                (kind.as_str(), policy, description)
-            })
-            .collect();
-        kinds.sort_by(|a, b| a.0.cmp(b.0));
-        kinds
-    }
-}
-
-/// What callers are told about a kind.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct KindDescription {
-    pub description: Option<String>,
-    /// A JSON Schema object (`"type": "object"`).
-    pub args_schema: Option<Value>,
-}
-
-/// The schema a kind's args get when the catalog gives none: any object,
-/// with the fields its canonical form treats specially described.
-fn args_schema_from(policy: &KindPolicy) -> Value {
-    let mut properties = serde_json::Map::new();
-    for field in &policy.canonical.money_fields {
-        properties.insert(field.clone(), json!({"description": MONEY_DESCRIPTION}));
-    }
-    for field in &policy.canonical.email_fields {
-        properties.insert(field.clone(), json!({"type": "string", "format": "email"}));
-    }
-    json!({"type": "object", "properties": properties})
-}
-
-/// How the ledger reads money, for callers.
-pub const MONEY_DESCRIPTION: &str = "an amount with its currency: \"12.00 USD\", \"$12.00\", \"USD 12\", or \"1200 cents\" with a \"currency\" field; never without a currency";
 
 /// A configured args schema: a table whose `type`, if given, is `object`.
 fn checked_args_schema(schema: &Value) -> Result<Value, String> {

@@ -13,11 +13,12 @@
 //!   notification channels and the retrying transaction; its module doc
 //!   indexes every statement that changes a command's state.
 //! - [`http`]: the axum API: parse, call `ledger` or read `db`, answer
-//!   (problem+json errors, waiting for outcomes, OpenAPI, the console).
+//!   (problem+json errors, waiting for outcomes, OpenAPI, the console); each
+//!   route is routed at the path its OpenAPI attribute names.
 //! - [`custodian`]: leases, the fenced steps (claim, start, record), the one
 //!   pipeline that drives them, effects and executors, recovery.
-//! - [`catalog`]: `ledger.toml`, the kinds, their admission policies and
-//!   what callers are told about them (description, args schema).
+//! - [`catalog`]: reads `ledger.toml` (the kinds) into the admission
+//!   policies (`domain::admission::Policies`) and the executors' settings.
 //! - [`mcp`]: the MCP server for agents: the API's kinds as tools, each call
 //!   a `/v1/invoke` through the client crate.
 //! - [`metrics`]: the Prometheus text format, and the custodian's counters.

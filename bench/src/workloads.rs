@@ -3,12 +3,12 @@
 //! database.
 
 use anyhow::{Context as _, bail};
-use command_ledger::catalog::Policies;
 use command_ledger::cli::{Database, issue_token};
 use command_ledger::custodian::effects::{Effect, EffectCall, EffectFuture, Effects};
 use command_ledger::custodian::{Custodian, CustodianConfig, Isolation, Stats};
 use command_ledger::db::{self, Role};
 use command_ledger::domain::EffectOutcome;
+use command_ledger::domain::admission::Policies;
 use command_ledger::http::{self, AppState};
 use serde_json::{Value, json};
 use sqlx::{PgPool, Row as _};

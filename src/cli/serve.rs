@@ -39,13 +39,13 @@ pub struct ServeArgs {
     #[arg(long)]
     pub no_demo_sink: bool,
     /// Requests per second each principal may make (then 429 with Retry-After).
-    #[arg(long, env = "RATE_LIMIT_PER_SECOND", default_value = "200")]
+    #[arg(long, env = "RATE_LIMIT_PER_SECOND", default_value_t = http::limits::RateLimit::DEFAULT.per_second)]
     pub rate_limit_per_second: std::num::NonZeroU32,
     /// Most HTTP connections held at once; more wait in the backlog.
-    #[arg(long, env = "MAX_HTTP_CONNECTIONS", default_value_t = 1024)]
+    #[arg(long, env = "MAX_HTTP_CONNECTIONS", default_value_t = http::MAX_CONNECTIONS)]
     pub max_http_connections: usize,
     /// Burst each principal may make above its rate.
-    #[arg(long, env = "RATE_LIMIT_BURST", default_value = "400")]
+    #[arg(long, env = "RATE_LIMIT_BURST", default_value_t = http::limits::RateLimit::DEFAULT.burst)]
     pub rate_limit_burst: std::num::NonZeroU32,
     /// Serve HTTPS with this PEM certificate chain (leaf first); needs `--tls-key`.
     #[arg(long, env = "TLS_CERT", requires = "tls_key")]
@@ -60,7 +60,7 @@ pub struct ServeArgs {
     pub retention: Option<std::time::Duration>,
     /// Longest a request may wait for an outcome (`?wait=`, `Prefer: wait=`);
     /// longer asks are clamped to it.
-    #[arg(long, env = "MAX_WAIT_SECONDS", default_value_t = 60)]
+    #[arg(long, env = "MAX_WAIT_SECONDS", default_value_t = http::MAX_WAIT.as_secs())]
     pub max_wait_seconds: u64,
     #[command(flatten)]
     pub custodian_options: CustodianArgs,
@@ -278,8 +278,8 @@ fn announce_embedded(
 
 /// What callers (`GET /v1/kinds`, `command-ledger mcp`) are told about the
 /// quickstart's refund.
-fn demo_refund_description() -> crate::catalog::KindDescription {
-    crate::catalog::KindDescription {
+fn demo_refund_description() -> crate::domain::admission::KindDescription {
+    crate::domain::admission::KindDescription {
         description: Some(
             "Refund money to a customer through the demo payments provider. Repeating a call \
              is safe: copies of one refund (retried, spelled differently, sent by another \
@@ -290,7 +290,7 @@ fn demo_refund_description() -> crate::catalog::KindDescription {
             "type": "object",
             "properties": {
                 "to": {"type": "string", "format": "email", "description": "who gets the money"},
-                "amount": {"type": "string", "description": crate::catalog::MONEY_DESCRIPTION},
+                "amount": {"type": "string", "description": crate::domain::admission::MONEY_DESCRIPTION},
                 "currency": {"type": "string", "description": "ISO 4217, when the amount does not name it"},
                 "mode": {"type": "string", "enum": ["hang", "stall", "reject"],
                          "description": "demo only: how the sink misbehaves"}

@@ -3,6 +3,7 @@
 //! under the same intent. Uniqueness itself is the database's job (a unique
 //! index); this only names the outcome.
 
+use serde_json::{Value, json};
 use std::time::Duration;
 
 use super::canonical::Policy;
@@ -193,6 +194,76 @@ pub fn intent_verdict(latest: Option<Latest>, policy: &KindPolicy) -> IntentVerd
 pub fn derived_key(intent: &RequestDigest, epoch: u32) -> String {
     format!("intent:{intent}:{epoch}")
 }
+
+/// Admission policies by kind; kinds the catalog does not name get the
+/// default. Also what callers are told about each named kind.
+#[derive(Debug, Clone, Default)]
+pub struct Policies {
+    by_kind: std::collections::HashMap<String, KindPolicy>,
+    default: KindPolicy,
+    descriptions: std::collections::BTreeMap<String, KindDescription>,
+}
+
+impl Policies {
+    pub fn get(&self, kind: &str) -> &KindPolicy {
+        self.by_kind.get(kind).unwrap_or(&self.default)
+    }
+
+    pub fn set(&mut self, kind: &str, policy: KindPolicy) {
+        self.by_kind.insert(kind.to_owned(), policy);
+    }
+
+    /// Tells callers what `kind` does and what its args look like.
+    pub fn describe(&mut self, kind: &str, description: KindDescription) {
+        self.descriptions.insert(kind.to_owned(), description);
+    }
+
+    /// Every kind the catalog names, by name, with its policy and what
+    /// callers are told about it (a schema made from the policy when the
+    /// catalog gives none).
+    pub fn kinds(&self) -> Vec<(&str, &KindPolicy, KindDescription)> {
+        let mut kinds: Vec<_> = self
+            .by_kind
+            .iter()
+            .map(|(kind, policy)| {
+                let described = self.descriptions.get(kind).cloned().unwrap_or_default();
+                let description = KindDescription {
+                    args_schema: described
+                        .args_schema
+                        .or_else(|| Some(args_schema_from(policy))),
+                    ..described
+                };
+                (kind.as_str(), policy, description)
+            })
+            .collect();
+        kinds.sort_by(|a, b| a.0.cmp(b.0));
+        kinds
+    }
+}
+
+/// What callers are told about a kind.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct KindDescription {
+    pub description: Option<String>,
+    /// A JSON Schema object (`"type": "object"`).
+    pub args_schema: Option<Value>,
+}
+
+/// The schema a kind's args get when the catalog gives none: any object,
+/// with the fields its canonical form treats specially described.
+fn args_schema_from(policy: &KindPolicy) -> Value {
+    let mut properties = serde_json::Map::new();
+    for field in &policy.canonical.money_fields {
+        properties.insert(field.clone(), json!({"description": MONEY_DESCRIPTION}));
+    }
+    for field in &policy.canonical.email_fields {
+        properties.insert(field.clone(), json!({"type": "string", "format": "email"}));
+    }
+    json!({"type": "object", "properties": properties})
+}
+
+/// How the ledger reads money, for callers.
+pub const MONEY_DESCRIPTION: &str = "an amount with its currency: \"12.00 USD\", \"$12.00\", \"USD 12\", or \"1200 cents\" with a \"currency\" field; never without a currency";
 
 #[cfg(test)]
 mod tests {

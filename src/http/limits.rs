@@ -16,12 +16,18 @@ pub struct RateLimit {
     pub burst: NonZeroU32,
 }
 
+impl RateLimit {
+    /// The default, which `serve --rate-limit-per-second` and
+    /// `--rate-limit-burst` show.
+    pub const DEFAULT: RateLimit = RateLimit {
+        per_second: NonZeroU32::new(200).expect("non-zero"),
+        burst: NonZeroU32::new(400).expect("non-zero"),
+    };
+}
+
 impl Default for RateLimit {
     fn default() -> Self {
-        RateLimit {
-            per_second: NonZeroU32::new(200).expect("non-zero"),
-            burst: NonZeroU32::new(400).expect("non-zero"),
-        }
+        RateLimit::DEFAULT
     }
 }
 

@@ -25,13 +25,13 @@ pub mod wait;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{get, post};
+use axum::routing::{MethodFilter, MethodRouter, get, on};
 use sqlx::PgPool;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::catalog::Policies;
+use crate::domain::admission::Policies;
 use tokio::net::TcpListener;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
@@ -111,34 +111,70 @@ impl AppState {
     }
 }
 
+/// A documented handler, routed at the path and with the methods its
+/// `#[utoipa::path]` attribute names: each route is written once, there, so
+/// the router and the OpenAPI document cannot disagree.
+fn documented<P: utoipa::Path, H, T>(_operation: P, handler: H) -> (String, MethodRouter<AppState>)
+where
+    H: axum::handler::Handler<T, AppState>,
+    T: 'static,
+{
+    use utoipa::openapi::path::HttpMethod;
+    let filter = P::methods()
+        .into_iter()
+        .map(|method| match method {
+            HttpMethod::Get => MethodFilter::GET,
+            HttpMethod::Post => MethodFilter::POST,
+            HttpMethod::Put => MethodFilter::PUT,
+            HttpMethod::Delete => MethodFilter::DELETE,
+            HttpMethod::Options => MethodFilter::OPTIONS,
+            HttpMethod::Head => MethodFilter::HEAD,
+            HttpMethod::Patch => MethodFilter::PATCH,
+            HttpMethod::Trace => MethodFilter::TRACE,
+        })
+        .reduce(MethodFilter::or)
+        .expect("a documented operation has a method");
+    (P::path(), on(filter, handler))
+}
+
 pub fn router(state: AppState) -> Router {
-    Router::new()
-        .route("/v1/commands", post(submit::submit).get(commands::list))
-        .route(
-            "/v1/commands/batch",
-            post(batch::submit_batch).layer(DefaultBodyLimit::max(batch::BODY_LIMIT)),
-        )
-        .route("/v1/invoke", post(submit::invoke))
-        .route("/v1/kinds", get(kinds::list))
-        .route("/v1/intents/explain", post(explain::explain))
-        .route("/api/invoke", post(adapter::invoke))
-        .route("/api/state", get(adapter::get_state))
-        .route("/api/release", post(adapter::release))
-        .route("/api/reset", post(adapter::reset))
-        .route("/v1/holds", get(holds::list))
-        .route("/v1/holds/{id}", get(holds::get_one))
-        .route("/v1/holds/{id}/release", post(holds::release))
-        .route("/v1/holds/{id}/reject", post(holds::reject))
-        .route("/v1/state", get(counters::get))
-        .route("/v1/commands/{id}", get(commands::get_one))
-        .route("/v1/commands/{id}/history", get(commands::history))
-        .route("/v1/commands/{id}/cancel", post(commands::cancel))
-        .route("/v1/authorities/{id}", get(authorities::get_one))
+    let (batch_path, batch_route) = documented(batch::__path_submit_batch, batch::submit_batch);
+    // Every operation in the OpenAPI document (openapi.rs lists the same
+    // handlers; a test checks each documented path answers).
+    let operations = [
+        documented(submit::__path_submit, submit::submit),
+        documented(commands::__path_list, commands::list),
+        (
+            batch_path,
+            batch_route.layer(DefaultBodyLimit::max(batch::BODY_LIMIT)),
+        ),
+        documented(submit::__path_invoke, submit::invoke),
+        documented(kinds::__path_list, kinds::list),
+        documented(explain::__path_explain, explain::explain),
+        documented(adapter::__path_invoke, adapter::invoke),
+        documented(adapter::__path_get_state, adapter::get_state),
+        documented(adapter::__path_release, adapter::release),
+        documented(adapter::__path_reset, adapter::reset),
+        documented(holds::__path_list, holds::list),
+        documented(holds::__path_get_one, holds::get_one),
+        documented(holds::__path_release, holds::release),
+        documented(holds::__path_reject, holds::reject),
+        documented(counters::__path_get, counters::get),
+        documented(commands::__path_get_one, commands::get_one),
+        documented(commands::__path_history, commands::history),
+        documented(commands::__path_cancel, commands::cancel),
+        documented(authorities::__path_get_one, authorities::get_one),
+        documented(metrics::__path_get, metrics::get),
+        documented(health::__path_healthz, health::healthz),
+        documented(health::__path_readyz, health::readyz),
+    ];
+    let mut router = Router::new();
+    for (path, route) in operations {
+        router = router.route(&path, route);
+    }
+    router
         .route("/openapi.json", get(openapi::serve))
-        .route("/metrics", get(metrics::get))
         .route("/console", get(console::page))
-        .route("/healthz", get(health::healthz))
-        .route("/readyz", get(health::readyz))
         .fallback(|| async { error::ApiError::NotFound })
         // After every route: a path that exists, with a method it does not
         // have, is a 405 problem; axum adds the `Allow` header.

@@ -2,10 +2,10 @@
 //! held near-duplicates, the invoke API, the counters, failing closed.
 
 use crate::harness::{TestApp, TestSink, problem, refund_effects, refund_policy};
-use command_ledger::catalog::Policies;
 use command_ledger::custodian::{Custodian, CustodianConfig};
 use command_ledger::db::Role;
 use command_ledger::demo_sink::Mode;
+use command_ledger::domain::admission::Policies;
 use command_ledger::domain::admission::{KindPolicy, NearDuplicate};
 use serde_json::{Value, json};
 use std::sync::Arc;

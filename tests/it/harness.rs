@@ -219,11 +219,13 @@ pub(crate) struct TestApp {
 
 impl TestApp {
     pub(crate) async fn spawn() -> TestApp {
-        Self::spawn_with(command_ledger::catalog::Policies::default()).await
+        Self::spawn_with(command_ledger::domain::admission::Policies::default()).await
     }
 
     /// The API with these admission policies.
-    pub(crate) async fn spawn_with(policies: command_ledger::catalog::Policies) -> TestApp {
+    pub(crate) async fn spawn_with(
+        policies: command_ledger::domain::admission::Policies,
+    ) -> TestApp {
         let (db_url, pool) = fresh_database().await;
         let addr = serve_state(AppState::new(pool.clone(), policies)).await;
         TestApp {
@@ -412,9 +414,9 @@ pub(crate) fn custodian(
 pub(crate) fn refund_policy(
     window: std::time::Duration,
     near_duplicate: command_ledger::domain::admission::NearDuplicate,
-) -> command_ledger::catalog::Policies {
+) -> command_ledger::domain::admission::Policies {
     use command_ledger::domain::admission::{KeyMode, KindPolicy};
-    let mut policies = command_ledger::catalog::Policies::default();
+    let mut policies = command_ledger::domain::admission::Policies::default();
     policies.set(
         "refund",
         KindPolicy {

@@ -2,9 +2,9 @@
 //! Python SDK's run is scripts/mcp-test): the tools are the API's kinds with
 //! their args schemas, and every call is admitted as an intent.
 
-use command_ledger::catalog::KindDescription;
 use command_ledger::db::Role;
 use command_ledger::demo_sink::Mode;
+use command_ledger::domain::admission::KindDescription;
 use command_ledger::domain::admission::NearDuplicate;
 use serde_json::{Value, json};
 use std::collections::HashMap;

@@ -1,8 +1,8 @@
 //! `/metrics`: operators only; the API's dispositions, the in-process
 //! custodian's transitions and effect latencies, and the ledger's gauges.
 
-use command_ledger::catalog::Policies;
 use command_ledger::db::Role;
+use command_ledger::domain::admission::Policies;
 use command_ledger::http::AppState;
 use std::sync::Arc;
 

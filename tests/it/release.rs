@@ -6,9 +6,9 @@
 
 use crate::admission::invoke_nowait;
 use crate::harness::{TestApp, TestSink, custodian, refund_effects};
-use command_ledger::catalog::Policies;
 use command_ledger::db::Role;
 use command_ledger::demo_sink::Mode;
+use command_ledger::domain::admission::Policies;
 use command_ledger::domain::admission::{KeyMode, KindPolicy, NearDuplicate, OnFailure};
 use serde_json::{Value, json};
 use std::time::Duration;

@@ -3,8 +3,8 @@
 //! live command or one a hold refers to; the database refuses every other
 //! way of deleting them; the replay window is advertised to clients.
 
-use command_ledger::catalog::Policies;
 use command_ledger::db::Role;
+use command_ledger::domain::admission::Policies;
 use command_ledger::http::AppState;
 use serde_json::Value;
 use std::time::Duration;
