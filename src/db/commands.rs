@@ -3,6 +3,10 @@
 //! The actor (and reason) of a change travel as transaction-local settings set
 //! in the same statement (`set_config(..., true)` in a `from` subquery), so the
 //! history trigger can name who did it without an extra round trip.
+//!
+//! Longer than the other files (about 630 lines) on purpose: it is the one
+//! place every statement of the API on `commands` lives, each a small
+//! checked query, so that "what does the API ask of this table" is one file.
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
