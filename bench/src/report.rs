@@ -373,8 +373,9 @@ pub(crate) fn markdown(r: &Value) -> String {
     }
     let _ = writeln!(
         md,
-        "\nBurn-down of {} preloaded commands (no HTTP), start and record at SERIALIZABLE:\n\n\
-         | claim at | applied/s | serialization retries |\n|---|---|---|",
+        "\nBurn-down of {} preloaded commands (no HTTP), start and record at SERIALIZABLE, each \
+         form twice (A B B A; the mean, then each run):\n\n\
+         | claim at | applied/s | runs | serialization retries (both runs) |\n|---|---|---|---|",
         w5["burn_down"]["serializable"]["preloaded"],
     );
     for (claim, p) in [
@@ -383,8 +384,10 @@ pub(crate) fn markdown(r: &Value) -> String {
     ] {
         let _ = writeln!(
             md,
-            "| {claim} | {} | {} |",
+            "| {claim} | {} | {} / {} | {} |",
             n(&p["applied_per_s"]),
+            n(&p["runs"][0]),
+            n(&p["runs"][1]),
             p["serialization_retries"],
         );
     }

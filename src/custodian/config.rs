@@ -53,7 +53,12 @@ pub struct CustodianConfig {
     /// except in the benchmark's comparison (see [`Isolation`]).
     #[doc(hidden)]
     pub isolation: Isolation,
-    /// The isolation of the claim (see `Custodian::claim`).
+    /// The isolation of the claim: READ COMMITTED, fenced by the lease.
+    /// The claim moves rows only from `pending` to `prepared` (no effect),
+    /// holds the authority row `for share` so a takeover waits for it, and
+    /// hands each row to one claimer (`skip locked`); the SERIALIZABLE start
+    /// re-checks lease and generation before any effect. At SERIALIZABLE the
+    /// claim measured slower with more retries (W5, docs/PERFORMANCE.md).
     #[doc(hidden)]
     pub claim_isolation: Isolation,
 }
@@ -71,7 +76,7 @@ impl CustodianConfig {
             shutdown_grace: defaults::SHUTDOWN_GRACE,
             recovery_interval: default_duration(defaults::RECOVERY_INTERVAL),
             isolation: Isolation::Serializable,
-            claim_isolation: Isolation::Serializable,
+            claim_isolation: Isolation::ReadCommitted,
         }
     }
 }

@@ -1,7 +1,9 @@
-//! Every statement that moves a command runs in a SERIALIZABLE transaction:
-//! the claim, start and record, a cancel, and recovery's expire, adopt and
-//! resolve. Seen from inside the database: a trigger notes the isolation of
-//! the transaction behind each change of a `commands` row.
+//! Every statement that moves a command runs in a SERIALIZABLE transaction
+//! (start and record, a cancel, and recovery's expire, adopt and resolve),
+//! except the claim, which is READ COMMITTED and fenced by the lease (why:
+//! `CustodianConfig::claim_isolation`, and W5 in docs/PERFORMANCE.md). Seen
+//! from inside the database: a trigger notes the isolation of the
+//! transaction behind each change of a `commands` row.
 
 use crate::harness::{TestApp, TestSink, custodian, refund};
 use command_ledger::custodian::StepReport;
@@ -49,7 +51,7 @@ async fn sql(app: &TestApp, text: &'static str) {
 }
 
 #[tokio::test]
-async fn every_change_of_a_commands_state_runs_at_serializable() {
+async fn every_change_of_a_commands_state_but_the_claim_runs_at_serializable() {
     let app = TestApp::spawn().await;
     watch_isolation(&app).await;
     let token = app.token("dev", Role::Device).await;
@@ -135,12 +137,13 @@ async fn every_change_of_a_commands_state_runs_at_serializable() {
         ("prepared", "prepared"),
     ]
     .iter()
-    .map(|(from, to)| {
-        (
-            (*from).to_owned(),
-            (*to).to_owned(),
-            "serializable".to_owned(),
-        )
+    .map(|&(from, to)| {
+        let isolation = if (from, to) == ("pending", "prepared") {
+            "read committed"
+        } else {
+            "serializable"
+        };
+        (from.to_owned(), to.to_owned(), isolation.to_owned())
     })
     .collect();
     assert_eq!(seen, expected);
