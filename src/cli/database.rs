@@ -8,6 +8,7 @@ use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::Path;
 
 use crate::db;
+use crate::db::roles::ServiceRole;
 use crate::embedded_pg::{self, Cluster, ClusterOptions};
 
 /// Name of the database the private cluster holds the ledger in.
@@ -20,6 +21,10 @@ pub struct Database {
     /// The URL to give `psql`.
     pub url: String,
     pub cluster: Option<Cluster>,
+    /// The private cluster's URL for each service role (a login of its own,
+    /// with a random password kept in the state directory); empty with
+    /// `DATABASE_URL`, where the roles are taken with `SET ROLE`.
+    role_urls: Vec<(ServiceRole, String)>,
     /// Held while this process owns the private cluster (see
     /// [`Database::own_private_cluster`]); the OS releases it however the
     /// process ends, `kill -9` included.
@@ -72,12 +77,49 @@ impl Database {
                 .await
                 .context("connecting to the ledger database")?;
         db::migrate(&pool).await.context("applying migrations")?;
+        let role_urls = match &cluster {
+            Some(cluster) => private_role_logins(&pool, cluster, state_dir).await?,
+            None => Vec::new(),
+        };
         Ok(Database {
             pool,
             url,
             cluster,
+            role_urls,
             owner_lock: None,
         })
+    }
+
+    /// The URL `role` logs in with on the private cluster (none with
+    /// `DATABASE_URL`).
+    pub fn role_url(&self, role: ServiceRole) -> Option<&str> {
+        self.role_urls
+            .iter()
+            .find(|(r, _)| *r == role)
+            .map(|(_, url)| url.as_str())
+    }
+
+    /// A pool acting as `role`: through `url` when given, else the private
+    /// cluster's login of the role, else `DATABASE_URL` with `SET ROLE`.
+    pub async fn role_pool(
+        &self,
+        role: ServiceRole,
+        url: Option<&str>,
+        max_connections: u32,
+        application_name: &str,
+        acquire_timeout: std::time::Duration,
+    ) -> anyhow::Result<PgPool> {
+        let url = url.or_else(|| self.role_url(role));
+        db::roles::connect(
+            role,
+            url,
+            &self.url,
+            max_connections,
+            application_name,
+            acquire_timeout,
+        )
+        .await
+        .with_context(|| format!("connecting to the ledger database as {}", role.name()))
     }
 
     /// For long-running processes (`serve`): becomes the private cluster's
@@ -132,6 +174,38 @@ impl Database {
         drop(self.owner_lock);
         Ok(())
     }
+}
+
+/// Where the private cluster keeps the password of `role`.
+pub(super) fn role_password_file(state_dir: &Path, role: ServiceRole) -> std::path::PathBuf {
+    state_dir.join(format!("pg-password-{}", role.name()))
+}
+
+/// Gives each service role of the private cluster a login with a random
+/// password (created once, kept in a 0600 file of the state directory) and
+/// returns their URLs.
+async fn private_role_logins(
+    pool: &PgPool,
+    cluster: &Cluster,
+    state_dir: &Path,
+) -> anyhow::Result<Vec<(ServiceRole, String)>> {
+    let mut conn = pool.acquire().await?;
+    let mut urls = Vec::new();
+    for role in ServiceRole::ALL {
+        let password = read_or_create_secret(&role_password_file(state_dir, role))?;
+        db::roles::set_login(&mut conn, role, &password)
+            .await
+            .with_context(|| format!("letting {} log in", role.name()))?;
+        urls.push((
+            role,
+            format!(
+                "postgres://{}:{password}@127.0.0.1:{}/{EMBEDDED_DATABASE}",
+                role.name(),
+                cluster.port()
+            ),
+        ));
+    }
+    Ok(urls)
 }
 
 async fn start_private_cluster(state_dir: &Path) -> anyhow::Result<Cluster> {
