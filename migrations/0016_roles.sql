@@ -221,6 +221,16 @@ grant select (id, principal_id, prefix, created_at, expires_at, revoked_at) on a
 -- Retention: prune_commands() (above), and what it reports from.
 grant select on commands, pruned_commands to ledger_retention;
 
+-- A process given only its role's URL checks that the database is migrated
+-- to its version before it starts (sqlx's table, when sqlx migrated).
+do $migration$
+begin
+    if to_regclass('_sqlx_migrations') is not null then
+        grant select on _sqlx_migrations to ledger_api, ledger_custodian, ledger_inspector, ledger_retention;
+    end if;
+end
+$migration$;
+
 -------------------------------------------------------------------------------
 -- Which rows of commands a role may change: the API only cancels (a pending
 -- or prepared command, to cancelled); a custodian never cancels. The owner

@@ -169,7 +169,13 @@ pub(super) async fn run(
 ) -> anyhow::Result<()> {
     let config = cmd.options.config(cmd.authority)?;
     let effects = cmd.options.effects()?;
-    let db = Database::open_with(database_url, state_dir, 2, "command-ledger-custodian").await?;
+    let db = Database::open_for_role(
+        database_url,
+        cmd.options.custodian_database_url.as_deref(),
+        state_dir,
+        "command-ledger-custodian",
+    )
+    .await?;
     let pool = cmd.options.pool(&db, "command-ledger-custodian").await?;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let (task, stats) = spawn_custodian(pool.clone(), config, effects, async move {
@@ -246,7 +252,13 @@ pub(super) async fn run_recover(
     cmd: RecoverCommand,
 ) -> anyhow::Result<()> {
     let effects = Arc::new(load_catalog(cmd.catalog.as_deref())?.effects()?);
-    let db = Database::open(database_url, state_dir).await?;
+    let db = Database::open_for_role(
+        database_url,
+        cmd.custodian_database_url.as_deref(),
+        state_dir,
+        "command-ledger-recover",
+    )
+    .await?;
     let pool = db
         .role_pool(
             ServiceRole::Custodian,

@@ -90,6 +90,46 @@ impl Database {
         })
     }
 
+    /// For a process given only its role's URL (`API_DATABASE_URL` and the
+    /// like, no `DATABASE_URL`): connects as that role, migrates nothing,
+    /// and refuses to start on a database not migrated to this version.
+    pub async fn attach(url: String, application_name: &str) -> anyhow::Result<Database> {
+        let pool = db::connect_as(&url, 1, application_name)
+            .await
+            .context("connecting to the ledger database")?;
+        let current = db::migrations_current(&pool)
+            .await
+            .context("reading which migrations the database has")?;
+        if !current {
+            pool.close().await;
+            anyhow::bail!(
+                "the database is not migrated to this version: run `command-ledger migrate` with the owner's DATABASE_URL first"
+            );
+        }
+        Ok(Database {
+            pool,
+            url,
+            cluster: None,
+            role_urls: Vec::new(),
+            owner_lock: None,
+        })
+    }
+
+    /// [`Database::open_with_timeout`] when `database_url` is given (or
+    /// neither is: the private cluster), else [`Database::attach`] to
+    /// `role_url`.
+    pub async fn open_for_role(
+        database_url: Option<String>,
+        role_url: Option<&str>,
+        state_dir: &Path,
+        application_name: &str,
+    ) -> anyhow::Result<Database> {
+        match (database_url, role_url) {
+            (None, Some(role_url)) => Self::attach(role_url.to_owned(), application_name).await,
+            (url, _) => Self::open_with(url, state_dir, 2, application_name).await,
+        }
+    }
+
     /// The URL `role` logs in with on the private cluster (none with
     /// `DATABASE_URL`).
     pub fn role_url(&self, role: ServiceRole) -> Option<&str> {

@@ -34,7 +34,13 @@ pub(super) async fn run(
     state_dir: &Path,
     args: PruneArgs,
 ) -> anyhow::Result<()> {
-    let db = Database::open_with(url, state_dir, 1, "command-ledger-prune").await?;
+    let db = Database::open_for_role(
+        url,
+        args.retention_database_url.as_deref(),
+        state_dir,
+        "command-ledger-prune",
+    )
+    .await?;
     let pool = db
         .role_pool(
             crate::db::roles::ServiceRole::Retention,

@@ -82,15 +82,13 @@ pub(super) async fn run(
         (Some(cert), Some(key)) => Some(http::TlsConfig::from_pem_files(cert, key)?),
         _ => None,
     };
-    // Requests fail fast (503, Retry-After: 1) when the database refuses
-    // connections; the in-process custodian, if any, shares this pool and
-    // retries what failed on its next turn.
-    let mut db = Database::open_with_timeout(
+    // The service's own pools act as its roles (below); this one migrates
+    // (or, given only the API's URL, checks the migrations).
+    let mut db = Database::open_for_role(
         database_url,
+        args.api_database_url.as_deref(),
         state_dir,
-        args.max_connections,
         "command-ledger-api",
-        crate::db::API_ACQUIRE_TIMEOUT,
     )
     .await?;
     db.own_private_cluster(state_dir)?;
@@ -171,6 +169,8 @@ pub(super) async fn run(
         None => None,
     };
 
+    // Requests fail fast (503, Retry-After: 1) when the database refuses
+    // connections.
     let api_pool = db
         .role_pool(
             ServiceRole::Api,

@@ -320,17 +320,20 @@ async fn the_owner_is_no_superuser_and_cannot_switch_every_trigger_off() {
     .await
     .unwrap();
     assert!(foreign.is_empty(), "not the owner's: {foreign:?}");
-    // Every function that runs as the owner has its search_path pinned.
+    // Every PL/pgSQL function (the triggers, and those that write on
+    // request) runs as the owner with its search_path pinned. A later
+    // `create or replace function` drops both unless it says them again.
     let unpinned: Vec<String> = sqlx::query_scalar(
-        "select proname::text from pg_proc where pronamespace = 'public'::regnamespace \
-         and prosecdef and not coalesce(proconfig @> array['search_path=public, pg_temp'], false)",
+        "select p.proname::text from pg_proc p join pg_language l on l.oid = p.prolang \
+         where p.pronamespace = 'public'::regnamespace and l.lanname = 'plpgsql' \
+           and not (p.prosecdef and coalesce(p.proconfig @> array['search_path=public, pg_temp'], false))",
     )
     .fetch_all(&admin)
     .await
     .unwrap();
     assert!(
         unpinned.is_empty(),
-        "security definer without a pinned search_path: {unpinned:?}"
+        "not security definer with search_path = public, pg_temp: {unpinned:?}"
     );
 }
 
