@@ -197,7 +197,7 @@ grant select on command_states, command_transitions, command_counts_by_state, co
 
 -- The API: records (commands, holds), decides holds, cancels, reads.
 grant select on commands, command_history, holds, coalesced_requests, pruned_commands, authorities,
-    principals, fleets, api_tokens
+    principals, fleets, api_tokens, command_queue, command_in_flight
     to ledger_api;
 grant insert on commands, holds to ledger_api;
 grant update on holds to ledger_api;
