@@ -229,11 +229,16 @@ async fn private_role_logins(
     cluster: &Cluster,
     state_dir: &Path,
 ) -> anyhow::Result<Vec<(ServiceRole, String)>> {
-    let mut conn = pool.acquire().await?;
+    // Processes starting together (serve, a custodian, the CLI) would update
+    // the same roles at once, which PostgreSQL refuses: one at a time.
+    let mut tx = pool.begin().await?;
+    sqlx::query("select pg_advisory_xact_lock(7242032)")
+        .execute(&mut *tx)
+        .await?;
     let mut urls = Vec::new();
     for role in ServiceRole::ALL {
         let password = read_or_create_secret(&role_password_file(state_dir, role))?;
-        db::roles::set_login(&mut conn, role, &password)
+        db::roles::set_login(&mut tx, role, &password)
             .await
             .with_context(|| format!("letting {} log in", role.name()))?;
         urls.push((
@@ -245,6 +250,7 @@ async fn private_role_logins(
             ),
         ));
     }
+    tx.commit().await?;
     Ok(urls)
 }
 

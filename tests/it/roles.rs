@@ -57,7 +57,7 @@ async fn fingerprint(admin: &PgPool) -> String {
            (select count(*) from coalesced_requests), (select count(*) from command_queue), \
            (select count(*) from holds), (select count(*) from api_tokens), \
            (select count(*) from principals), \
-           (select string_agg(tgname || tgenabled, ',' order by tgname) from pg_trigger where not tgisinternal), \
+           (select string_agg(tgname::text || tgenabled::text, ',' order by tgname) from pg_trigger where not tgisinternal), \
            (select count(*) from pg_attribute where attrelid = 'commands'::regclass))",
     )
     .fetch_one(admin)
