@@ -200,7 +200,7 @@ async fn the_replay_window_is_advertised_when_configured() {
         .await
         .unwrap();
     let mut state = AppState::new(
-        crate::harness::as_role(&pool, command_ledger::db::roles::ServiceRole::Api),
+        as_role(&pool, ServiceRole::Api),
         Policies::default(),
     );
     state.retention = Some(Duration::from_secs(30 * 86_400));
