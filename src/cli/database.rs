@@ -97,9 +97,14 @@ impl Database {
         let pool = db::connect_as(&url, 1, application_name)
             .await
             .context("connecting to the ledger database")?;
-        let current = db::migrations_current(&pool)
-            .await
-            .context("reading which migrations the database has")?;
+        let current = match db::migrations_current(&pool).await {
+            Ok(current) => current,
+            // Never migrated (no sqlx table yet).
+            Err(e) if e.as_database_error().and_then(|d| d.code()).as_deref() == Some("42P01") => {
+                false
+            }
+            Err(e) => return Err(e).context("reading which migrations the database has"),
+        };
         if !current {
             pool.close().await;
             anyhow::bail!(

@@ -157,7 +157,7 @@ async fn template() -> &'static str {
 
 /// The password the tests give `role` on their server: derived from the
 /// admin URL, so every test process sharing a server agrees on it.
-fn role_password(role: ServiceRole) -> String {
+pub(crate) fn role_password(role: ServiceRole) -> String {
     hex_digest(format!("{}\n{}", backend().admin_url, role.name()).as_bytes())[..32].to_owned()
 }
 
@@ -172,6 +172,14 @@ pub(crate) fn as_role(pool: &PgPool, role: ServiceRole) -> PgPool {
     sqlx::postgres::PgPoolOptions::new()
         .max_connections(20)
         .connect_lazy_with(options)
+}
+
+/// `url` with `role`'s login in place of its user, for child processes.
+pub(crate) fn role_url(url: &str, role: ServiceRole) -> String {
+    let mut url = reqwest::Url::parse(url).expect("a database URL");
+    url.set_username(role.name()).unwrap();
+    url.set_password(Some(&role_password(role))).unwrap();
+    url.to_string()
 }
 
 async fn execute(conn: &mut sqlx::PgConnection, sql: &str) {

@@ -385,3 +385,47 @@ async fn migrating_needs_createrole_or_membership_and_says_so() {
         pool.close().await;
     }
 }
+
+/// A process given only its role's URL (no `DATABASE_URL`) holds no other
+/// password: it migrates nothing, refuses a database not migrated to its
+/// version, and works on one that is.
+#[tokio::test]
+async fn a_process_given_only_its_roles_url_checks_the_migrations_and_works_as_that_role() {
+    const BIN: &str = env!("CARGO_BIN_EXE_command-ledger");
+    let (unmigrated, empty) = crate::harness::empty_database().await;
+    let (migrated, _pool) = fresh_database().await;
+    let prune = |url: String| {
+        tokio::process::Command::new(BIN)
+            .args(["prune", "--older-than", "30d"])
+            .env_remove("DATABASE_URL")
+            .env("RETENTION_DATABASE_URL", url)
+            .env("RUST_LOG", "error")
+            .output()
+    };
+    let refused = prune(crate::harness::role_url(
+        &unmigrated,
+        ServiceRole::Retention,
+    ))
+    .await
+    .unwrap();
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("not migrated to this version"), "{stderr}");
+    let tables: i64 = sqlx::query_scalar(
+        "select count(*) from pg_class where relnamespace = 'public'::regnamespace",
+    )
+    .fetch_one(&empty)
+    .await
+    .unwrap();
+    assert_eq!(tables, 0, "it migrated nothing");
+
+    let worked = prune(crate::harness::role_url(&migrated, ServiceRole::Retention))
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&worked.stdout);
+    assert!(
+        worked.status.success() && stdout.contains("pruned 0 finished command(s)"),
+        "{stdout}{}",
+        String::from_utf8_lossy(&worked.stderr)
+    );
+}
