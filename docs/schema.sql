@@ -16,7 +16,8 @@
 --
 
 CREATE FUNCTION public.authorities_guard() RETURNS trigger
-    LANGUAGE plpgsql
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
     AS $$
 begin
     if new.generation < old.generation then
@@ -33,7 +34,8 @@ $$;
 --
 
 CREATE FUNCTION public.coalesced_requests_delete_guard() RETURNS trigger
-    LANGUAGE plpgsql
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
     AS $$
 begin
     if exists (select 1 from commands where id = old.command_id) then
@@ -49,7 +51,8 @@ $$;
 --
 
 CREATE FUNCTION public.command_history_delete_guard() RETURNS trigger
-    LANGUAGE plpgsql
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
     AS $$
 begin
     if exists (select 1 from commands where id = old.command_id) then
@@ -65,7 +68,8 @@ $$;
 --
 
 CREATE FUNCTION public.commands_guard() RETURNS trigger
-    LANGUAGE plpgsql
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
     AS $$
 begin
     if tg_op = 'INSERT' then
@@ -139,7 +143,8 @@ $$;
 --
 
 CREATE FUNCTION public.commands_guard_delete() RETURNS trigger
-    LANGUAGE plpgsql
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
     AS $$
 begin
     if not exists (select 1 from pruned_commands where id = old.id) then
@@ -155,7 +160,8 @@ $$;
 --
 
 CREATE FUNCTION public.commands_record_changes() RETURNS trigger
-    LANGUAGE plpgsql
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
     AS $$
 begin
     insert into command_history (command_id, from_state, to_state, at, actor, authority_generation, reason,
@@ -216,7 +222,8 @@ COMMENT ON FUNCTION public.commands_record_changes() IS 'After each update state
 --
 
 CREATE FUNCTION public.commands_record_inserts() RETURNS trigger
-    LANGUAGE plpgsql
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
     AS $$
 begin
     insert into command_history (command_id, from_state, to_state, at, actor, authority_generation, reason,
@@ -250,7 +257,8 @@ COMMENT ON FUNCTION public.commands_record_inserts() IS 'After each insert state
 --
 
 CREATE FUNCTION public.commands_retry_of_immutable() RETURNS trigger
-    LANGUAGE plpgsql
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
     AS $$
 begin
     raise exception 'command % retry_of is immutable', old.id
@@ -269,7 +277,8 @@ COMMENT ON FUNCTION public.commands_retry_of_immutable() IS 'Refuses any change 
 --
 
 CREATE FUNCTION public.holds_guard() RETURNS trigger
-    LANGUAGE plpgsql
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
     AS $$
 begin
     if tg_op = 'DELETE' then
@@ -296,14 +305,15 @@ $$;
 CREATE FUNCTION public.ledger_actor() RETURNS text
     LANGUAGE sql STABLE
     AS $$
-    select coalesce(nullif(current_setting('command_ledger.actor', true), ''), 'sql:' || current_user)
+    select coalesce(nullif(current_setting('command_ledger.actor', true), ''),
+                    'sql:' || coalesce(nullif(current_setting('role', true), 'none'), session_user::text))
 $$;
 
 --
 -- Name: FUNCTION ledger_actor(); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.ledger_actor() IS 'Actor for history rows: setting command_ledger.actor, else sql:<user>.';
+COMMENT ON FUNCTION public.ledger_actor() IS 'Actor for history rows: setting command_ledger.actor, else sql:<the role the session acts as>.';
 
 --
 -- Name: ledger_actors(); Type: FUNCTION; Schema: public; Owner: -
@@ -355,6 +365,32 @@ $$;
 --
 
 COMMENT ON FUNCTION public.ledger_reason() IS 'Reason for history rows: setting command_ledger.reason, or null.';
+
+--
+-- Name: ledger_remember_coalesced(text, uuid, bytea, uuid, text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ledger_remember_coalesced(p_authority_id text, p_scope uuid, p_request_digest bytea, p_command_id uuid, p_run_id text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+begin
+    if not exists (select 1 from commands c
+                   where c.id = p_command_id and c.scope = p_scope and c.authority_id = p_authority_id) then
+        raise exception 'command % is not of scope % and authority %', p_command_id, p_scope, p_authority_id
+            using errcode = 'CL009';
+    end if;
+    insert into coalesced_requests (authority_id, scope, request_digest, command_id, run_id)
+    values (p_authority_id, p_scope, p_request_digest, p_command_id, p_run_id)
+    on conflict do nothing;
+end;
+$$;
+
+--
+-- Name: FUNCTION ledger_remember_coalesced(p_authority_id text, p_scope uuid, p_request_digest bytea, p_command_id uuid, p_run_id text); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ledger_remember_coalesced(p_authority_id text, p_scope uuid, p_request_digest bytea, p_command_id uuid, p_run_id text) IS 'Remembers that a request (scope, authority, request digest, run id) was answered with a command of the same scope and authority (CL009 otherwise); the only way a service role writes coalesced_requests.';
 
 --
 -- Name: commands; Type: TABLE; Schema: public; Owner: -
@@ -618,7 +654,8 @@ COMMENT ON FUNCTION public.ledger_utc(t timestamp with time zone) IS 'A timestam
 --
 
 CREATE FUNCTION public.principals_own_fleet() RETURNS trigger
-    LANGUAGE plpgsql
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
     AS $$
 begin
     if new.fleet_id is null then
@@ -640,7 +677,8 @@ COMMENT ON FUNCTION public.principals_own_fleet() IS 'Before insert on principal
 --
 
 CREATE FUNCTION public.prune_commands(older_than interval, max_rows integer) RETURNS integer
-    LANGUAGE plpgsql
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
     AS $$
 declare
     ids uuid[];
@@ -690,7 +728,8 @@ COMMENT ON FUNCTION public.prune_commands(older_than interval, max_rows integer)
 --
 
 CREATE FUNCTION public.refuse_archive_change() RETURNS trigger
-    LANGUAGE plpgsql
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
     AS $$
 begin
     raise exception 'pruned_commands is append-only'
@@ -703,7 +742,8 @@ $$;
 --
 
 CREATE FUNCTION public.refuse_authority_removal() RETURNS trigger
-    LANGUAGE plpgsql
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
     AS $$
 begin
     raise exception 'authorities are kept: removing one would let its generations be issued again'
@@ -722,7 +762,8 @@ COMMENT ON FUNCTION public.refuse_authority_removal() IS 'Refuses delete and tru
 --
 
 CREATE FUNCTION public.refuse_coalesced_change() RETURNS trigger
-    LANGUAGE plpgsql
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
     AS $$
 begin
     raise exception 'coalesced_requests is append-only'
@@ -741,7 +782,8 @@ COMMENT ON FUNCTION public.refuse_coalesced_change() IS 'Refuses update and trun
 --
 
 CREATE FUNCTION public.refuse_commands_truncate() RETURNS trigger
-    LANGUAGE plpgsql
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
     AS $$
 begin
     raise exception 'commands are deleted only by prune_commands(), which archives them first'
@@ -756,11 +798,32 @@ $$;
 COMMENT ON FUNCTION public.refuse_commands_truncate() IS 'Refuses truncate on commands: a command leaves the ledger only through prune_commands(), archived.';
 
 --
+-- Name: refuse_credentials_truncate(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.refuse_credentials_truncate() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+begin
+    raise exception '% is kept: revoke tokens instead of truncating', tg_table_name
+        using errcode = 'CL011';
+end;
+$$;
+
+--
+-- Name: FUNCTION refuse_credentials_truncate(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.refuse_credentials_truncate() IS 'Refuses truncate on principals, fleets and api_tokens: the history names principals, and a token is revoked, not erased.';
+
+--
 -- Name: refuse_direct_work_change(); Type: FUNCTION; Schema: public; Owner: -
 --
 
 CREATE FUNCTION public.refuse_direct_work_change() RETURNS trigger
-    LANGUAGE plpgsql
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
     AS $$
 begin
     if pg_trigger_depth() < 2 then
@@ -782,7 +845,8 @@ COMMENT ON FUNCTION public.refuse_direct_work_change() IS 'Refuses a statement o
 --
 
 CREATE FUNCTION public.refuse_history_change() RETURNS trigger
-    LANGUAGE plpgsql
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
     AS $$
 begin
     raise exception 'command_history is append-only'
@@ -795,7 +859,8 @@ $$;
 --
 
 CREATE FUNCTION public.refuse_holds_truncate() RETURNS trigger
-    LANGUAGE plpgsql
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
     AS $$
 begin
     raise exception 'holds are kept: holds cannot be truncated'
@@ -814,7 +879,8 @@ COMMENT ON FUNCTION public.refuse_holds_truncate() IS 'Refuses truncate on holds
 --
 
 CREATE FUNCTION public.refuse_reference_data_change() RETURNS trigger
-    LANGUAGE plpgsql
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
     AS $$
 begin
     raise exception 'table % is reference data and cannot be changed outside a migration', tg_table_name
@@ -1800,6 +1866,12 @@ CREATE INDEX principals_fleet_idx ON public.principals USING btree (fleet_id);
 CREATE INDEX pruned_commands_scope_key_idx ON public.pruned_commands USING btree (scope, idempotency_key);
 
 --
+-- Name: api_tokens api_tokens_kept; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER api_tokens_kept BEFORE TRUNCATE ON public.api_tokens FOR EACH STATEMENT EXECUTE FUNCTION public.refuse_credentials_truncate();
+
+--
 -- Name: authorities authorities_guard; Type: TRIGGER; Schema: public; Owner: -
 --
 
@@ -1902,6 +1974,12 @@ CREATE TRIGGER commands_record_inserts AFTER INSERT ON public.commands REFERENCI
 CREATE TRIGGER commands_retry_of_immutable BEFORE UPDATE OF retry_of ON public.commands FOR EACH ROW WHEN ((new.retry_of IS DISTINCT FROM old.retry_of)) EXECUTE FUNCTION public.commands_retry_of_immutable();
 
 --
+-- Name: fleets fleets_kept; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER fleets_kept BEFORE TRUNCATE ON public.fleets FOR EACH STATEMENT EXECUTE FUNCTION public.refuse_credentials_truncate();
+
+--
 -- Name: holds holds_guard; Type: TRIGGER; Schema: public; Owner: -
 --
 
@@ -1912,6 +1990,12 @@ CREATE TRIGGER holds_guard BEFORE DELETE OR UPDATE ON public.holds FOR EACH ROW 
 --
 
 CREATE TRIGGER holds_kept BEFORE TRUNCATE ON public.holds FOR EACH STATEMENT EXECUTE FUNCTION public.refuse_holds_truncate();
+
+--
+-- Name: principals principals_kept; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER principals_kept BEFORE TRUNCATE ON public.principals FOR EACH STATEMENT EXECUTE FUNCTION public.refuse_credentials_truncate();
 
 --
 -- Name: principals principals_own_fleet; Type: TRIGGER; Schema: public; Owner: -
@@ -1980,6 +2064,270 @@ ALTER TABLE ONLY public.holds
 
 ALTER TABLE ONLY public.principals
     ADD CONSTRAINT principals_fleet_fkey FOREIGN KEY (fleet_id) REFERENCES public.fleets(id);
+
+--
+-- Name: commands; Type: ROW SECURITY; Schema: public; Owner: -
+--
+
+ALTER TABLE public.commands ENABLE ROW LEVEL SECURITY;
+
+--
+-- Name: commands commands_advance; Type: POLICY; Schema: public; Owner: -
+--
+
+CREATE POLICY commands_advance ON public.commands FOR UPDATE TO ledger_custodian USING (true) WITH CHECK ((state <> 'cancelled'::text));
+
+--
+-- Name: POLICY commands_advance ON commands; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON POLICY commands_advance ON public.commands IS 'A custodian moves commands along the state machine (commands_guard) but never cancels one.';
+
+--
+-- Name: commands commands_cancel; Type: POLICY; Schema: public; Owner: -
+--
+
+CREATE POLICY commands_cancel ON public.commands FOR UPDATE TO ledger_api USING ((state = ANY (ARRAY['pending'::text, 'prepared'::text]))) WITH CHECK ((state = 'cancelled'::text));
+
+--
+-- Name: POLICY commands_cancel ON commands; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON POLICY commands_cancel ON public.commands IS 'The API changes a command only to cancel it, from pending or prepared.';
+
+--
+-- Name: commands commands_read; Type: POLICY; Schema: public; Owner: -
+--
+
+CREATE POLICY commands_read ON public.commands FOR SELECT TO ledger_api, ledger_custodian, ledger_inspector, ledger_retention USING (true);
+
+--
+-- Name: commands commands_record; Type: POLICY; Schema: public; Owner: -
+--
+
+CREATE POLICY commands_record ON public.commands FOR INSERT TO ledger_api WITH CHECK ((state = 'pending'::text));
+
+--
+-- Name: SCHEMA public; Type: ACL; Schema: -; Owner: -
+--
+
+GRANT ALL ON SCHEMA public TO ledger_owner;
+GRANT USAGE ON SCHEMA public TO ledger_api;
+GRANT USAGE ON SCHEMA public TO ledger_custodian;
+GRANT USAGE ON SCHEMA public TO ledger_inspector;
+GRANT USAGE ON SCHEMA public TO ledger_retention;
+
+--
+-- Name: FUNCTION ledger_remember_coalesced(p_authority_id text, p_scope uuid, p_request_digest bytea, p_command_id uuid, p_run_id text); Type: ACL; Schema: public; Owner: -
+--
+
+REVOKE ALL ON FUNCTION public.ledger_remember_coalesced(p_authority_id text, p_scope uuid, p_request_digest bytea, p_command_id uuid, p_run_id text) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.ledger_remember_coalesced(p_authority_id text, p_scope uuid, p_request_digest bytea, p_command_id uuid, p_run_id text) TO ledger_api;
+
+--
+-- Name: TABLE commands; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT SELECT,INSERT ON TABLE public.commands TO ledger_api;
+GRANT SELECT,UPDATE ON TABLE public.commands TO ledger_custodian;
+GRANT SELECT ON TABLE public.commands TO ledger_inspector;
+GRANT SELECT ON TABLE public.commands TO ledger_retention;
+
+--
+-- Name: COLUMN commands.state; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT UPDATE(state) ON TABLE public.commands TO ledger_api;
+
+--
+-- Name: COLUMN commands.error; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT UPDATE(error) ON TABLE public.commands TO ledger_api;
+
+--
+-- Name: FUNCTION prune_commands(older_than interval, max_rows integer); Type: ACL; Schema: public; Owner: -
+--
+
+REVOKE ALL ON FUNCTION public.prune_commands(older_than interval, max_rows integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.prune_commands(older_than interval, max_rows integer) TO ledger_retention;
+
+--
+-- Name: TABLE _sqlx_migrations; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT SELECT ON TABLE public._sqlx_migrations TO ledger_api;
+GRANT SELECT ON TABLE public._sqlx_migrations TO ledger_custodian;
+GRANT SELECT ON TABLE public._sqlx_migrations TO ledger_inspector;
+GRANT SELECT ON TABLE public._sqlx_migrations TO ledger_retention;
+
+--
+-- Name: TABLE api_tokens; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT SELECT ON TABLE public.api_tokens TO ledger_api;
+
+--
+-- Name: COLUMN api_tokens.id; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT SELECT(id) ON TABLE public.api_tokens TO ledger_inspector;
+
+--
+-- Name: COLUMN api_tokens.principal_id; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT SELECT(principal_id) ON TABLE public.api_tokens TO ledger_inspector;
+
+--
+-- Name: COLUMN api_tokens.prefix; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT SELECT(prefix) ON TABLE public.api_tokens TO ledger_inspector;
+
+--
+-- Name: COLUMN api_tokens.created_at; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT SELECT(created_at) ON TABLE public.api_tokens TO ledger_inspector;
+
+--
+-- Name: COLUMN api_tokens.expires_at; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT SELECT(expires_at) ON TABLE public.api_tokens TO ledger_inspector;
+
+--
+-- Name: COLUMN api_tokens.revoked_at; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT SELECT(revoked_at) ON TABLE public.api_tokens TO ledger_inspector;
+
+--
+-- Name: TABLE authorities; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT SELECT ON TABLE public.authorities TO ledger_api;
+GRANT SELECT,INSERT,UPDATE ON TABLE public.authorities TO ledger_custodian;
+GRANT SELECT ON TABLE public.authorities TO ledger_inspector;
+
+--
+-- Name: TABLE coalesced_requests; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT SELECT ON TABLE public.coalesced_requests TO ledger_api;
+GRANT SELECT ON TABLE public.coalesced_requests TO ledger_inspector;
+
+--
+-- Name: TABLE command_states; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT SELECT ON TABLE public.command_states TO ledger_api;
+GRANT SELECT ON TABLE public.command_states TO ledger_custodian;
+GRANT SELECT ON TABLE public.command_states TO ledger_inspector;
+GRANT SELECT ON TABLE public.command_states TO ledger_retention;
+
+--
+-- Name: TABLE command_counts_by_state; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT SELECT ON TABLE public.command_counts_by_state TO ledger_api;
+GRANT SELECT ON TABLE public.command_counts_by_state TO ledger_custodian;
+GRANT SELECT ON TABLE public.command_counts_by_state TO ledger_inspector;
+GRANT SELECT ON TABLE public.command_counts_by_state TO ledger_retention;
+
+--
+-- Name: TABLE command_history; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT SELECT ON TABLE public.command_history TO ledger_api;
+GRANT SELECT ON TABLE public.command_history TO ledger_custodian;
+GRANT SELECT ON TABLE public.command_history TO ledger_inspector;
+
+--
+-- Name: TABLE command_in_flight; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT SELECT ON TABLE public.command_in_flight TO ledger_api;
+GRANT SELECT ON TABLE public.command_in_flight TO ledger_custodian;
+GRANT SELECT ON TABLE public.command_in_flight TO ledger_inspector;
+
+--
+-- Name: COLUMN command_in_flight.id; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT UPDATE(id) ON TABLE public.command_in_flight TO ledger_custodian;
+
+--
+-- Name: TABLE command_queue; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT SELECT ON TABLE public.command_queue TO ledger_api;
+GRANT SELECT ON TABLE public.command_queue TO ledger_custodian;
+GRANT SELECT ON TABLE public.command_queue TO ledger_inspector;
+
+--
+-- Name: COLUMN command_queue.id; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT UPDATE(id) ON TABLE public.command_queue TO ledger_custodian;
+
+--
+-- Name: TABLE command_oldest_in_flight; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT SELECT ON TABLE public.command_oldest_in_flight TO ledger_api;
+GRANT SELECT ON TABLE public.command_oldest_in_flight TO ledger_custodian;
+GRANT SELECT ON TABLE public.command_oldest_in_flight TO ledger_inspector;
+GRANT SELECT ON TABLE public.command_oldest_in_flight TO ledger_retention;
+
+--
+-- Name: TABLE command_transitions; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT SELECT ON TABLE public.command_transitions TO ledger_api;
+GRANT SELECT ON TABLE public.command_transitions TO ledger_custodian;
+GRANT SELECT ON TABLE public.command_transitions TO ledger_inspector;
+GRANT SELECT ON TABLE public.command_transitions TO ledger_retention;
+
+--
+-- Name: TABLE fleets; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT SELECT ON TABLE public.fleets TO ledger_api;
+GRANT SELECT ON TABLE public.fleets TO ledger_inspector;
+
+--
+-- Name: TABLE holds; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT SELECT,INSERT,UPDATE ON TABLE public.holds TO ledger_api;
+GRANT SELECT ON TABLE public.holds TO ledger_custodian;
+GRANT SELECT ON TABLE public.holds TO ledger_inspector;
+
+--
+-- Name: TABLE principals; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT SELECT ON TABLE public.principals TO ledger_api;
+GRANT SELECT ON TABLE public.principals TO ledger_inspector;
+
+--
+-- Name: TABLE holds_awaiting_decision; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT SELECT ON TABLE public.holds_awaiting_decision TO ledger_api;
+GRANT SELECT ON TABLE public.holds_awaiting_decision TO ledger_custodian;
+GRANT SELECT ON TABLE public.holds_awaiting_decision TO ledger_inspector;
+GRANT SELECT ON TABLE public.holds_awaiting_decision TO ledger_retention;
+
+--
+-- Name: TABLE pruned_commands; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT SELECT ON TABLE public.pruned_commands TO ledger_api;
+GRANT SELECT ON TABLE public.pruned_commands TO ledger_inspector;
+GRANT SELECT ON TABLE public.pruned_commands TO ledger_retention;
 
 --
 -- PostgreSQL database dump complete

@@ -6,6 +6,7 @@ use anyhow::{Context as _, bail};
 use command_ledger::cli::{Database, issue_token};
 use command_ledger::custodian::effects::{Effect, EffectCall, EffectFuture, Effects};
 use command_ledger::custodian::{Custodian, CustodianConfig, Isolation, Stats};
+use command_ledger::db::roles::ServiceRole;
 use command_ledger::db::{self, Role};
 use command_ledger::domain::EffectOutcome;
 use command_ledger::domain::admission::Policies;
@@ -168,7 +169,15 @@ impl Bench {
                 .fetch_one(&db.pool)
                 .await?;
 
-        let pool = db::connect_as(&db.url, api_pool, "command-ledger-api").await?;
+        let pool = db
+            .role_pool(
+                ServiceRole::Api,
+                None,
+                api_pool,
+                "command-ledger-api",
+                db::ACQUIRE_TIMEOUT,
+            )
+            .await?;
         let mut state = AppState::new(pool, Policies::default());
         let unlimited = NonZeroU32::new(100_000_000).context("a non-zero limit")?;
         state.limiter = http::limits::Limiter::new(http::limits::RateLimit {
@@ -187,7 +196,15 @@ impl Bench {
             token,
         };
         let bin_dir = command_ledger::embedded_pg::find_bin_dir().unwrap_or_default();
-        let pgbench = PgBench::new(&bin_dir, &db.url, &out.join("pgbench"))?;
+        // The baselines run the API's SQL as the API's role (its grants and
+        // row policies included), where the private cluster gives it a login.
+        sqlx::raw_sql(
+            "grant insert on bench_raw to ledger_api; grant usage on sequence bench_raw_id_seq to ledger_api",
+        )
+        .execute(&db.pool)
+        .await?;
+        let pgbench_url = db.role_url(ServiceRole::Api).unwrap_or(&db.url).to_owned();
+        let pgbench = PgBench::new(&bin_dir, &pgbench_url, &out.join("pgbench"))?;
         Ok(Bench {
             db,
             target,
@@ -438,7 +455,16 @@ impl Bench {
         mut config: CustodianConfig,
         effects: Effects,
     ) -> anyhow::Result<RunningCustodian> {
-        let pool = db::connect_as(&self.db.url, 8, "command-ledger-custodian").await?;
+        let pool = self
+            .db
+            .role_pool(
+                ServiceRole::Custodian,
+                None,
+                8,
+                "command-ledger-custodian",
+                db::ACQUIRE_TIMEOUT,
+            )
+            .await?;
         if let Some(n) = std::env::var("BENCH_MAX_IN_FLIGHT")
             .ok()
             .and_then(|s| s.parse().ok())
@@ -782,6 +808,16 @@ impl Bench {
         batch: i64,
         txns: Txns,
     ) -> anyhow::Result<Value> {
+        let api = self
+            .db
+            .role_pool(
+                ServiceRole::Api,
+                None,
+                1,
+                "ledger-bench-preload",
+                db::ACQUIRE_TIMEOUT,
+            )
+            .await?;
         for authority in authorities {
             for chunk in ids(per_authority).chunks(10_000) {
                 sqlx::query(
@@ -794,10 +830,11 @@ impl Bench {
                 .bind(self.scope)
                 .bind(ARGS)
                 .bind(authority)
-                .execute(self.pool())
+                .execute(&api)
                 .await?;
             }
         }
+        api.close().await;
         let n = per_authority * authorities.len();
         let wal_before = self.wal().await?;
         let t0 = self.db_now().await?;
@@ -917,41 +954,67 @@ impl Bench {
         Ok(Value::Array(out))
     }
 
-    /// Terminal commands (and their four history entries each) written
-    /// straight into the tables, bypassing the triggers: preloading only.
+    /// Terminal commands (and their four history entries each), written as
+    /// the service writes them: inserted pending as `ledger_api`, then moved
+    /// to prepared, effect_started and applied as `ledger_custodian`, a
+    /// statement per step for each chunk, so that the triggers write and
+    /// chain every history entry (no claim, lease or effect: preloading only).
     async fn preload_terminal(&self, n: usize) -> anyhow::Result<()> {
-        let mut conn = self.pool().acquire().await?;
-        sqlx::raw_sql("set session_replication_role = replica")
-            .execute(&mut *conn)
-            .await
-            .context("preloading needs a superuser (session_replication_role)")?;
+        let api = self
+            .db
+            .role_pool(
+                ServiceRole::Api,
+                None,
+                1,
+                "ledger-bench-preload",
+                db::ACQUIRE_TIMEOUT,
+            )
+            .await?;
+        let custodian = self
+            .db
+            .role_pool(
+                ServiceRole::Custodian,
+                None,
+                1,
+                "ledger-bench-preload",
+                db::ACQUIRE_TIMEOUT,
+            )
+            .await?;
         for chunk in ids(n).chunks(10_000) {
             sqlx::query(
                 "insert into commands (id, scope, idempotency_key, request_digest, digest_version, \
-                 kind, authority_id, authority_generation, args, canonical, intent_digest, state, \
-                 result, finished_at) \
-                 select id, $2, 'old-' || id::text, sha256(id::text::bytea), 2, 'noop', 'old', 1, \
-                 $3::jsonb, $3::jsonb, sha256(id::text::bytea), 'applied', '{}'::jsonb, now() \
-                 from unnest($1::uuid[]) as id",
+                 kind, authority_id, args, canonical, intent_digest) \
+                 select id, $2, 'old-' || id::text, sha256(id::text::bytea), 2, 'noop', 'old', \
+                 $3::jsonb, $3::jsonb, sha256(id::text::bytea) \
+                 from unnest($1::uuid[]) as id, set_config('command_ledger.actor', 'bench:preload', true)",
             )
             .bind(chunk)
             .bind(self.scope)
             .bind(ARGS)
-            .execute(&mut *conn)
-            .await?;
-            sqlx::query(
-                "insert into command_history (command_id, from_state, to_state, actor, authority_generation) \
-                 select id, s.f, s.t, 'bench:preload', s.g from unnest($1::uuid[]) as id, \
-                 (values (null::text, 'pending', null::bigint), ('pending', 'prepared', 1), \
-                         ('prepared', 'effect_started', 1), ('effect_started', 'applied', 1)) as s(f, t, g)",
-            )
-            .bind(chunk)
-            .execute(&mut *conn)
-            .await?;
+            .execute(&api)
+            .await
+            .context("preloading: inserting pending commands as ledger_api")?;
+            for (to, generation, result) in [
+                ("prepared", Some(1i64), None),
+                ("effect_started", Some(1), None),
+                ("applied", Some(1), Some("{}")),
+            ] {
+                sqlx::query(
+                    "update commands c set state = $2, authority_generation = $3, result = $4::jsonb \
+                     from (select set_config('command_ledger.actor', 'bench:preload', true)) as ctx \
+                     where c.id = any($1)",
+                )
+                .bind(chunk)
+                .bind(to)
+                .bind(generation)
+                .bind(result)
+                .execute(&custodian)
+                .await
+                .with_context(|| format!("preloading: moving commands to {to} as ledger_custodian"))?;
+            }
         }
-        sqlx::raw_sql("reset session_replication_role")
-            .execute(&mut *conn)
-            .await?;
+        api.close().await;
+        custodian.close().await;
         Ok(())
     }
 

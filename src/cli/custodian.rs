@@ -13,6 +13,7 @@ use super::{Database, duration};
 use crate::catalog::Catalog;
 use crate::custodian::recovery::Recovery;
 use crate::custodian::{Custodian, CustodianConfig, Effects, defaults};
+use crate::db::roles::ServiceRole;
 use crate::demo_sink;
 
 #[derive(Debug, Clone, Args)]
@@ -38,6 +39,12 @@ pub struct CustodianArgs {
     /// How often the custodian runs a recovery pass.
     #[arg(long, env = "RECOVERY_INTERVAL", default_value = defaults::RECOVERY_INTERVAL, value_parser = duration)]
     pub recovery_interval: Duration,
+    /// Connect the custodian as this URL's user (a login of
+    /// `ledger_custodian`, or of a role granted it). Default: the private
+    /// cluster's `ledger_custodian` login, else `DATABASE_URL` with
+    /// `SET ROLE ledger_custodian`.
+    #[arg(long, env = "CUSTODIAN_DATABASE_URL", hide_env_values = true)]
+    pub custodian_database_url: Option<String>,
 }
 
 /// The catalog at `path`, else `ledger.toml` when it exists, else empty.
@@ -97,6 +104,18 @@ fn duration_or_zero(s: &str) -> Result<Duration, String> {
 }
 
 impl CustodianArgs {
+    /// A pool acting as `ledger_custodian` (see `--custodian-database-url`).
+    pub async fn pool(&self, db: &Database, application_name: &str) -> anyhow::Result<PgPool> {
+        db.role_pool(
+            ServiceRole::Custodian,
+            self.custodian_database_url.as_deref(),
+            10,
+            application_name,
+            crate::db::ACQUIRE_TIMEOUT,
+        )
+        .await
+    }
+
     /// The catalog: `--catalog`, else `ledger.toml` when it exists, else empty.
     pub fn catalog(&self) -> anyhow::Result<Catalog> {
         load_catalog(self.catalog.as_deref())
@@ -150,9 +169,16 @@ pub(super) async fn run(
 ) -> anyhow::Result<()> {
     let config = cmd.options.config(cmd.authority)?;
     let effects = cmd.options.effects()?;
-    let db = Database::open_with(database_url, state_dir, 10, "command-ledger-custodian").await?;
+    let db = Database::open_for_role(
+        database_url,
+        cmd.options.custodian_database_url.as_deref(),
+        state_dir,
+        "command-ledger-custodian",
+    )
+    .await?;
+    let pool = cmd.options.pool(&db, "command-ledger-custodian").await?;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let (task, stats) = spawn_custodian(db.pool.clone(), config, effects, async move {
+    let (task, stats) = spawn_custodian(pool.clone(), config, effects, async move {
         let _ = stop_rx.await;
     });
     if let Some(addr) = cmd.metrics_listen {
@@ -186,6 +212,7 @@ pub(super) async fn run(
     super::shutdown_signal().await;
     let _ = stop_tx.send(());
     let result = task.await.context("custodian task")?;
+    pool.close().await;
     db.close().await?;
     result
 }
@@ -213,6 +240,9 @@ pub struct RecoverCommand {
     /// Catalog of kinds (for their reconcile probes); default: ledger.toml when it exists.
     #[arg(long, env = "LEDGER_CATALOG")]
     pub catalog: Option<PathBuf>,
+    /// Connect as this URL's user (see `custodian --custodian-database-url`).
+    #[arg(long, env = "CUSTODIAN_DATABASE_URL", hide_env_values = true)]
+    pub custodian_database_url: Option<String>,
 }
 
 /// One recovery pass, for cron after a crash.
@@ -222,11 +252,25 @@ pub(super) async fn run_recover(
     cmd: RecoverCommand,
 ) -> anyhow::Result<()> {
     let effects = Arc::new(load_catalog(cmd.catalog.as_deref())?.effects()?);
-    let db = Database::open(database_url, state_dir).await?;
+    let db = Database::open_for_role(
+        database_url,
+        cmd.custodian_database_url.as_deref(),
+        state_dir,
+        "command-ledger-recover",
+    )
+    .await?;
+    let pool = db
+        .role_pool(
+            ServiceRole::Custodian,
+            cmd.custodian_database_url.as_deref(),
+            2,
+            "command-ledger-recover",
+            crate::db::ACQUIRE_TIMEOUT,
+        )
+        .await?;
     let actor = format!("recovery:{}", crate::custodian::default_holder());
-    let outcome = Recovery::new(db.pool.clone(), effects, actor)
-        .run_once()
-        .await;
+    let outcome = Recovery::new(pool.clone(), effects, actor).run_once().await;
+    pool.close().await;
     db.close().await?;
     let r = outcome.context("recovery pass")?;
     println!(

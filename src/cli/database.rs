@@ -8,6 +8,7 @@ use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::Path;
 
 use crate::db;
+use crate::db::roles::ServiceRole;
 use crate::embedded_pg::{self, Cluster, ClusterOptions};
 
 /// Name of the database the private cluster holds the ledger in.
@@ -20,6 +21,10 @@ pub struct Database {
     /// The URL to give `psql`.
     pub url: String,
     pub cluster: Option<Cluster>,
+    /// The private cluster's URL for each service role (a login of its own,
+    /// with a random password kept in the state directory); empty with
+    /// `DATABASE_URL`, where the roles are taken with `SET ROLE`.
+    role_urls: Vec<(ServiceRole, String)>,
     /// Held while this process owns the private cluster (see
     /// [`Database::own_private_cluster`]); the OS releases it however the
     /// process ends, `kill -9` included.
@@ -72,12 +77,94 @@ impl Database {
                 .await
                 .context("connecting to the ledger database")?;
         db::migrate(&pool).await.context("applying migrations")?;
+        let role_urls = match &cluster {
+            Some(cluster) => private_role_logins(&pool, cluster, state_dir).await?,
+            None => Vec::new(),
+        };
         Ok(Database {
             pool,
             url,
             cluster,
+            role_urls,
             owner_lock: None,
         })
+    }
+
+    /// For a process given only its role's URL (`API_DATABASE_URL` and the
+    /// like, no `DATABASE_URL`): connects as that role, migrates nothing,
+    /// and refuses to start on a database not migrated to this version.
+    pub async fn attach(url: String, application_name: &str) -> anyhow::Result<Database> {
+        let pool = db::connect_as(&url, 1, application_name)
+            .await
+            .context("connecting to the ledger database")?;
+        let current = match db::migrations_current(&pool).await {
+            Ok(current) => current,
+            // Never migrated (no sqlx table yet).
+            Err(e) if e.as_database_error().and_then(|d| d.code()).as_deref() == Some("42P01") => {
+                false
+            }
+            Err(e) => return Err(e).context("reading which migrations the database has"),
+        };
+        if !current {
+            pool.close().await;
+            anyhow::bail!(
+                "the database is not migrated to this version: run `command-ledger migrate` with the owner's DATABASE_URL first"
+            );
+        }
+        Ok(Database {
+            pool,
+            url,
+            cluster: None,
+            role_urls: Vec::new(),
+            owner_lock: None,
+        })
+    }
+
+    /// [`Database::open_with_timeout`] when `database_url` is given (or
+    /// neither is: the private cluster), else [`Database::attach`] to
+    /// `role_url`.
+    pub async fn open_for_role(
+        database_url: Option<String>,
+        role_url: Option<&str>,
+        state_dir: &Path,
+        application_name: &str,
+    ) -> anyhow::Result<Database> {
+        match (database_url, role_url) {
+            (None, Some(role_url)) => Self::attach(role_url.to_owned(), application_name).await,
+            (url, _) => Self::open_with(url, state_dir, 2, application_name).await,
+        }
+    }
+
+    /// The URL `role` logs in with on the private cluster (none with
+    /// `DATABASE_URL`).
+    pub fn role_url(&self, role: ServiceRole) -> Option<&str> {
+        self.role_urls
+            .iter()
+            .find(|(r, _)| *r == role)
+            .map(|(_, url)| url.as_str())
+    }
+
+    /// A pool acting as `role`: through `url` when given, else the private
+    /// cluster's login of the role, else `DATABASE_URL` with `SET ROLE`.
+    pub async fn role_pool(
+        &self,
+        role: ServiceRole,
+        url: Option<&str>,
+        max_connections: u32,
+        application_name: &str,
+        acquire_timeout: std::time::Duration,
+    ) -> anyhow::Result<PgPool> {
+        let url = url.or_else(|| self.role_url(role));
+        db::roles::connect(
+            role,
+            url,
+            &self.url,
+            max_connections,
+            application_name,
+            acquire_timeout,
+        )
+        .await
+        .with_context(|| format!("connecting to the ledger database as {}", role.name()))
     }
 
     /// For long-running processes (`serve`): becomes the private cluster's
@@ -132,6 +219,44 @@ impl Database {
         drop(self.owner_lock);
         Ok(())
     }
+}
+
+/// Where the private cluster keeps the password of `role`.
+pub(super) fn role_password_file(state_dir: &Path, role: ServiceRole) -> std::path::PathBuf {
+    state_dir.join(format!("pg-password-{}", role.name()))
+}
+
+/// Gives each service role of the private cluster a login with a random
+/// password (created once, kept in a 0600 file of the state directory) and
+/// returns their URLs.
+async fn private_role_logins(
+    pool: &PgPool,
+    cluster: &Cluster,
+    state_dir: &Path,
+) -> anyhow::Result<Vec<(ServiceRole, String)>> {
+    // Processes starting together (serve, a custodian, the CLI) would update
+    // the same roles at once, which PostgreSQL refuses: one at a time.
+    let mut tx = pool.begin().await?;
+    sqlx::query("select pg_advisory_xact_lock(7242032)")
+        .execute(&mut *tx)
+        .await?;
+    let mut urls = Vec::new();
+    for role in ServiceRole::ALL {
+        let password = read_or_create_secret(&role_password_file(state_dir, role))?;
+        db::roles::set_login(&mut tx, role, &password)
+            .await
+            .with_context(|| format!("letting {} log in", role.name()))?;
+        urls.push((
+            role,
+            format!(
+                "postgres://{}:{password}@127.0.0.1:{}/{EMBEDDED_DATABASE}",
+                role.name(),
+                cluster.port()
+            ),
+        ));
+    }
+    tx.commit().await?;
+    Ok(urls)
 }
 
 async fn start_private_cluster(state_dir: &Path) -> anyhow::Result<Cluster> {

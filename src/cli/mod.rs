@@ -1,5 +1,5 @@
 //! The command line: `serve` (serve.rs), `custodian`, `demo-sink` and
-//! `recover` (custodian.rs), `migrate` and `inspector-role` (here), `token`
+//! `recover` (custodian.rs), `migrate`, `role-password` and `inspector-role` (here), `token`
 //! (token.rs), `prune` (prune.rs), `verify` (verify.rs), the operator's
 //! `commands`, `holds` and `authorities` (inspect.rs), and the API's clients
 //! `submit` (submit.rs), `outbox` (outbox.rs) and `mcp` (mcp.rs); plus what they share: the
@@ -89,9 +89,20 @@ pub enum Command {
     Recover(custodian::RecoverCommand),
     /// Apply database migrations and exit.
     Migrate,
-    /// Create (or refresh) a read-only role for inspecting the ledger with
-    /// SQL: it reads commands, history, holds and the views, never a token
-    /// hash, and cannot write.
+    /// Let a service role log in with a password, or rotate it (the
+    /// sessions open stay; new ones need the new password). Needs a
+    /// superuser's (or a CREATEROLE role's) DATABASE_URL.
+    RolePassword {
+        /// The role: owner, api, custodian, inspector or retention.
+        #[arg(long, value_enum)]
+        role: crate::db::roles::ServiceRole,
+        /// The environment variable holding the new password.
+        #[arg(long)]
+        password_env: String,
+    },
+    /// Create (or refresh) a login for inspecting the ledger with SQL: a
+    /// member of ledger_inspector, it reads commands, history, holds and the
+    /// views, never a token hash, and cannot write.
     InspectorRole {
         /// Role name.
         #[arg(long, default_value = "ledger_inspector")]
@@ -176,6 +187,17 @@ async fn run_command(
             crate::db::inspector::grant(&mut conn, &name, password.as_deref()).await?;
             drop(conn);
             println!("role {name} can read the ledger (not token hashes) and write nothing");
+            db.close().await
+        }
+        Command::RolePassword { role, password_env } => {
+            let password = std::env::var(&password_env)
+                .map_err(|_| anyhow::anyhow!("{password_env} is not set"))?;
+            anyhow::ensure!(!password.is_empty(), "{password_env} is empty");
+            let db = Database::open(cli.database_url, cli.state_dir).await?;
+            let mut conn = db.pool.acquire().await?;
+            crate::db::roles::set_login(&mut conn, role, &password).await?;
+            drop(conn);
+            println!("{} logs in with the new password", role.name());
             db.close().await
         }
         Command::Migrate => {

@@ -22,6 +22,11 @@ pub struct PruneArgs {
     /// Keep running, pruning again at this interval (e.g. 1h).
     #[arg(long, value_parser = duration)]
     every: Option<Duration>,
+    /// Connect as this URL's user (a login of `ledger_retention`, or of a
+    /// role granted it). Default: the private cluster's `ledger_retention`
+    /// login, else `DATABASE_URL` with `SET ROLE ledger_retention`.
+    #[arg(long, env = "RETENTION_DATABASE_URL", hide_env_values = true)]
+    retention_database_url: Option<String>,
 }
 
 pub(super) async fn run(
@@ -29,9 +34,24 @@ pub(super) async fn run(
     state_dir: &Path,
     args: PruneArgs,
 ) -> anyhow::Result<()> {
-    let db = Database::open(url, state_dir).await?;
+    let db = Database::open_for_role(
+        url,
+        args.retention_database_url.as_deref(),
+        state_dir,
+        "command-ledger-prune",
+    )
+    .await?;
+    let pool = db
+        .role_pool(
+            crate::db::roles::ServiceRole::Retention,
+            args.retention_database_url.as_deref(),
+            2,
+            "command-ledger-prune",
+            crate::db::ACQUIRE_TIMEOUT,
+        )
+        .await?;
     let result = loop {
-        if let Err(e) = prune_once(&db, &args).await {
+        if let Err(e) = prune_once(&pool, &args).await {
             break Err(e);
         }
         let Some(every) = args.every else {
@@ -42,17 +62,18 @@ pub(super) async fn run(
             () = super::shutdown_signal() => break Ok(()),
         }
     };
+    pool.close().await;
     db.close().await?;
     result
 }
 
 /// Batches until nothing is left to prune, then says how many went.
-async fn prune_once(db: &Database, args: &PruneArgs) -> anyhow::Result<()> {
+async fn prune_once(pool: &sqlx::PgPool, args: &PruneArgs) -> anyhow::Result<()> {
     let actor = format!("prune:{}", super::os_user());
     let started = Instant::now();
     let mut total = 0u64;
     loop {
-        let n = crate::db::commands::prune_batch(&db.pool, args.older_than, args.batch, &actor)
+        let n = crate::db::commands::prune_batch(pool, args.older_than, args.batch, &actor)
             .await
             .context("pruning a batch")?;
         total += u64::try_from(n).unwrap_or(0);

@@ -16,6 +16,7 @@ use super::{CustodianArgs, Database, spawn_custodian};
 use crate::custodian::effects::Effects;
 use crate::custodian::http_executor::HttpExecutor;
 use crate::db::Role;
+use crate::db::roles::ServiceRole;
 use crate::demo_sink;
 use crate::domain::admission::{KeyMode, KindPolicy};
 use crate::http::{self, AppState};
@@ -62,6 +63,11 @@ pub struct ServeArgs {
     /// longer asks are clamped to it.
     #[arg(long, env = "MAX_WAIT_SECONDS", default_value_t = http::MAX_WAIT.as_secs())]
     pub max_wait_seconds: u64,
+    /// Connect the API as this URL's user (a login of `ledger_api`, or of
+    /// a role granted it). Default: the private cluster's `ledger_api`
+    /// login, else `DATABASE_URL` with `SET ROLE ledger_api`.
+    #[arg(long, env = "API_DATABASE_URL", hide_env_values = true)]
+    pub api_database_url: Option<String>,
     #[command(flatten)]
     pub custodian_options: CustodianArgs,
 }
@@ -76,15 +82,13 @@ pub(super) async fn run(
         (Some(cert), Some(key)) => Some(http::TlsConfig::from_pem_files(cert, key)?),
         _ => None,
     };
-    // Requests fail fast (503, Retry-After: 1) when the database refuses
-    // connections; the in-process custodian, if any, shares this pool and
-    // retries what failed on its next turn.
-    let mut db = Database::open_with_timeout(
+    // The service's own pools act as its roles (below); this one migrates
+    // (or, given only the API's URL, checks the migrations).
+    let mut db = Database::open_for_role(
         database_url,
+        args.api_database_url.as_deref(),
         state_dir,
-        args.max_connections,
         "command-ledger-api",
-        crate::db::API_ACQUIRE_TIMEOUT,
     )
     .await?;
     db.own_private_cluster(state_dir)?;
@@ -156,12 +160,27 @@ pub(super) async fn run(
                 config.authorities.join(","),
                 kinds(&effects)
             ));
-            Some(spawn_custodian(db.pool.clone(), config, effects, stopped()))
+            let pool = args
+                .custodian_options
+                .pool(&db, "command-ledger-custodian")
+                .await?;
+            Some(spawn_custodian(pool, config, effects, stopped()))
         }
         None => None,
     };
 
-    let mut state = AppState::new(db.pool.clone(), policies);
+    // Requests fail fast (503, Retry-After: 1) when the database refuses
+    // connections.
+    let api_pool = db
+        .role_pool(
+            ServiceRole::Api,
+            args.api_database_url.as_deref(),
+            args.max_connections,
+            "command-ledger-api",
+            crate::db::API_ACQUIRE_TIMEOUT,
+        )
+        .await?;
+    let mut state = AppState::new(api_pool.clone(), policies);
     state.custodian_stats = custodian.as_ref().map(|(_, stats)| Arc::clone(stats));
     state.max_connections = args.max_http_connections;
     state.max_wait = std::time::Duration::from_secs(args.max_wait_seconds);
@@ -175,7 +194,8 @@ pub(super) async fn run(
     let api_task = tokio::spawn(http::serve_with(listener, state, tls, stopped()));
     if embedded {
         let token = first_operator_token(&db, state_dir).await?;
-        announce_embedded(&api, &db.url, token.as_deref(), state_dir, &extras);
+        let inspector = db.role_url(ServiceRole::Inspector).unwrap_or(&db.url);
+        announce_embedded(&api, inspector, token.as_deref(), state_dir, &extras);
     } else {
         tracing::info!(%api, extras = ?extras, "command-ledger listening");
     }
@@ -190,6 +210,7 @@ pub(super) async fn run(
         }
     }
     tracing::info!("API and custodian stopped; closing the database");
+    api_pool.close().await;
     db.close().await?;
     served.context("serving HTTP")
 }
@@ -249,7 +270,7 @@ async fn first_operator_token(db: &Database, state_dir: &Path) -> anyhow::Result
 /// What the private-cluster quickstart needs, printed once everything runs.
 fn announce_embedded(
     api: &str,
-    db_url: &str,
+    inspector_url: &str,
     new_token: Option<&str>,
     state_dir: &Path,
     extras: &[String],
@@ -261,7 +282,10 @@ fn announce_embedded(
     };
     let mut text =
         String::from("\ncommand-ledger is running with a private PostgreSQL cluster.\n\n");
-    text.push_str(&format!("  API:            {api}\n  operator token: {token_line}\n  psql:           psql '{db_url}'\n"));
+    text.push_str(&format!(
+        "  API:            {api}\n  operator token: {token_line}\n  psql:           psql '{inspector_url}'\n                  (read-only, as ledger_inspector; the owner's password: {})\n",
+        super::database::role_password_file(state_dir, ServiceRole::Owner).display()
+    ));
     for line in extras {
         text.push_str(&format!("  {line}\n"));
     }

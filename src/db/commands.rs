@@ -352,9 +352,7 @@ pub async fn remember_coalesced(
 ) -> Result<(), sqlx::Error> {
     sqlx::query!(
         r#"
-        insert into coalesced_requests (authority_id, scope, request_digest, command_id, run_id)
-        values ($1, $2, $3, $4, $5)
-        on conflict do nothing
+        select ledger_remember_coalesced($1, $2, $3, $4, $5)
         "#,
         command.authority_id,
         command.scope,

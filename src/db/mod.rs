@@ -34,6 +34,7 @@ pub mod lifecycle;
 pub mod notify;
 pub mod principals;
 pub mod recovery;
+pub mod roles;
 pub mod txn;
 pub mod verify;
 
@@ -120,9 +121,27 @@ pub async fn connect_with_timeout(
     }
 }
 
-/// Applies pending migrations (serialised across processes by sqlx's advisory lock).
+/// Applies pending migrations (serialised across processes by sqlx's advisory
+/// lock). Those up to [`roles::ROLES_MIGRATION`] run as the connecting user
+/// (the one that creates the roles must be able to); every later one as
+/// [`roles::OWNER`], so that what it creates belongs to the owner.
 pub async fn migrate(pool: &PgPool) -> Result<(), DbError> {
-    MIGRATOR.run(pool).await?;
+    // A connection of its own: it changes its role, and is not given back.
+    let mut conn = pool.acquire().await?.detach();
+    MIGRATOR.run_to(roles::ROLES_MIGRATION, &mut conn).await?;
+    let may_act_as_owner: bool = sqlx::query_scalar(
+        "select exists (select 1 from pg_roles where rolname = $1) and pg_has_role($1, 'member')",
+    )
+    .bind(roles::OWNER)
+    .fetch_one(&mut conn)
+    .await?;
+    if may_act_as_owner {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("set role {}", roles::OWNER)))
+            .execute(&mut conn)
+            .await?;
+    }
+    MIGRATOR.run(&mut conn).await?;
+    conn.close().await?;
     Ok(())
 }
 

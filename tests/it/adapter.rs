@@ -157,7 +157,7 @@ async fn the_demo_requests_sent_verbatim_to_the_api_paths_get_the_documented_ans
 async fn in_the_embedded_demo_reset_starts_a_new_epoch_and_deletes_nothing() {
     let (_url, pool) = crate::harness::fresh_database().await;
     let mut state = AppState::new(
-        pool.clone(),
+        crate::harness::as_role(&pool, command_ledger::db::roles::ServiceRole::Api),
         refund_policy(Duration::from_secs(5), NearDuplicate::Hold),
     );
     state.api_reset = true;

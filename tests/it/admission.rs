@@ -43,7 +43,7 @@ pub(crate) async fn start_custodian(
     let mut config = CustodianConfig::new(vec!["payments".into()]);
     config.poll_interval = Duration::from_millis(100);
     let c = Arc::new(Custodian::new(
-        app.pool.clone(),
+        crate::harness::as_role(&app.pool, command_ledger::db::roles::ServiceRole::Custodian),
         config,
         refund_effects(&sink.url, Duration::from_secs(5)),
     ));
@@ -460,7 +460,10 @@ async fn with_the_database_unreachable_submissions_fail_closed_with_503() {
         .acquire_timeout(Duration::from_millis(500))
         .connect_lazy(&format!("postgres://postgres@127.0.0.1:{closed}/nothing"))
         .unwrap();
-    let state = command_ledger::http::AppState::new(pool, Policies::default());
+    let state = command_ledger::http::AppState::new(
+        crate::harness::as_role(&pool, command_ledger::db::roles::ServiceRole::Api),
+        Policies::default(),
+    );
     let base = format!("http://{}", crate::harness::serve_state(state).await);
     let resp = reqwest::Client::new()
         .post(format!("{base}/v1/commands"))

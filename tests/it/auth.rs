@@ -121,7 +121,10 @@ async fn the_rate_limit_stops_the_noisy_device_and_no_other() {
     let quiet = command_ledger::cli::issue_token(&pool, "quiet", Role::Device, None)
         .await
         .unwrap();
-    let mut state = command_ledger::http::AppState::new(pool.clone(), Default::default());
+    let mut state = command_ledger::http::AppState::new(
+        crate::harness::as_role(&pool, command_ledger::db::roles::ServiceRole::Api),
+        Default::default(),
+    );
     // A burst of 5, refilled at 1 per second: the 30 requests below are
     // limited however slowly a loaded machine sends them (up to 5 s).
     state.limiter = Limiter::new(RateLimit {
@@ -207,7 +210,10 @@ async fn ten_thousand_headers_are_refused_before_any_handler() {
 #[tokio::test]
 async fn connections_past_the_bound_wait_for_one_to_close() {
     let (_, pool) = crate::harness::fresh_database().await;
-    let mut state = command_ledger::http::AppState::new(pool, Default::default());
+    let mut state = command_ledger::http::AppState::new(
+        crate::harness::as_role(&pool, command_ledger::db::roles::ServiceRole::Api),
+        Default::default(),
+    );
     state.max_connections = 2;
     let addr = crate::harness::serve_state(state).await;
 

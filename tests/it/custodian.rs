@@ -529,7 +529,7 @@ async fn a_running_custodian_is_woken_by_a_submission_and_the_submitter_gets_the
     let mut config = command_ledger::custodian::CustodianConfig::new(vec!["payments".into()]);
     config.poll_interval = Duration::from_secs(60);
     let c = std::sync::Arc::new(command_ledger::custodian::Custodian::new(
-        app.pool.clone(),
+        crate::harness::as_role(&app.pool, command_ledger::db::roles::ServiceRole::Custodian),
         config,
         refund_effects(&sink.url, 5 * SECOND),
     ));
@@ -636,7 +636,7 @@ async fn a_shutdown_records_what_answered_and_makes_the_rest_ambiguous() {
     let mut config = command_ledger::custodian::CustodianConfig::new(vec!["payments".into()]);
     config.shutdown_grace = SECOND;
     let c = std::sync::Arc::new(command_ledger::custodian::Custodian::new(
-        app.pool.clone(),
+        crate::harness::as_role(&app.pool, command_ledger::db::roles::ServiceRole::Custodian),
         config,
         effects,
     ));
@@ -697,7 +697,7 @@ async fn a_full_backlog_starves_neither_the_heartbeat_nor_the_shutdown() {
     config.heartbeat = Duration::from_millis(300);
     config.batch_size = 1;
     let c = std::sync::Arc::new(command_ledger::custodian::Custodian::new(
-        app.pool.clone(),
+        crate::harness::as_role(&app.pool, command_ledger::db::roles::ServiceRole::Custodian),
         config,
         command_ledger::custodian::Effects::default(),
     ));

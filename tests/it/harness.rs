@@ -1,6 +1,7 @@
 //! The shared test harness: a database backend, a fresh database per test, and
 //! the API served on an ephemeral port.
 
+use command_ledger::db::roles::ServiceRole;
 use command_ledger::db::{self, Role};
 use command_ledger::embedded_pg::{Cluster, ClusterOptions};
 use command_ledger::http::{self, AppState};
@@ -137,6 +138,13 @@ async fn template() -> &'static str {
                 )
                 .await;
             }
+            // The service roles (global to the server) log in, with passwords
+            // of the tests' own for a server that asks for one.
+            for role in ServiceRole::ALL {
+                db::roles::set_login(&mut admin, role, &role_password(role))
+                    .await
+                    .expect("letting a service role log in");
+            }
             sqlx::query("select pg_advisory_unlock(7242031)")
                 .execute(&mut admin)
                 .await
@@ -145,6 +153,33 @@ async fn template() -> &'static str {
             name
         })
         .await
+}
+
+/// The password the tests give `role` on their server: derived from the
+/// admin URL, so every test process sharing a server agrees on it.
+pub(crate) fn role_password(role: ServiceRole) -> String {
+    hex_digest(format!("{}\n{}", backend().admin_url, role.name()).as_bytes())[..32].to_owned()
+}
+
+/// A pool on the same database as `pool`, logged in as `role`: the API and
+/// the custodians of the tests run as their roles, so the suite proves their
+/// grants are enough.
+pub(crate) fn as_role(pool: &PgPool, role: ServiceRole) -> PgPool {
+    let options = (*pool.connect_options())
+        .clone()
+        .username(role.name())
+        .password(&role_password(role));
+    sqlx::postgres::PgPoolOptions::new()
+        .max_connections(20)
+        .connect_lazy_with(options)
+}
+
+/// `url` with `role`'s login in place of its user, for child processes.
+pub(crate) fn role_url(url: &str, role: ServiceRole) -> String {
+    let mut url = reqwest::Url::parse(url).expect("a database URL");
+    url.set_username(role.name()).unwrap();
+    url.set_password(Some(&role_password(role))).unwrap();
+    url.to_string()
 }
 
 async fn execute(conn: &mut sqlx::PgConnection, sql: &str) {
@@ -213,6 +248,8 @@ pub(crate) struct TestApp {
     pub(crate) base: String,
     /// The database URL, for child processes.
     pub(crate) db_url: String,
+    /// A superuser's pool, for the tests' own setup and checks (the API
+    /// runs as `ledger_api`).
     pub(crate) pool: PgPool,
     pub(crate) client: reqwest::Client,
 }
@@ -227,7 +264,7 @@ impl TestApp {
         policies: command_ledger::domain::admission::Policies,
     ) -> TestApp {
         let (db_url, pool) = fresh_database().await;
-        let addr = serve_state(AppState::new(pool.clone(), policies)).await;
+        let addr = serve_state(AppState::new(as_role(&pool, ServiceRole::Api), policies)).await;
         TestApp {
             base: format!("http://{addr}"),
             db_url,
@@ -405,7 +442,11 @@ pub(crate) fn custodian(
     );
     config.lease_ttl = lease_ttl;
     config.heartbeat = lease_ttl / 3;
-    command_ledger::custodian::Custodian::new(pool.clone(), config, effects)
+    command_ledger::custodian::Custodian::new(
+        as_role(pool, ServiceRole::Custodian),
+        config,
+        effects,
+    )
 }
 
 /// `refund` as the quickstart has it (keyless: the intent stands in for a

@@ -25,6 +25,7 @@ mod reads;
 mod recovery;
 mod release;
 mod retention;
+mod roles;
 mod schema;
 mod schema_file;
 mod serve_binary;

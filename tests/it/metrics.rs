@@ -86,7 +86,10 @@ async fn the_in_process_custodian_reports_transitions_latency_and_generation() {
         command_ledger::custodian::Effects::default(),
         std::time::Duration::from_secs(10),
     );
-    let mut state = AppState::new(pool.clone(), Policies::default());
+    let mut state = AppState::new(
+        crate::harness::as_role(&pool, command_ledger::db::roles::ServiceRole::Api),
+        Policies::default(),
+    );
     state.custodian_stats = Some(Arc::clone(runner.stats()));
     let addr = serve_state(state).await;
     let operator = command_ledger::cli::issue_token(&pool, "ops", Role::Operator, None)

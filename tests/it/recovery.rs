@@ -31,7 +31,11 @@ fn effects(sink: &TestSink, probe: bool) -> Effects {
 }
 
 fn recovery(app: &TestApp, effects: Effects) -> Recovery {
-    Recovery::new(app.pool.clone(), Arc::new(effects), "recovery:test".into())
+    Recovery::new(
+        crate::harness::as_role(&app.pool, command_ledger::db::roles::ServiceRole::Custodian),
+        Arc::new(effects),
+        "recovery:test".into(),
+    )
 }
 
 async fn row(app: &TestApp, id: &str) -> (String, Value, Value) {

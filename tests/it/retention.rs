@@ -9,31 +9,42 @@ use command_ledger::http::AppState;
 use serde_json::Value;
 use std::time::Duration;
 
-use crate::harness::{TestApp, fresh_database, refund, serve_state};
+use crate::harness::{TestApp, as_role, fresh_database, refund, serve_state};
+use command_ledger::db::roles::ServiceRole;
 
 const BIN: &str = env!("CARGO_BIN_EXE_command-ledger");
 
-/// Moves a command's timestamps `days` into the past. The triggers forbid
-/// this (rightly), so the test steps around them as a superuser.
-async fn age(app: &TestApp, id: &str, days: i32) {
-    let mut conn = app.pool.acquire().await.unwrap();
-    sqlx::raw_sql("set session_replication_role = replica")
-        .execute(&mut *conn)
-        .await
-        .unwrap();
-    sqlx::query(
-        "update commands set created_at = created_at - make_interval(days => $2), \
-         finished_at = finished_at - make_interval(days => $2) where id = $1::uuid",
+/// Ends a pending command as a custodian's recovery does (`expired`), as if
+/// `days` ago: the guard keeps the `finished_at` a terminal transition
+/// brings, so the command is old enough to prune without stepping around any
+/// trigger, and its history entry is written and chained as any other.
+async fn finish_days_ago(app: &TestApp, id: &str, days: i32) {
+    let custodian = as_role(&app.pool, ServiceRole::Custodian);
+    let changed = sqlx::query(
+        "update commands set state = 'expired', error = '{\"reason\": \"deadline_passed\"}', \
+         finished_at = now() - make_interval(days => $2) where id = $1::uuid and state = 'pending'",
     )
     .bind(id)
     .bind(days)
-    .execute(&mut *conn)
+    .execute(&custodian)
     .await
-    .unwrap();
-    sqlx::raw_sql("reset session_replication_role")
-        .execute(&mut *conn)
+    .unwrap()
+    .rows_affected();
+    assert_eq!(changed, 1, "{id} was pending");
+    custodian.close().await;
+}
+
+/// `prune_commands` as `ledger_retention`, the one role granted it.
+async fn prune(app: &TestApp, older_than: &str, max_rows: i32) -> i32 {
+    let retention = as_role(&app.pool, ServiceRole::Retention);
+    let n = sqlx::query_scalar("select prune_commands($1::interval, $2)")
+        .bind(older_than)
+        .bind(max_rows)
+        .fetch_one(&retention)
         .await
         .unwrap();
+    retention.close().await;
+    n
 }
 
 async fn exists(app: &TestApp, id: &str) -> bool {
@@ -62,20 +73,13 @@ async fn prune_archives_and_removes_only_finished_commands_past_the_window() {
     let mut old = Vec::new();
     for i in 0..5 {
         let id = app.create(&token, &format!("old-{i}"), &refund(i)).await;
-        assert_eq!(
-            app.post(&token, &format!("/v1/commands/{id}/cancel"))
-                .await
-                .status(),
-            200
-        );
-        age(&app, &id, 40).await;
+        finish_days_ago(&app, &id, 40).await;
         old.push(id);
     }
     let recent = app.create(&token, "recent", &refund(10)).await;
     app.post(&token, &format!("/v1/commands/{recent}/cancel"))
         .await;
     let live = app.create(&token, "live", &refund(11)).await;
-    age(&app, &live, 40).await;
 
     // Only the archive may delete, and only what it archived.
     let direct = format!("delete from commands where id = '{}'", old[0]);
@@ -142,8 +146,21 @@ async fn prune_archives_and_removes_only_finished_commands_past_the_window() {
         .iter()
         .map(|h| h["to_state"].as_str().unwrap())
         .collect();
-    assert_eq!(states, ["pending", "cancelled"]);
+    assert_eq!(states, ["pending", "expired"]);
     assert_eq!(sqlstate(&app, "delete from pruned_commands").await, "CL003");
+
+    // Nothing was written around the triggers: every chain, live and archived, verifies.
+    let verify = tokio::process::Command::new(BIN)
+        .args(["--database-url", &app.db_url, "verify"])
+        .env("RUST_LOG", "error")
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        verify.status.success(),
+        "{}",
+        String::from_utf8_lossy(&verify.stdout)
+    );
 
     // The key was forgotten with its command: the same key now makes a new one.
     let again = app.submit(&token, Some("old-0"), &refund(0)).await;
@@ -155,8 +172,7 @@ async fn a_command_a_hold_refers_to_is_kept() {
     let app = TestApp::spawn().await;
     let token = app.token("kiosk-7", Role::Device).await;
     let id = app.create(&token, "k", &refund(1)).await;
-    app.post(&token, &format!("/v1/commands/{id}/cancel")).await;
-    age(&app, &id, 40).await;
+    finish_days_ago(&app, &id, 40).await;
     let scope: uuid::Uuid = sqlx::query_scalar("select scope from commands where id = $1::uuid")
         .bind(&id)
         .fetch_one(&app.pool)
@@ -173,11 +189,7 @@ async fn a_command_a_hold_refers_to_is_kept() {
     .execute(&app.pool)
     .await
     .unwrap();
-    let pruned: i32 = sqlx::query_scalar("select prune_commands(interval '30 days', 100)")
-        .fetch_one(&app.pool)
-        .await
-        .unwrap();
-    assert_eq!(pruned, 0);
+    assert_eq!(prune(&app, "30 days", 100).await, 0);
     assert!(exists(&app, &id).await);
 }
 
@@ -187,7 +199,7 @@ async fn the_replay_window_is_advertised_when_configured() {
     let token = command_ledger::cli::issue_token(&pool, "kiosk-7", Role::Device, None)
         .await
         .unwrap();
-    let mut state = AppState::new(pool.clone(), Policies::default());
+    let mut state = AppState::new(as_role(&pool, ServiceRole::Api), Policies::default());
     state.retention = Some(Duration::from_secs(30 * 86_400));
     let addr = serve_state(state).await;
     let resp = reqwest::Client::new()
@@ -250,19 +262,8 @@ async fn coalesced_answers_are_kept_then_archived_with_their_command() {
         assert_eq!(sqlstate(&app, &sql).await, "CL003", "{sql}");
     }
 
-    let operator = app.token("ops", Role::Operator).await;
-    assert_eq!(
-        app.post(&operator, &format!("/v1/commands/{id}/cancel"))
-            .await
-            .status(),
-        200
-    );
-    age(&app, &id, 40).await;
-    let pruned: i32 = sqlx::query_scalar("select prune_commands(interval '30 days', 10)")
-        .fetch_one(&app.pool)
-        .await
-        .unwrap();
-    assert_eq!(pruned, 1);
+    finish_days_ago(&app, &id, 40).await;
+    assert_eq!(prune(&app, "30 days", 10).await, 1);
     let left: i64 = sqlx::query_scalar("select count(*) from coalesced_requests")
         .fetch_one(&app.pool)
         .await

@@ -551,26 +551,14 @@ async fn one_statement_changing_many_rows_audits_and_announces_each_row() {
 }
 
 /// Tables the ledger keeps no promise about, so truncating them is the
-/// owner's business. Every other table in the schema must refuse truncate
-/// with a trigger of its own; a new table lands here only with a reason.
-const TRUNCATE_ALLOWED: &[(&str, &str)] = &[
-    (
-        "_sqlx_migrations",
-        "sqlx's bookkeeping of applied migrations, not ledger data",
-    ),
-    (
-        "principals",
-        "deletable by the owner; one that has tokens cannot go (a foreign key), and its id (a UUIDv7) is never issued again, so the commands recorded in its scope stay its alone",
-    ),
-    (
-        "fleets",
-        "deletable by the owner; one that has members cannot go (a foreign key), and its id (a UUIDv7) is never issued again, so the commands recorded in its scope stay its alone",
-    ),
-    (
-        "api_tokens",
-        "deletable by the owner (revoking is the usual way); tokens hold no ledger history",
-    ),
-];
+/// owner's business. Every other table in the schema (principals, fleets and
+/// tokens too, since 0016: revoke a token, do not erase it) must refuse
+/// truncate with a trigger of its own; a new table lands here only with a
+/// reason. No service role is granted truncate on any table.
+const TRUNCATE_ALLOWED: &[(&str, &str)] = &[(
+    "_sqlx_migrations",
+    "sqlx's bookkeeping of applied migrations, not ledger data",
+)];
 
 #[tokio::test]
 async fn every_table_the_ledger_keeps_refuses_truncate_as_the_catalog_lists_them() {

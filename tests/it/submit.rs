@@ -385,7 +385,10 @@ async fn a_slow_body_is_cut_off_and_writes_nothing() {
     let token = command_ledger::cli::issue_token(&pool, "slow", Role::Device, None)
         .await
         .unwrap();
-    let mut state = command_ledger::http::AppState::new(pool.clone(), Default::default());
+    let mut state = command_ledger::http::AppState::new(
+        crate::harness::as_role(&pool, command_ledger::db::roles::ServiceRole::Api),
+        Default::default(),
+    );
     state.body_timeout = std::time::Duration::from_millis(500);
     let addr = crate::harness::serve_state(state).await;
 

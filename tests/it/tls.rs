@@ -23,7 +23,13 @@ fn fixture(name: &str) -> PathBuf {
 
 async fn serve_tls() -> std::net::SocketAddr {
     let config = TlsConfig::from_pem_files(&fixture("cert.pem"), &fixture("key.pem")).unwrap();
-    let state = AppState::new(fresh_pool().await, Default::default());
+    let state = AppState::new(
+        crate::harness::as_role(
+            &fresh_pool().await,
+            command_ledger::db::roles::ServiceRole::Api,
+        ),
+        Default::default(),
+    );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {

@@ -1,0 +1,133 @@
+//! The ledger's database roles (migration 0016): who owns the schema, and what
+//! each process of the service may do. The roles are global to the cluster;
+//! every ledger database in it grants them its own objects.
+//!
+//! A process connects as its role in one of two ways: with a URL of its own
+//! (a login of that role, or of a role granted it), or with the one
+//! `DATABASE_URL`, every connection then switching to the role with
+//! `SET ROLE` (the login must be a member of it: the one that ran the
+//! migrations is). Either way each statement runs with that role's rights.
+
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{AssertSqlSafe, ConnectOptions as _, PgConnection, PgPool};
+use std::str::FromStr as _;
+use std::time::Duration;
+
+use super::{DbError, STARTUP_PATIENCE};
+
+/// The migration that creates the roles: those before it (and it) run as the
+/// connecting user, later ones as [`OWNER`].
+pub const ROLES_MIGRATION: i64 = 16;
+
+/// Owns every table, view and function; runs the migrations. Not a superuser.
+pub const OWNER: &str = "ledger_owner";
+
+/// A role of the service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ServiceRole {
+    /// Owns the schema and runs migrations.
+    Owner,
+    /// The HTTP API: inserts pending commands and holds, decides holds, cancels, reads.
+    Api,
+    /// Custodians and recovery: leases and the transitions from pending on.
+    Custodian,
+    /// Reads everything but token hashes; writes nothing.
+    Inspector,
+    /// Prunes, through `prune_commands()` only.
+    Retention,
+}
+
+impl ServiceRole {
+    pub const ALL: [ServiceRole; 5] = [
+        ServiceRole::Owner,
+        ServiceRole::Api,
+        ServiceRole::Custodian,
+        ServiceRole::Inspector,
+        ServiceRole::Retention,
+    ];
+
+    /// The role's name in the cluster.
+    pub fn name(self) -> &'static str {
+        match self {
+            ServiceRole::Owner => OWNER,
+            ServiceRole::Api => "ledger_api",
+            ServiceRole::Custodian => "ledger_custodian",
+            ServiceRole::Inspector => "ledger_inspector",
+            ServiceRole::Retention => "ledger_retention",
+        }
+    }
+}
+
+fn ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+fn literal(value: &str) -> String {
+    format!("'{}'", value.replace('\'', "''"))
+}
+
+/// Lets `role` log in with `password` (also how a password is rotated: the
+/// sessions already open stay; new ones need the new password). Needs a
+/// superuser, or CREATEROLE with the admin option on the role.
+pub async fn set_login(
+    conn: &mut PgConnection,
+    role: ServiceRole,
+    password: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::raw_sql(AssertSqlSafe(format!(
+        "alter role {} login password {}",
+        ident(role.name()),
+        literal(password)
+    )))
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// A pool acting as `role`: through `url` when it is given (a login of its
+/// own), else through `fallback_url`, each connection switching to the role
+/// with `SET ROLE`. Like [`super::connect_with_timeout`], opening waits up to
+/// [`STARTUP_PATIENCE`] for a database that is still starting.
+pub async fn connect(
+    role: ServiceRole,
+    url: Option<&str>,
+    fallback_url: &str,
+    max_connections: u32,
+    application_name: &str,
+    acquire_timeout: Duration,
+) -> Result<PgPool, DbError> {
+    if let Some(url) = url {
+        return super::connect_with_timeout(
+            url,
+            max_connections,
+            application_name,
+            acquire_timeout,
+        )
+        .await;
+    }
+    let options = PgConnectOptions::from_str(fallback_url)
+        .map_err(DbError::BadUrl)?
+        .application_name(application_name)
+        .log_statements(tracing::log::LevelFilter::Debug)
+        .log_slow_statements(tracing::log::LevelFilter::Warn, Duration::from_secs(1));
+    let set_role = format!("set role {}", ident(role.name()));
+    let pool = PgPoolOptions::new()
+        .max_connections(max_connections)
+        .acquire_timeout(acquire_timeout)
+        .after_connect(move |conn, _meta| {
+            let set_role = set_role.clone();
+            Box::pin(async move {
+                sqlx::raw_sql(AssertSqlSafe(set_role)).execute(conn).await?;
+                Ok(())
+            })
+        })
+        .connect_lazy_with(options);
+    let deadline = tokio::time::Instant::now() + STARTUP_PATIENCE;
+    loop {
+        match pool.acquire().await {
+            Ok(_first) => return Ok(pool),
+            Err(sqlx::Error::PoolTimedOut) if tokio::time::Instant::now() < deadline => {}
+            Err(e) => return Err(DbError::Connect(e)),
+        }
+    }
+}

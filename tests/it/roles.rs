@@ -1,0 +1,431 @@
+//! The least-privilege roles (migration 0016), each tested by connecting as
+//! itself: every write a role must not make is refused, whatever it types;
+//! the owner is not a superuser. (That the API and the custodians do their
+//! work with their roles' grants is what the rest of the suite shows: the
+//! harness runs them as `ledger_api` and `ledger_custodian`.)
+
+use command_ledger::db::roles::ServiceRole;
+use sqlx::PgPool;
+
+use crate::harness::{as_role, fresh_database};
+
+fn sqlstate(e: &sqlx::Error) -> String {
+    e.as_database_error()
+        .and_then(|d| d.code())
+        .map(|c| c.into_owned())
+        .unwrap_or_default()
+}
+
+/// A principal, a pending command and a cancelled one, written by a
+/// superuser (the triggers still write their history).
+async fn seed(admin: &PgPool) -> (uuid::Uuid, uuid::Uuid, uuid::Uuid) {
+    let principal: uuid::Uuid = sqlx::query_scalar(
+        "insert into principals (id, name, role) values (gen_random_uuid(), 'kiosk', 'device') returning id",
+    )
+    .fetch_one(admin)
+    .await
+    .unwrap();
+    let mut ids = Vec::new();
+    for key in ["live", "done"] {
+        let id: uuid::Uuid = sqlx::query_scalar(
+            "insert into commands (id, scope, idempotency_key, request_digest, digest_version, kind, \
+             authority_id, args, canonical) \
+             values (gen_random_uuid(), $1, $2, sha256($2::bytea), 1, 'refund', 'payments', '{}', '{}') \
+             returning id",
+        )
+        .bind(principal)
+        .bind(key)
+        .fetch_one(admin)
+        .await
+        .unwrap();
+        ids.push(id);
+    }
+    sqlx::query("update commands set state = 'cancelled' where id = $1")
+        .bind(ids[1])
+        .execute(admin)
+        .await
+        .unwrap();
+    (principal, ids[0], ids[1])
+}
+
+/// What the ledger looks like, to show a refused statement changed nothing.
+async fn fingerprint(admin: &PgPool) -> String {
+    sqlx::query_scalar(
+        "select concat_ws('|', \
+           (select string_agg(id::text || state || coalesce(result::text, '') || coalesce(error::text, ''), ',' order by id) from commands), \
+           (select count(*) from command_history), (select count(*) from pruned_commands), \
+           (select count(*) from coalesced_requests), (select count(*) from command_queue), \
+           (select count(*) from holds), (select count(*) from api_tokens), \
+           (select count(*) from principals), \
+           (select string_agg(tgname::text || tgenabled::text, ',' order by tgname) from pg_trigger where not tgisinternal), \
+           (select count(*) from pg_attribute where attrelid = 'commands'::regclass))",
+    )
+    .fetch_one(admin)
+    .await
+    .unwrap()
+}
+
+/// The writes no service role may make, whatever its job.
+fn forbidden(principal: uuid::Uuid, live: uuid::Uuid, done: uuid::Uuid) -> Vec<String> {
+    vec![
+        format!(
+            "insert into command_history (command_id, from_state, to_state, actor) \
+             values ('{done}', 'cancelled', 'applied', 'forger')"
+        ),
+        format!(
+            "insert into pruned_commands (id, scope, idempotency_key, kind, authority_id, state, created_at, finished_at, pruned_by, record) \
+             values (gen_random_uuid(), '{principal}', 'forged', 'refund', 'payments', 'applied', now(), now(), 'forger', '{{}}')"
+        ),
+        format!(
+            "insert into coalesced_requests (authority_id, scope, request_digest, command_id) \
+             values ('payments', '{principal}', sha256('forged'), '{live}')"
+        ),
+        format!("insert into command_queue (authority_id, id) values ('payments', '{done}')"),
+        format!("update commands set result = '{{\"forged\": true}}' where id = '{done}'"),
+        format!("update commands set state = 'applied' where id = '{done}'"),
+        "update command_history set actor = 'forger'".to_owned(),
+        format!("delete from commands where id = '{done}'"),
+        "delete from command_history".to_owned(),
+        "delete from pruned_commands".to_owned(),
+        "delete from api_tokens".to_owned(),
+        "alter table commands disable trigger commands_guard".to_owned(),
+        "alter table commands disable trigger all".to_owned(),
+        "alter table command_history disable trigger command_history_append_only".to_owned(),
+        "set session_replication_role = replica".to_owned(),
+        "alter table commands add column forged int".to_owned(),
+        "alter table commands disable row level security".to_owned(),
+        "drop policy commands_cancel on commands".to_owned(),
+        "create table public.forged (id int)".to_owned(),
+        "create or replace function ledger_actor() returns text language sql as $$ select 'forger' $$"
+            .to_owned(),
+        "truncate commands".to_owned(),
+        "truncate command_history".to_owned(),
+        "truncate pruned_commands".to_owned(),
+        "truncate api_tokens".to_owned(),
+        "truncate principals cascade".to_owned(),
+        "grant ledger_owner to current_user".to_owned(),
+        "set role ledger_owner".to_owned(),
+        "insert into principals (id, name, role) values (gen_random_uuid(), 'forged', 'operator')"
+            .to_owned(),
+        "insert into api_tokens (id, principal_id, token_hash, prefix) \
+         values (gen_random_uuid(), gen_random_uuid(), sha256('x'), 'x')"
+            .to_owned(),
+    ]
+}
+
+/// Runs each statement as `role` and asserts it is refused, for lack of a
+/// privilege (42501, row policies included) or by a trigger (CL...), or
+/// that it found no row it may change, and that nothing changed.
+async fn assert_refused(admin: &PgPool, role: ServiceRole, statements: &[String]) {
+    let pool = as_role(admin, role);
+    let before = fingerprint(admin).await;
+    for sql in statements {
+        let result = sqlx::raw_sql(sqlx::AssertSqlSafe(sql.clone()))
+            .execute(&pool)
+            .await;
+        match result {
+            // An update the row policies hide every row from does nothing.
+            Ok(done) if done.rows_affected() == 0 && sql.starts_with("update commands") => {}
+            Ok(done) => panic!(
+                "{} was allowed: {sql} ({} rows)",
+                role.name(),
+                done.rows_affected()
+            ),
+            Err(e) => {
+                let code = sqlstate(&e);
+                assert!(
+                    code == "42501" || code.starts_with("CL"),
+                    "{}: {sql}: refused with {code} {e}, not for want of a privilege",
+                    role.name()
+                );
+            }
+        }
+        assert_eq!(
+            fingerprint(admin).await,
+            before,
+            "{}: {sql} changed the ledger",
+            role.name()
+        );
+    }
+    pool.close().await;
+}
+
+#[tokio::test]
+async fn no_service_role_can_forge_history_edit_a_finished_command_delete_or_switch_a_trigger_off()
+{
+    let (_url, admin) = fresh_database().await;
+    let (principal, live, done) = seed(&admin).await;
+    let statements = forbidden(principal, live, done);
+    for role in [
+        ServiceRole::Api,
+        ServiceRole::Custodian,
+        ServiceRole::Inspector,
+        ServiceRole::Retention,
+    ] {
+        assert_refused(&admin, role, &statements).await;
+    }
+}
+
+#[tokio::test]
+async fn the_api_only_records_and_cancels_and_never_moves_a_command_along() {
+    let (_url, admin) = fresh_database().await;
+    let (principal, live, done) = seed(&admin).await;
+    assert_refused(
+        &admin,
+        ServiceRole::Api,
+        &[
+            format!("update commands set state = 'prepared', authority_generation = 1 where id = '{live}'"),
+            format!("update commands set state = 'expired' where id = '{live}'"),
+            format!("update commands set deadline_at = now() where id = '{live}'"),
+            format!("update commands set state = 'cancelled', finished_at = now() - interval '1 year' where id = '{live}'"),
+            format!(
+                "insert into commands (id, scope, idempotency_key, request_digest, digest_version, kind, \
+                 authority_id, args, canonical, state) values (gen_random_uuid(), '{principal}', 'k', \
+                 sha256('k'), 1, 'refund', 'payments', '{{}}', '{{}}', 'applied')"
+            ),
+            "insert into authorities (id) values ('mine')".to_owned(),
+            "update authorities set generation = generation + 1".to_owned(),
+            "select prune_commands(interval '30 days', 10)".to_owned(),
+            // Coalescing goes through a function that checks the command is
+            // of the request's scope and authority.
+            format!(
+                "select ledger_remember_coalesced('elsewhere', '{principal}', sha256('r'), '{live}', null)"
+            ),
+        ],
+    )
+    .await;
+    // What it may do: cancel a live command (and nothing terminal).
+    let api = as_role(&admin, ServiceRole::Api);
+    let cancelled = sqlx::query(
+        "update commands set state = 'cancelled', error = '{}' where id = any($1) and state in ('pending', 'prepared')",
+    )
+    .bind(vec![live, done])
+    .execute(&api)
+    .await
+    .unwrap()
+    .rows_affected();
+    assert_eq!(cancelled, 1);
+    api.close().await;
+}
+
+#[tokio::test]
+async fn a_custodian_moves_commands_along_but_never_cancels_inserts_or_takes_a_lease_backwards() {
+    let (_url, admin) = fresh_database().await;
+    let (principal, live, _done) = seed(&admin).await;
+    sqlx::query("insert into authorities (id, generation) values ('payments', 3)")
+        .execute(&admin)
+        .await
+        .unwrap();
+    assert_refused(
+        &admin,
+        ServiceRole::Custodian,
+        &[
+            format!("update commands set state = 'cancelled' where id = '{live}'"),
+            format!(
+                "insert into commands (id, scope, idempotency_key, request_digest, digest_version, kind, \
+                 authority_id, args, canonical) values (gen_random_uuid(), '{principal}', 'k', \
+                 sha256('k'), 1, 'refund', 'payments', '{{}}', '{{}}')"
+            ),
+            "update authorities set generation = 1 where id = 'payments'".to_owned(),
+            "delete from authorities".to_owned(),
+            format!(
+                "insert into holds (id, scope, kind, authority_id, args, canonical, request_digest, \
+                 intent_digest, digest_version, resembles) values (gen_random_uuid(), '{principal}', \
+                 'refund', 'payments', '{{}}', '{{}}', sha256('h'), sha256('h'), 1, '{live}')"
+            ),
+            "select prune_commands(interval '30 days', 10)".to_owned(),
+        ],
+    )
+    .await;
+    // A hand-typed transition is audited under the custodian's own name,
+    // though the trigger that writes the history runs as the owner.
+    let custodian = as_role(&admin, ServiceRole::Custodian);
+    sqlx::query("update commands set state = 'expired' where id = $1")
+        .bind(live)
+        .execute(&custodian)
+        .await
+        .unwrap();
+    custodian.close().await;
+    let actor: String = sqlx::query_scalar(
+        "select actor from command_history where command_id = $1 and to_state = 'expired'",
+    )
+    .bind(live)
+    .fetch_one(&admin)
+    .await
+    .unwrap();
+    assert_eq!(actor, "sql:ledger_custodian");
+}
+
+#[tokio::test]
+async fn the_inspector_reads_everything_but_token_hashes() {
+    let (_url, admin) = fresh_database().await;
+    seed(&admin).await;
+    let inspector = as_role(&admin, ServiceRole::Inspector);
+    for read in [
+        "select count(*) from commands",
+        "select count(*) from command_history",
+        "select count(*) from pruned_commands",
+        "select count(*) from command_queue",
+        "select count(prefix) from api_tokens",
+    ] {
+        let n: i64 = sqlx::query_scalar(read)
+            .fetch_one(&inspector)
+            .await
+            .unwrap_or_else(|e| panic!("{read}: {e}"));
+        assert!(n >= 0, "{read}");
+    }
+    let seen: i64 = sqlx::query_scalar("select count(*) from commands")
+        .fetch_one(&inspector)
+        .await
+        .unwrap();
+    assert_eq!(
+        seen, 2,
+        "the row policies let the inspector see every command"
+    );
+    inspector.close().await;
+    assert_refused(
+        &admin,
+        ServiceRole::Inspector,
+        &["select token_hash from api_tokens".to_owned()],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn the_owner_is_no_superuser_and_cannot_switch_every_trigger_off() {
+    let (_url, admin) = fresh_database().await;
+    let (owner_is_super, owner_can_create_roles): (bool, bool) = sqlx::query_as(
+        "select rolsuper, rolcreaterole from pg_roles where rolname = 'ledger_owner'",
+    )
+    .fetch_one(&admin)
+    .await
+    .unwrap();
+    assert!(!owner_is_super && !owner_can_create_roles);
+    assert_refused(
+        &admin,
+        ServiceRole::Owner,
+        &["set session_replication_role = replica".to_owned()],
+    )
+    .await;
+    // It owns every table, view and function of the ledger.
+    let foreign: Vec<String> = sqlx::query_scalar(
+        "select c.relname::text from pg_class c \
+         where c.relnamespace = 'public'::regnamespace and c.relkind in ('r', 'p', 'v', 'm') \
+           and pg_get_userbyid(c.relowner) <> 'ledger_owner' \
+         union all \
+         select p.proname::text from pg_proc p \
+         where p.pronamespace = 'public'::regnamespace and pg_get_userbyid(p.proowner) <> 'ledger_owner'",
+    )
+    .fetch_all(&admin)
+    .await
+    .unwrap();
+    assert!(foreign.is_empty(), "not the owner's: {foreign:?}");
+    // Every PL/pgSQL function (the triggers, and those that write on
+    // request) runs as the owner with its search_path pinned. A later
+    // `create or replace function` drops both unless it says them again.
+    let unpinned: Vec<String> = sqlx::query_scalar(
+        "select p.proname::text from pg_proc p join pg_language l on l.oid = p.prolang \
+         where p.pronamespace = 'public'::regnamespace and l.lanname = 'plpgsql' \
+           and not (p.prosecdef and coalesce(p.proconfig @> array['search_path=public, pg_temp'], false))",
+    )
+    .fetch_all(&admin)
+    .await
+    .unwrap();
+    assert!(
+        unpinned.is_empty(),
+        "not security definer with search_path = public, pg_temp: {unpinned:?}"
+    );
+}
+
+/// A server given by URL: a login that may create roles (not a superuser)
+/// migrates an empty database; one that may not, where it is not a member of
+/// the roles, is refused with a hint saying what to run.
+#[tokio::test]
+async fn migrating_needs_createrole_or_membership_and_says_so() {
+    let (_url, admin) = fresh_database().await;
+    for (createrole, works) in [(true, true), (false, false)] {
+        let login = format!("migrator_{}", uuid::Uuid::now_v7().simple());
+        let database = format!("cl_migrated_by_{login}");
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "create role {login} login password 'pw' {}",
+            if createrole { "createrole" } else { "" }
+        )))
+        .execute(&admin)
+        .await
+        .unwrap();
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "create database {database} owner {login}"
+        )))
+        .execute(&admin)
+        .await
+        .unwrap();
+        let options = (*admin.connect_options())
+            .clone()
+            .database(&database)
+            .username(&login)
+            .password("pw");
+        let pool = PgPool::connect_with(options).await.unwrap();
+        let result = command_ledger::db::migrate(&pool).await;
+        if works {
+            result.unwrap();
+            let owner: String = sqlx::query_scalar(
+                "select pg_get_userbyid(relowner)::text from pg_class where oid = 'commands'::regclass",
+            )
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+            assert_eq!(owner, "ledger_owner");
+        } else {
+            let err = result.unwrap_err().to_string();
+            assert!(
+                err.contains("CL010") || err.contains("not a member"),
+                "{err}"
+            );
+        }
+        pool.close().await;
+    }
+}
+
+/// A process given only its role's URL (no `DATABASE_URL`) holds no other
+/// password: it migrates nothing, refuses a database not migrated to its
+/// version, and works on one that is.
+#[tokio::test]
+async fn a_process_given_only_its_roles_url_checks_the_migrations_and_works_as_that_role() {
+    const BIN: &str = env!("CARGO_BIN_EXE_command-ledger");
+    let (unmigrated, empty) = crate::harness::empty_database().await;
+    let (migrated, _pool) = fresh_database().await;
+    let prune = |url: String| {
+        tokio::process::Command::new(BIN)
+            .args(["prune", "--older-than", "30d"])
+            .env_remove("DATABASE_URL")
+            .env("RETENTION_DATABASE_URL", url)
+            .env("RUST_LOG", "error")
+            .output()
+    };
+    let refused = prune(crate::harness::role_url(
+        &unmigrated,
+        ServiceRole::Retention,
+    ))
+    .await
+    .unwrap();
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("not migrated to this version"), "{stderr}");
+    let tables: i64 = sqlx::query_scalar(
+        "select count(*) from pg_class where relnamespace = 'public'::regnamespace",
+    )
+    .fetch_one(&empty)
+    .await
+    .unwrap();
+    assert_eq!(tables, 0, "it migrated nothing");
+
+    let worked = prune(crate::harness::role_url(&migrated, ServiceRole::Retention))
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&worked.stdout);
+    assert!(
+        worked.status.success() && stdout.contains("pruned 0 finished command(s)"),
+        "{stdout}{}",
+        String::from_utf8_lossy(&worked.stderr)
+    );
+}
