@@ -22,7 +22,7 @@ const SECOND: Duration = Duration::from_secs(1);
 async fn watch_isolation(app: &TestApp) {
     for sql in [
         "create table isolation_seen (from_state text, to_state text, isolation text)",
-        "create function note_isolation() returns trigger language plpgsql as $$ \
+        "create function note_isolation() returns trigger language plpgsql security definer as $$ \
          begin insert into isolation_seen \
                values (old.state, new.state, current_setting('transaction_isolation')); \
                return null; end $$",
