@@ -156,13 +156,19 @@ pub(super) async fn run(
                 config.authorities.join(","),
                 kinds(&effects)
             ));
-            Some(spawn_custodian(db.pool.clone(), config, effects, stopped()))
+            Some(spawn_custodian(
+                db.pool.clone(),
+                config,
+                effects.clone(),
+                stopped(),
+            ))
         }
         None => None,
     };
 
     let mut state = AppState::new(db.pool.clone(), policies);
     state.custodian_stats = custodian.as_ref().map(|(_, stats)| Arc::clone(stats));
+    state.probes = Some(effects);
     state.max_connections = args.max_http_connections;
     state.max_wait = std::time::Duration::from_secs(args.max_wait_seconds);
     state.retention = args.retention;

@@ -19,6 +19,7 @@ mod listener;
 mod malformed;
 mod metrics;
 pub mod openapi;
+mod resolutions;
 mod submit;
 mod tls;
 pub mod wait;
@@ -65,6 +66,10 @@ pub struct AppState {
     pub limiter: limits::Limiter,
     /// Most HTTP connections held at once; more wait in the backlog.
     pub max_connections: usize,
+    /// The catalog's executors, used here only for their reconcile probes
+    /// (`POST /v1/commands/{id}/probe`): a probe reads, it never runs an
+    /// effect. `None`: no probe in this process.
+    pub probes: Option<crate::custodian::Effects>,
     /// The counters of the custodian running in this process, if any, for `/metrics`.
     pub custodian_stats: Option<Arc<crate::metrics::CustodianStats>>,
     /// The advertised replay window: how long a finished command's key is
@@ -83,6 +88,8 @@ impl AppState {
         let waiters = wait::Waiters::default();
         waiters.spawn_listener(pool.clone());
         let wake = crate::ledger::PendingWake::spawn(pool.clone());
+        let counters = Arc::new(counters::Counters::default());
+        counters.spawn_flusher(pool.clone());
         let group = crate::db::group_commit::GroupCommit::spawn(
             pool.clone(),
             crate::db::group_commit::FLUSHERS,
@@ -92,13 +99,14 @@ impl AppState {
             pool,
             group,
             policies: Arc::new(policies),
-            counters: Arc::default(),
+            counters,
             waiters,
             wake,
             max_wait: MAX_WAIT,
             body_timeout: BODY_TIMEOUT,
             limiter: limits::Limiter::new(limits::RateLimit::default()),
             max_connections: MAX_CONNECTIONS,
+            probes: None,
             custodian_stats: None,
             retention: None,
             epoch: adapter::Epoch::first(),
@@ -129,7 +137,13 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/commands/{id}", get(commands::get_one))
         .route("/v1/commands/{id}/history", get(commands::history))
         .route("/v1/commands/{id}/cancel", post(commands::cancel))
+        .route("/v1/commands/{id}/resolution", post(resolutions::resolve))
+        .route("/v1/commands/{id}/probe", post(resolutions::probe))
         .route("/v1/authorities/{id}", get(authorities::get_one))
+        .route(
+            "/v1/authorities/{id}/probe-ambiguous",
+            post(resolutions::probe_authority),
+        )
         .route("/openapi.json", get(openapi::serve))
         .route("/metrics", get(metrics::get))
         .route("/console", get(console::page))
@@ -170,6 +184,11 @@ pub mod json {
     /// As `GET /v1/commands/{id}/history` lists it.
     pub fn history_entry(row: &HistoryRow) -> Value {
         value(super::commands::HistoryEntry::from(row.clone()))
+    }
+
+    /// A command's resolution, as `GET /v1/commands/{id}` shows it.
+    pub fn resolution(row: &crate::db::resolutions::ResolutionRow) -> Value {
+        value(super::resolutions::resolution_view(row))
     }
 
     /// As `GET /v1/holds/{id}` returns it.
@@ -213,8 +232,9 @@ pub async fn serve_with(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let listener = listener::BoundedListener::new(listener, state.max_connections);
+    let (counters, pool) = (state.counters.clone(), state.pool.clone());
     let app = router(state);
-    match tls {
+    let served = match tls {
         None => {
             axum::serve(malformed::ProblemListener(listener), app)
                 .with_graceful_shutdown(shutdown)
@@ -226,5 +246,10 @@ pub async fn serve_with(
                 .with_graceful_shutdown(shutdown)
                 .await
         }
+    };
+    // The last requests' counts, before the process goes.
+    if let Err(e) = counters.flush(&pool).await {
+        tracing::warn!(error = %e, "the last request counts were not added to the ledger");
     }
+    served
 }
