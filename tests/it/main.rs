@@ -28,6 +28,7 @@ mod resolutions;
 mod retention;
 mod schema;
 mod schema_file;
+mod search;
 mod serve_binary;
 mod storage;
 mod submit;
