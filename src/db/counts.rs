@@ -94,3 +94,29 @@ pub async fn compact(pool: &PgPool) -> Result<Option<i64>, sqlx::Error> {
     tx.commit().await?;
     Ok(Some(folded))
 }
+
+/// Pending commands per authority (the claim queue) and the age of the
+/// oldest, in seconds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Backlog {
+    pub authority_id: String,
+    pub pending: i64,
+    pub oldest_seconds: f64,
+}
+
+/// The backlog of every authority with pending commands (read through the
+/// queue, small by construction).
+pub async fn backlog(ex: impl PgExecutor<'_>) -> Result<Vec<Backlog>, sqlx::Error> {
+    sqlx::query_as!(
+        Backlog,
+        r#"
+        select q.authority_id as "authority_id!", count(*)::int8 as "pending!",
+               coalesce(extract(epoch from now() - min(c.created_at))::float8, 0) as "oldest_seconds!"
+        from command_queue q join commands c on c.id = q.id
+        group by q.authority_id
+        order by q.authority_id
+        "#
+    )
+    .fetch_all(ex)
+    .await
+}

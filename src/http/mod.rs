@@ -9,6 +9,7 @@ mod commands;
 mod console;
 pub mod counters;
 pub mod error;
+mod events;
 mod explain;
 mod extract;
 mod health;
@@ -134,6 +135,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/holds/{id}/release", post(holds::release))
         .route("/v1/holds/{id}/reject", post(holds::reject))
         .route("/v1/state", get(counters::get))
+        .route("/v1/events", get(events::stream))
         .route("/v1/commands/{id}", get(commands::get_one))
         .route("/v1/commands/{id}/history", get(commands::history))
         .route("/v1/commands/{id}/cancel", post(commands::cancel))

@@ -35,6 +35,7 @@ and 400, 414 or 431 for a request the HTTP layer cannot parse (a header value wi
         super::holds::release,
         super::holds::reject,
         super::counters::get,
+        super::events::stream,
         super::metrics::get,
         super::health::healthz,
         super::health::readyz,

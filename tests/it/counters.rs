@@ -184,3 +184,82 @@ async fn folding_finished_minutes_keeps_every_total() {
     // days (the two old rows may straddle midnight UTC).
     assert!((3..=4).contains(&rows), "{rows} rows");
 }
+
+/// The next `stats` event's JSON from a server-sent event stream.
+async fn next_stats(resp: &mut reqwest::Response, buffer: &mut String) -> Value {
+    loop {
+        if let Some(end) = buffer.find("\n\n") {
+            let frame: String = buffer.drain(..end + 2).collect();
+            if let Some(data) = frame
+                .strip_prefix("event: stats\ndata: ")
+                .map(str::trim_end)
+            {
+                return serde_json::from_str(data).unwrap();
+            }
+            continue;
+        }
+        let chunk = tokio::time::timeout(Duration::from_secs(10), resp.chunk())
+            .await
+            .expect("an event within the refresh interval")
+            .unwrap()
+            .expect("the stream stays open");
+        buffer.push_str(std::str::from_utf8(&chunk).unwrap());
+    }
+}
+
+#[tokio::test]
+async fn the_event_stream_sends_a_new_snapshot_when_commands_finish() {
+    let (_, pool) = fresh_database().await;
+    let addr = serve_state(AppState::new(pool.clone(), Policies::default())).await;
+    let token = command_ledger::cli::issue_token(&pool, "ops", Role::Operator, None)
+        .await
+        .unwrap();
+    let device = command_ledger::cli::issue_token(&pool, "kiosk", Role::Device, None)
+        .await
+        .unwrap();
+    let client = reqwest::Client::new();
+    let forbidden = client
+        .get(format!("http://{addr}/v1/events"))
+        .bearer_auth(&device)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(forbidden.status(), 403);
+
+    let mut resp = client
+        .get(format!("http://{addr}/v1/events"))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["content-type"], "text/event-stream");
+    let mut buffer = String::new();
+    let first = next_stats(&mut resp, &mut buffer).await;
+    assert!(first["totals"].get("executions").is_none(), "{first}");
+
+    let body = json!({"kind": "noop", "authority": "agent-7"});
+    assert_eq!(submit(&client, addr, &token, "k1", &body).await, 202);
+    let runner = custodian(
+        &pool,
+        &["agent-7"],
+        command_ledger::custodian::Effects::default(),
+        Duration::from_secs(10),
+    );
+    assert_eq!(runner.run_once().await.unwrap().applied, 1);
+    let started = tokio::time::Instant::now();
+    let mut seen = next_stats(&mut resp, &mut buffer).await;
+    while seen["totals"]["executions"] != 1 {
+        seen = next_stats(&mut resp, &mut buffer).await;
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "pushed on the outcome's notification, not the periodic refresh"
+    );
+    assert_eq!(seen["totals"]["requests"], 1, "{seen}");
+    assert_eq!(seen["latency_ms"]["applied"], 1, "{seen}");
+    assert!(seen["latency_ms"]["p50"].is_number(), "{seen}");
+    let minute = seen["minutes"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(minute["counts"]["executions"], 1, "{minute}");
+    assert_eq!(seen["authorities"][0]["id"], "agent-7", "{seen}");
+}
