@@ -58,7 +58,7 @@ pub(super) struct CommandView<'a> {
     /// For an ambiguous command read by id: what was later learned about its
     /// effect (`POST /v1/commands/{id}/resolution` or `/probe`), if anything.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(super) resolution: Option<super::resolutions::ResolutionView>,
+    pub(super) resolution: Option<Box<super::resolutions::ResolutionView>>,
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -153,7 +153,9 @@ pub(super) async fn get_one(
         None
     };
     let mut shown = view(&row, None);
-    shown.resolution = resolution.as_ref().map(super::resolutions::resolution_view);
+    shown.resolution = resolution
+        .as_ref()
+        .map(|r| Box::new(super::resolutions::resolution_view(r)));
     let mut response = Json(shown).into_response();
     applied_wait(&mut response, waited);
     key_expiry(&mut response, &row, state.retention);
