@@ -41,6 +41,7 @@ impl Effect for Unsure {
 
 struct Setup {
     base: String,
+    db_url: String,
     pool: sqlx::PgPool,
     operator: String,
     device: String,
@@ -53,7 +54,7 @@ struct Setup {
 
 impl Setup {
     async fn new() -> Setup {
-        let (_, pool) = fresh_database().await;
+        let (db_url, pool) = fresh_database().await;
         let calls = Arc::new(AtomicUsize::new(0));
         let mut effects = Effects::default();
         for (kind, answer) in [
@@ -97,6 +98,7 @@ impl Setup {
         assert_eq!(runner.run_once().await.unwrap().ambiguous, 4);
         Setup {
             base,
+            db_url,
             pool,
             operator,
             device,
@@ -174,6 +176,32 @@ async fn an_operator_records_what_the_provider_said_and_the_command_stays_ambigu
     let shown = s.command(id).await;
     assert_eq!(shown["state"], "ambiguous", "terminal, as it was");
     assert_eq!(shown["resolution"], answer["resolution"]);
+
+    // The command line shows it too.
+    let show = |json: bool| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_command-ledger"));
+        cmd.args(["--database-url", &s.db_url, "commands", "show", id])
+            .env("RUST_LOG", "error");
+        if json {
+            cmd.arg("--json");
+        }
+        let out = cmd.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let doc: Value = serde_json::from_str(&show(true)).unwrap();
+    assert_eq!(doc["resolution"], answer["resolution"]);
+    let text = show(false);
+    assert!(
+        text.contains("resolved  applied (operator, by operator:ops at ")
+            && text.contains("provider says applied [ref rf_123]"),
+        "{text}"
+    );
+    assert!(text.contains(&format!("downstream key cl-{id}")), "{text}");
 
     // Once only; and never for a command that is not ambiguous.
     let (status, problem) = s.post(&s.operator, &path, Some(body.clone())).await;
