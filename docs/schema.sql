@@ -64,6 +64,40 @@ end;
 $$;
 
 --
+-- Name: command_resolutions_admit(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.command_resolutions_admit() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+declare
+    current_state text;
+begin
+    select c.state into current_state from commands c where c.id = new.command_id for share;
+    if current_state is null then
+        raise exception 'no command %', new.command_id using errcode = 'CL012';
+    end if;
+    if current_state <> 'ambiguous' then
+        raise exception 'command % is %, not ambiguous: only an ambiguous command is resolved', new.command_id,
+            current_state using errcode = 'CL012';
+    end if;
+    new.at := now();
+    new.anchor_hash := (select h.hash from command_history h where h.command_id = new.command_id
+                        order by h.id desc limit 1);
+    new.hash := ledger_resolution_hash(new.anchor_hash, new.command_id, new.outcome, new.evidence,
+                                       new.reference, new.source, new.actor, new.at);
+    return new;
+end;
+$$;
+
+--
+-- Name: FUNCTION command_resolutions_admit(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.command_resolutions_admit() IS 'Before insert on command_resolutions: refuses (CL012) a command that is not ambiguous; sets at, anchor_hash and hash.';
+
+--
 -- Name: commands_guard(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -333,6 +367,81 @@ $$;
 COMMENT ON FUNCTION public.ledger_actors() IS 'Per-command actors of a multi-row insert: setting command_ledger.actors ({"<command id>": actor}), as rows.';
 
 --
+-- Name: ledger_count_history(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ledger_count_history() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+begin
+    insert into ledger_counts (minute, counter, source, n)
+    select date_trunc('minute', now()), c.counter, 'pg:' || pg_backend_pid(), count(*)
+    from (
+        select case when e.to_state = 'effect_started' then 'executions' else e.to_state end as counter
+        from new_rows e
+        where e.to_state in ('effect_started', 'applied', 'failed', 'ambiguous')
+        union all
+        select ledger_latency_bucket(extract(epoch from (e.at - c.created_at)) * 1000)
+        from new_rows e join commands c on c.id = e.command_id
+        where e.to_state = 'applied'
+    ) c
+    group by c.counter
+    on conflict (minute, counter, source) do update set n = ledger_counts.n + excluded.n;
+    return null;
+end;
+$$;
+
+--
+-- Name: FUNCTION ledger_count_history(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ledger_count_history() IS 'After each insert statement on command_history: adds its executions (effect_started), applied, failed and ambiguous entries, and the latency bucket of each applied command, to this backend''s ledger_counts row of the minute.';
+
+--
+-- Name: ledger_counts_compact(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ledger_counts_compact() RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+declare
+    folded bigint := 0;
+    written bigint;
+begin
+    with old as (
+        delete from ledger_counts
+        where source <> '' and minute < date_trunc('minute', now()) - interval '2 minutes'
+        returning minute, counter, n
+    )
+    insert into ledger_counts (minute, counter, source, n)
+    select minute, counter, '', sum(n) from old group by minute, counter
+    on conflict (minute, counter, source) do update set n = ledger_counts.n + excluded.n;
+    get diagnostics written = row_count;
+    folded := folded + written;
+
+    with old as (
+        delete from ledger_counts
+        where source = '' and minute < date_trunc('day', now(), 'UTC') - interval '1 day'
+          and minute <> date_trunc('day', minute, 'UTC')
+        returning minute, counter, n
+    )
+    insert into ledger_counts (minute, counter, source, n)
+    select date_trunc('day', minute, 'UTC'), counter, '', sum(n) from old group by 2, 1
+    on conflict (minute, counter, source) do update set n = ledger_counts.n + excluded.n;
+    get diagnostics written = row_count;
+    return folded + written;
+end;
+$$;
+
+--
+-- Name: FUNCTION ledger_counts_compact(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ledger_counts_compact() IS 'Folds ledger_counts: finished minutes into one row per minute and counter (source empty), minutes older than a day into one row per day. Sums are unchanged. Called by API processes about once a minute.';
+
+--
 -- Name: ledger_entry_hash(bytea, uuid, text, text, timestamp with time zone, text, bigint, text, bytea); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -349,6 +458,36 @@ $$;
 --
 
 COMMENT ON FUNCTION public.ledger_entry_hash(prev_hash bytea, command_id uuid, from_state text, to_state text, at timestamp with time zone, actor text, authority_generation bigint, reason text, row_digest bytea) IS 'SHA-256 of the canonical text of a history entry including the previous entry''s hash: command_history.hash.';
+
+--
+-- Name: ledger_latency_bucket(double precision); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ledger_latency_bucket(ms double precision) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+    select case
+        when ms <= 10 then 'latency_le_10'
+        when ms <= 25 then 'latency_le_25'
+        when ms <= 50 then 'latency_le_50'
+        when ms <= 100 then 'latency_le_100'
+        when ms <= 250 then 'latency_le_250'
+        when ms <= 500 then 'latency_le_500'
+        when ms <= 1000 then 'latency_le_1000'
+        when ms <= 2500 then 'latency_le_2500'
+        when ms <= 5000 then 'latency_le_5000'
+        when ms <= 10000 then 'latency_le_10000'
+        when ms <= 30000 then 'latency_le_30000'
+        when ms <= 60000 then 'latency_le_60000'
+        else 'latency_le_inf'
+    end
+$$;
+
+--
+-- Name: FUNCTION ledger_latency_bucket(ms double precision); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ledger_latency_bucket(ms double precision) IS 'The ledger_counts histogram bucket of a submit-to-applied latency in milliseconds.';
 
 --
 -- Name: ledger_reason(); Type: FUNCTION; Schema: public; Owner: -
@@ -391,6 +530,24 @@ $$;
 --
 
 COMMENT ON FUNCTION public.ledger_remember_coalesced(p_authority_id text, p_scope uuid, p_request_digest bytea, p_command_id uuid, p_run_id text) IS 'Remembers that a request (scope, authority, request digest, run id) was answered with a command of the same scope and authority (CL009 otherwise); the only way a service role writes coalesced_requests.';
+
+--
+-- Name: ledger_resolution_hash(bytea, uuid, text, text, text, text, text, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ledger_resolution_hash(anchor_hash bytea, command_id uuid, outcome text, evidence text, reference text, source text, actor text, at timestamp with time zone) RETURNS bytea
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+    select sha256(convert_to(jsonb_build_array(
+        'resolution-v1', encode(anchor_hash, 'hex'), command_id, outcome, evidence, reference, source, actor,
+        ledger_utc(at))::text, 'UTF8'))
+$$;
+
+--
+-- Name: FUNCTION ledger_resolution_hash(anchor_hash bytea, command_id uuid, outcome text, evidence text, reference text, source text, actor text, at timestamp with time zone); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ledger_resolution_hash(anchor_hash bytea, command_id uuid, outcome text, evidence text, reference text, source text, actor text, at timestamp with time zone) IS 'SHA-256 of the canonical text of a resolution including its anchor (the ambiguous entry''s hash).';
 
 --
 -- Name: commands; Type: TABLE; Schema: public; Owner: -
@@ -889,6 +1046,26 @@ end;
 $$;
 
 --
+-- Name: refuse_resolution_change(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.refuse_resolution_change() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+begin
+    raise exception 'command_resolutions is append-only'
+        using errcode = 'CL003';
+end;
+$$;
+
+--
+-- Name: FUNCTION refuse_resolution_change(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.refuse_resolution_change() IS 'Refuses update, delete and truncate on command_resolutions: a recorded resolution is evidence.';
+
+--
 -- Name: _sqlx_migrations; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -1335,6 +1512,86 @@ CREATE VIEW public.command_oldest_in_flight AS
 COMMENT ON VIEW public.command_oldest_in_flight IS 'Per non-terminal state: how many commands, the age of the oldest, and the longest time one has sat in that state (read from command_queue and command_in_flight).';
 
 --
+-- Name: command_resolutions; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.command_resolutions (
+    command_id uuid NOT NULL,
+    outcome text NOT NULL,
+    evidence text NOT NULL,
+    reference text,
+    source text NOT NULL,
+    actor text NOT NULL,
+    at timestamp with time zone DEFAULT now() NOT NULL,
+    anchor_hash bytea NOT NULL,
+    hash bytea NOT NULL,
+    CONSTRAINT command_resolutions_evidence_length CHECK (((char_length(evidence) >= 1) AND (char_length(evidence) <= 2000))),
+    CONSTRAINT command_resolutions_outcome CHECK ((outcome = ANY (ARRAY['applied'::text, 'not_applied'::text]))),
+    CONSTRAINT command_resolutions_reference_length CHECK (((char_length(reference) >= 1) AND (char_length(reference) <= 200))),
+    CONSTRAINT command_resolutions_source CHECK ((source = ANY (ARRAY['operator'::text, 'probe'::text])))
+);
+
+--
+-- Name: TABLE command_resolutions; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.command_resolutions IS 'What became of ambiguous commands, learned after they ended: at most one resolution per command, append-only, chained by hash to the command''s ambiguous history entry. The command stays ambiguous; rows outlive pruning (no foreign key) as the record of what was decided.';
+
+--
+-- Name: COLUMN command_resolutions.command_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.command_resolutions.command_id IS 'The ambiguous command (commands.id).';
+
+--
+-- Name: COLUMN command_resolutions.outcome; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.command_resolutions.outcome IS 'applied: the effect ran; not_applied: it never ran.';
+
+--
+-- Name: COLUMN command_resolutions.evidence; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.command_resolutions.evidence IS 'What says so, in words (for example "provider says applied").';
+
+--
+-- Name: COLUMN command_resolutions.reference; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.command_resolutions.reference IS 'The provider''s reference for the effect, when there is one (for example rf_123).';
+
+--
+-- Name: COLUMN command_resolutions.source; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.command_resolutions.source IS 'operator: recorded by hand; probe: the kind''s reconcile probe answered, asked by an operator.';
+
+--
+-- Name: COLUMN command_resolutions.actor; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.command_resolutions.actor IS 'Who recorded it (operator:<name>).';
+
+--
+-- Name: COLUMN command_resolutions.at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.command_resolutions.at IS 'When it was recorded.';
+
+--
+-- Name: COLUMN command_resolutions.anchor_hash; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.command_resolutions.anchor_hash IS 'hash of the command''s last history entry (its ambiguous entry) when the resolution was recorded.';
+
+--
+-- Name: COLUMN command_resolutions.hash; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.command_resolutions.hash IS 'SHA-256 of the resolution''s canonical text, anchor included (ledger_resolution_hash): verify recomputes it.';
+
+--
 -- Name: command_transitions; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -1631,6 +1888,48 @@ CREATE VIEW public.holds_awaiting_decision AS
 COMMENT ON VIEW public.holds_awaiting_decision IS 'Open holds, oldest first, with the command each resembles and the principal (or fleet) whose scope holds them.';
 
 --
+-- Name: ledger_counts; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.ledger_counts (
+    minute timestamp with time zone NOT NULL,
+    counter text NOT NULL,
+    source text NOT NULL,
+    n bigint NOT NULL,
+    CONSTRAINT ledger_counts_minute_is_whole CHECK ((minute = date_trunc('minute'::text, minute)))
+);
+
+--
+-- Name: TABLE ledger_counts; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.ledger_counts IS 'Cluster-wide counters in per-minute rollups: one row per minute, counter and source, added to, summed on read (GET /v1/state, /metrics, the console''s charts). See migration 0017 for the sources.';
+
+--
+-- Name: COLUMN ledger_counts.minute; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ledger_counts.minute IS 'Start of the minute counted (of the day, for rows folded past a day).';
+
+--
+-- Name: COLUMN ledger_counts.counter; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ledger_counts.counter IS 'What is counted: requests, new, replay, coalesced, held, conflict, refused (API requests); executions, applied, failed, ambiguous (history entries); latency_le_<ms> / latency_le_inf (applied commands by submit-to-applied latency, a histogram).';
+
+--
+-- Name: COLUMN ledger_counts.source; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ledger_counts.source IS 'Who wrote the row: api:<process id>, pg:<backend pid>, or empty once folded by ledger_counts_compact().';
+
+--
+-- Name: COLUMN ledger_counts.n; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ledger_counts.n IS 'How many in that minute from that source.';
+
+--
 -- Name: pruned_commands; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -1723,6 +2022,13 @@ ALTER TABLE ONLY public.command_queue
     ADD CONSTRAINT command_queue_pkey PRIMARY KEY (authority_id, id);
 
 --
+-- Name: command_resolutions command_resolutions_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.command_resolutions
+    ADD CONSTRAINT command_resolutions_pkey PRIMARY KEY (command_id);
+
+--
 -- Name: command_states command_states_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -1779,6 +2085,13 @@ ALTER TABLE ONLY public.holds
     ADD CONSTRAINT holds_pkey PRIMARY KEY (id);
 
 --
+-- Name: ledger_counts ledger_counts_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.ledger_counts
+    ADD CONSTRAINT ledger_counts_pkey PRIMARY KEY (minute, counter, source);
+
+--
 -- Name: principals principals_name_unique; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -1824,6 +2137,42 @@ COMMENT ON INDEX public.command_history_ambiguous_idx IS 'Commands that ended am
 CREATE INDEX command_history_command_idx ON public.command_history USING btree (command_id, id);
 
 --
+-- Name: commands_authority_id_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX commands_authority_id_idx ON public.commands USING btree (authority_id, id DESC);
+
+--
+-- Name: INDEX commands_authority_id_idx; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON INDEX public.commands_authority_id_idx IS 'Search by authority, newest first (immutable columns: transitions stay HOT).';
+
+--
+-- Name: commands_key_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX commands_key_idx ON public.commands USING btree (idempotency_key);
+
+--
+-- Name: INDEX commands_key_idx; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON INDEX public.commands_key_idx IS 'Search by idempotency key across scopes, for operators (immutable column: transitions stay HOT).';
+
+--
+-- Name: commands_kind_id_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX commands_kind_id_idx ON public.commands USING btree (kind, id DESC);
+
+--
+-- Name: INDEX commands_kind_id_idx; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON INDEX public.commands_kind_id_idx IS 'Search by kind, newest first (immutable columns: transitions stay HOT).';
+
+--
 -- Name: commands_scope_id_idx; Type: INDEX; Schema: public; Owner: -
 --
 
@@ -1852,6 +2201,12 @@ CREATE UNIQUE INDEX holds_open_request_unique ON public.holds USING btree (scope
 --
 
 CREATE INDEX holds_state_created_idx ON public.holds USING btree (state, created_at DESC);
+
+--
+-- Name: ledger_counts_counter_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ledger_counts_counter_idx ON public.ledger_counts USING btree (counter, minute);
 
 --
 -- Name: principals_fleet_idx; Type: INDEX; Schema: public; Owner: -
@@ -1908,6 +2263,12 @@ CREATE TRIGGER coalesced_requests_leave_with_their_command BEFORE DELETE ON publ
 CREATE TRIGGER command_history_append_only BEFORE UPDATE OR TRUNCATE ON public.command_history FOR EACH STATEMENT EXECUTE FUNCTION public.refuse_history_change();
 
 --
+-- Name: command_history command_history_counts; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER command_history_counts AFTER INSERT ON public.command_history REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.ledger_count_history();
+
+--
 -- Name: command_history command_history_leaves_with_its_command; Type: TRIGGER; Schema: public; Owner: -
 --
 
@@ -1924,6 +2285,24 @@ CREATE TRIGGER command_in_flight_follows_commands BEFORE INSERT OR DELETE OR UPD
 --
 
 CREATE TRIGGER command_queue_follows_commands BEFORE INSERT OR DELETE OR UPDATE OR TRUNCATE ON public.command_queue FOR EACH STATEMENT EXECUTE FUNCTION public.refuse_direct_work_change();
+
+--
+-- Name: command_resolutions command_resolutions_admit; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER command_resolutions_admit BEFORE INSERT ON public.command_resolutions FOR EACH ROW EXECUTE FUNCTION public.command_resolutions_admit();
+
+--
+-- Name: command_resolutions command_resolutions_append_only; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER command_resolutions_append_only BEFORE DELETE OR UPDATE ON public.command_resolutions FOR EACH ROW EXECUTE FUNCTION public.refuse_resolution_change();
+
+--
+-- Name: command_resolutions command_resolutions_no_truncate; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER command_resolutions_no_truncate BEFORE TRUNCATE ON public.command_resolutions FOR EACH STATEMENT EXECUTE FUNCTION public.refuse_resolution_change();
 
 --
 -- Name: command_states command_states_frozen; Type: TRIGGER; Schema: public; Owner: -
@@ -2118,6 +2497,13 @@ GRANT USAGE ON SCHEMA public TO ledger_inspector;
 GRANT USAGE ON SCHEMA public TO ledger_retention;
 
 --
+-- Name: FUNCTION ledger_counts_compact(); Type: ACL; Schema: public; Owner: -
+--
+
+REVOKE ALL ON FUNCTION public.ledger_counts_compact() FROM PUBLIC;
+GRANT ALL ON FUNCTION public.ledger_counts_compact() TO ledger_api;
+
+--
 -- Name: FUNCTION ledger_remember_coalesced(p_authority_id text, p_scope uuid, p_request_digest bytea, p_command_id uuid, p_run_id text); Type: ACL; Schema: public; Owner: -
 --
 
@@ -2282,6 +2668,15 @@ GRANT SELECT ON TABLE public.command_oldest_in_flight TO ledger_inspector;
 GRANT SELECT ON TABLE public.command_oldest_in_flight TO ledger_retention;
 
 --
+-- Name: TABLE command_resolutions; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT SELECT,INSERT ON TABLE public.command_resolutions TO ledger_api;
+GRANT SELECT ON TABLE public.command_resolutions TO ledger_custodian;
+GRANT SELECT ON TABLE public.command_resolutions TO ledger_inspector;
+GRANT SELECT ON TABLE public.command_resolutions TO ledger_retention;
+
+--
 -- Name: TABLE command_transitions; Type: ACL; Schema: public; Owner: -
 --
 
@@ -2320,6 +2715,15 @@ GRANT SELECT ON TABLE public.holds_awaiting_decision TO ledger_api;
 GRANT SELECT ON TABLE public.holds_awaiting_decision TO ledger_custodian;
 GRANT SELECT ON TABLE public.holds_awaiting_decision TO ledger_inspector;
 GRANT SELECT ON TABLE public.holds_awaiting_decision TO ledger_retention;
+
+--
+-- Name: TABLE ledger_counts; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT SELECT,INSERT,UPDATE ON TABLE public.ledger_counts TO ledger_api;
+GRANT SELECT ON TABLE public.ledger_counts TO ledger_custodian;
+GRANT SELECT ON TABLE public.ledger_counts TO ledger_inspector;
+GRANT SELECT ON TABLE public.ledger_counts TO ledger_retention;
 
 --
 -- Name: TABLE pruned_commands; Type: ACL; Schema: public; Owner: -

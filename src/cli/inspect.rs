@@ -143,6 +143,10 @@ pub(super) async fn commands(
                 authority_id: authority,
                 before_id: None,
                 since,
+                until: None,
+                kind: None,
+                key: None,
+                principal: None,
                 limit,
             };
             let rows = crate::db::commands::list(&db.pool, &filter).await?;
@@ -170,15 +174,19 @@ pub(super) async fn commands(
                 None => Err(anyhow::anyhow!("no command {id}")),
                 Some(row) => {
                     let history = crate::db::commands::history(&db.pool, id).await?;
+                    let resolution = crate::db::resolutions::get(&db.pool, id).await?;
                     if output.json {
                         let mut doc = command_json(&row);
+                        if let Some(r) = &resolution {
+                            doc["resolution"] = crate::http::json::resolution(r);
+                        }
                         doc["history"] = history
                             .iter()
                             .map(crate::http::json::history_entry)
                             .collect();
                         print_json(&doc);
                     } else {
-                        show_command(&row, &history);
+                        show_command(&row, &history, resolution.as_ref());
                     }
                     Ok(())
                 }
@@ -336,7 +344,11 @@ fn command_cells(c: &CommandRow) -> Vec<String> {
     ]
 }
 
-fn show_command(c: &CommandRow, history: &[HistoryRow]) {
+fn show_command(
+    c: &CommandRow,
+    history: &[HistoryRow],
+    resolution: Option<&crate::db::resolutions::ResolutionRow>,
+) {
     println!("command   {}", c.id);
     println!("state     {}", c.state);
     println!("kind      {}", c.kind);
@@ -369,6 +381,23 @@ fn show_command(c: &CommandRow, history: &[HistoryRow]) {
     }
     if let Some(e) = &c.error {
         println!("error     {e}");
+    }
+    println!(
+        "downstream key {}",
+        crate::custodian::EffectCall::downstream_key_for(c.id)
+    );
+    if let Some(r) = resolution {
+        println!(
+            "resolved  {} ({}, by {} at {}): {}{}",
+            r.outcome,
+            r.source,
+            r.actor,
+            r.at.format("%Y-%m-%d %H:%M:%S"),
+            r.evidence,
+            r.reference
+                .as_ref()
+                .map_or_else(String::new, |re| format!(" [ref {re}]")),
+        );
     }
     println!();
     print_table(

@@ -164,7 +164,7 @@ pub(super) async fn run(
                 .custodian_options
                 .pool(&db, "command-ledger-custodian")
                 .await?;
-            Some(spawn_custodian(pool, config, effects, stopped()))
+            Some(spawn_custodian(pool, config, effects.clone(), stopped()))
         }
         None => None,
     };
@@ -182,6 +182,7 @@ pub(super) async fn run(
         .await?;
     let mut state = AppState::new(api_pool.clone(), policies);
     state.custodian_stats = custodian.as_ref().map(|(_, stats)| Arc::clone(stats));
+    state.probes = Some(Arc::new(effects));
     state.max_connections = args.max_http_connections;
     state.max_wait = std::time::Duration::from_secs(args.max_wait_seconds);
     state.retention = args.retention;

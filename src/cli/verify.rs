@@ -190,6 +190,11 @@ async fn verify_with(
         .await
         .context("recomputing the history chains")?;
     let mut breaks: Vec<Break> = reports.iter().flat_map(|r| r.breaks.clone()).collect();
+    breaks.extend(
+        verify::resolutions(&db.pool, args.authority.as_deref(), args.since)
+            .await
+            .context("checking the resolutions of ambiguous commands")?,
+    );
     let filtered = args.authority.is_some() || args.since.is_some();
     if let Some((_, heads)) = &against {
         breaks.extend(check_against(db, heads, &reports, filtered).await?);

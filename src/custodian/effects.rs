@@ -110,6 +110,31 @@ impl Effects {
     }
 }
 
+impl crate::ledger::probe::Prober for Effects {
+    fn probe<'a>(
+        &'a self,
+        row: &'a crate::db::CommandRow,
+    ) -> Option<crate::ledger::probe::ProbeFuture<'a>> {
+        let registered = self.get(&row.kind)?;
+        let call = EffectCall {
+            command_id: row.id,
+            kind: row.kind.clone(),
+            authority: row.authority_id.clone(),
+            generation: row.authority_generation.unwrap_or(0),
+            args: row.args.clone(),
+            downstream_key: EffectCall::downstream_key_for(row.id),
+        };
+        Some(Box::pin(async move {
+            match registered.effect.reconcile(&call) {
+                Some(probe) => probe.await,
+                None => {
+                    ProbeAnswer::Unknown("the kind's executor has no reconcile probe".to_owned())
+                }
+            }
+        }))
+    }
+}
+
 /// Runs one call under its deadline. A missing executor is a definite
 /// failure (nothing was dispatched); a deadline reached is ambiguous.
 pub async fn run_effect(effects: &Effects, call: &EffectCall) -> EffectOutcome {

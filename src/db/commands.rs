@@ -446,7 +446,43 @@ pub struct ListFilter {
     pub before_id: Option<Uuid>,
     /// Only commands recorded at or after this instant.
     pub since: Option<DateTime<Utc>>,
+    /// Only commands recorded before this instant.
+    pub until: Option<DateTime<Utc>>,
+    pub kind: Option<String>,
+    /// Only commands under this idempotency key (in any visible scope).
+    pub key: Option<String>,
+    /// Only commands of the principal of this name.
+    pub principal: Option<String>,
     pub limit: i64,
+}
+
+/// How far a command's id time (UUIDv7, minted by the API process) may be
+/// from its `created_at` (the database's clock): a time range is first
+/// narrowed to an id range this much wider, which the primary key serves,
+/// then checked on `created_at` exactly.
+const ID_CLOCK_SLACK: chrono::Duration = chrono::Duration::minutes(5);
+
+/// The smallest UUIDv7 minted at `t` (milliseconds; the rest zero).
+fn v7_floor(t: DateTime<Utc>) -> Uuid {
+    let ms = u64::try_from(t.timestamp_millis().max(0)).unwrap_or(0);
+    let mut bytes = [0u8; 16];
+    bytes[..6].copy_from_slice(&ms.to_be_bytes()[2..]);
+    bytes[6] = 0x70;
+    bytes[8] = 0x80;
+    Uuid::from_bytes(bytes)
+}
+
+impl ListFilter {
+    /// The id bounds a time range implies (see [`ID_CLOCK_SLACK`]).
+    fn id_range(&self) -> (Option<Uuid>, Option<Uuid>) {
+        let low = self.since.map(|t| v7_floor(t - ID_CLOCK_SLACK));
+        let high = self.until.map(|t| v7_floor(t + ID_CLOCK_SLACK));
+        let high = match (high, self.before_id) {
+            (Some(h), Some(b)) => Some(h.min(b)),
+            (h, b) => h.or(b),
+        };
+        (low, high)
+    }
 }
 
 /// Lists commands, newest first. A live or ambiguous state is looked up
@@ -456,6 +492,7 @@ pub async fn list(
     ex: impl PgExecutor<'_>,
     filter: &ListFilter,
 ) -> Result<Vec<CommandRow>, sqlx::Error> {
+    let (low_id, high_id) = filter.id_range();
     if let Some(state) = filter
         .state
         .filter(|s| !s.is_terminal() || *s == State::Ambiguous)
@@ -476,19 +513,32 @@ pub async fn list(
               and ($3::text is null or authority_id = $3)
               and ($4::uuid is null or id < $4)
               and ($6::timestamptz is null or created_at >= $6)
+              and ($7::timestamptz is null or created_at < $7)
+              and ($8::text is null or kind = $8)
+              and ($9::text is null or idempotency_key = $9)
+              and ($10::text is null or scope = (select p.id from principals p where p.name = $10))
+              and ($11::uuid is null or id >= $11)
             order by id desc
             limit $5
             "#,
             filter.scope.as_deref(),
             state.as_str(),
             filter.authority_id.as_deref(),
-            filter.before_id,
+            high_id,
             filter.limit,
             filter.since,
+            filter.until,
+            filter.kind.as_deref(),
+            filter.key.as_deref(),
+            filter.principal.as_deref(),
+            low_id,
         )
         .fetch_all(ex)
         .await;
     }
+    // Each filter has an index that leads with it (scope, authority, kind,
+    // key; a time range is an id range); none names the state, which is
+    // checked on the rows found.
     sqlx::query_as!(
         CommandRow,
         r#"
@@ -498,15 +548,25 @@ pub async fn list(
           and ($3::text is null or authority_id = $3)
           and ($4::uuid is null or id < $4)
           and ($6::timestamptz is null or created_at >= $6)
+          and ($7::timestamptz is null or created_at < $7)
+          and ($8::text is null or kind = $8)
+          and ($9::text is null or idempotency_key = $9)
+          and ($10::text is null or scope = (select p.id from principals p where p.name = $10))
+          and ($11::uuid is null or id >= $11)
         order by id desc
         limit $5
         "#,
         filter.scope.as_deref(),
         filter.state.map(State::as_str),
         filter.authority_id.as_deref(),
-        filter.before_id,
+        high_id,
         filter.limit,
         filter.since,
+        filter.until,
+        filter.kind.as_deref(),
+        filter.key.as_deref(),
+        filter.principal.as_deref(),
+        low_id,
     )
     .fetch_all(ex)
     .await
@@ -626,4 +686,24 @@ pub async fn prune_batch(
     )
     .fetch_one(ex)
     .await
+}
+
+#[cfg(test)]
+mod id_range_tests {
+    use super::*;
+
+    #[test]
+    fn the_v7_floor_sorts_before_every_id_of_its_millisecond_and_after_earlier_ones() {
+        let t = Utc::now();
+        let floor = v7_floor(t);
+        let ts = uuid::Timestamp::from_unix(
+            uuid::NoContext,
+            u64::try_from(t.timestamp()).unwrap(),
+            t.timestamp_subsec_nanos(),
+        );
+        let id = Uuid::new_v7(ts);
+        assert!(floor <= id);
+        assert!(v7_floor(t - chrono::Duration::milliseconds(1)) < floor);
+        assert_eq!(floor.get_version_num(), 7);
+    }
 }

@@ -27,6 +27,7 @@
 
 pub mod authorities;
 pub mod commands;
+pub mod counts;
 pub mod group_commit;
 pub mod holds;
 pub mod inspector;
@@ -34,6 +35,7 @@ pub mod lifecycle;
 pub mod notify;
 pub mod principals;
 pub mod recovery;
+pub mod resolutions;
 pub mod roles;
 pub mod txn;
 pub mod verify;

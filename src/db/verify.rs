@@ -31,7 +31,9 @@ pub struct Break {
     /// The entry concerned, when it is one entry.
     pub entry_id: Option<i64>,
     /// `edited`, `chain_broken`, `illegal_transition`, `row_mismatch`,
-    /// `no_history`, `orphan_history`, or (against a digest)
+    /// `no_history`, `orphan_history`, `resolution_edited`,
+    /// `resolution_unanchored` (a resolution of an ambiguous command,
+    /// migration 0018), or (against a digest)
     /// `digest_head_missing`, `digest_head_changed`.
     pub kind: &'static str,
     pub detail: String,
@@ -45,6 +47,8 @@ fn kind_of(tag: &str) -> &'static str {
         "row_mismatch" => "row_mismatch",
         "no_history" => "no_history",
         "orphan_history" => "orphan_history",
+        "resolution_edited" => "resolution_edited",
+        "resolution_unanchored" => "resolution_unanchored",
         _ => "unknown",
     }
 }
@@ -213,6 +217,59 @@ pub async fn chains(
                 head: r.head_id.zip(r.head_hash),
                 breaks,
             }
+        })
+        .collect())
+}
+
+/// Every resolution of an ambiguous command (migration 0018) of the
+/// commands `chains` would check, recomputed: its hash from its fields, and
+/// its anchor against the hash of its command's ambiguous history entry
+/// (live or archived). Returns the breaks.
+pub async fn resolutions(
+    pool: &sqlx::PgPool,
+    authority: Option<&str>,
+    since: Option<DateTime<Utc>>,
+) -> Result<Vec<Break>, sqlx::Error> {
+    let rows = sqlx::query!(
+        r#"
+        with subjects as (
+            select id, authority_id, created_at from commands
+            union all
+            select id, authority_id, created_at from pruned_commands
+        )
+        select r.command_id as "command_id!",
+               case
+               when r.hash <> sha256(convert_to(jsonb_build_array(
+                        'resolution-v1', encode(r.anchor_hash, 'hex'), r.command_id, r.outcome, r.evidence,
+                        r.reference, r.source, r.actor,
+                        to_char(r.at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))::text, 'UTF8')) then
+                   'resolution_edited: its fields do not hash to its stored hash (the resolution was edited)'
+               when r.anchor_hash is distinct from coalesce(
+                        (select h.hash from command_history h
+                         where h.command_id = r.command_id and h.to_state = 'ambiguous'
+                         order by h.id desc limit 1),
+                        (select e.hash from pruned_commands a
+                         cross join lateral jsonb_populate_recordset(null::command_history, a.record -> 'history') e
+                         where a.id = r.command_id and e.to_state = 'ambiguous'
+                         order by e.id desc limit 1)) then
+                   'resolution_unanchored: it does not chain to its command''s ambiguous history entry'
+               end as problem
+        from command_resolutions r
+        left join subjects s on s.id = r.command_id
+        where ($1::text is null or s.authority_id = $1)
+          and ($2::timestamptz is null or s.created_at >= $2)
+        order by r.command_id
+        "#,
+        authority,
+        since,
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|r| {
+            r.problem
+                .map(|problem| parse_problem(r.command_id, None, &problem))
         })
         .collect())
 }

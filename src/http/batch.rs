@@ -10,7 +10,6 @@ use axum::extract::State;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use std::sync::atomic::Ordering;
 
 use super::AppState;
 use super::commands::{CommandView, view};
@@ -108,10 +107,7 @@ pub(super) async fn submit_batch(
         )));
     }
     let n = body.items.len();
-    state
-        .counters
-        .requests
-        .fetch_add(n as u64, Ordering::Relaxed);
+    state.counters.requests(n as u64);
     // Read each item on its own; the readable ones go to admission together.
     let mut refused: Vec<Option<ApiError>> = Vec::with_capacity(n);
     let mut items = Vec::with_capacity(n);

@@ -55,6 +55,10 @@ pub(super) struct CommandView<'a> {
     retry_of: Option<Uuid>,
     #[serde(skip_serializing_if = "Option::is_none")]
     disposition: Option<&'static str>,
+    /// For an ambiguous command read by id: what was later learned about its
+    /// effect (`POST /v1/commands/{id}/resolution` or `/probe`), if anything.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) resolution: Option<Box<super::resolutions::ResolutionView>>,
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -92,6 +96,7 @@ pub(super) fn view(row: &CommandRow, disposition: Option<Disposition>) -> Comman
         fingerprint: row.intent_digest.as_deref().map(hex::encode),
         retry_of: row.retry_of,
         disposition: disposition.map(Disposition::as_str),
+        resolution: None,
     }
 }
 
@@ -142,7 +147,16 @@ pub(super) async fn get_one(
         .ok_or(ApiError::NotFound)?;
     let wait = q.wait.map(|w| Duration::from_secs(w).min(state.max_wait));
     let (row, waited) = settle(&state, row, wait, principal.visible_scope().as_deref()).await?;
-    let mut response = Json(view(&row, None)).into_response();
+    let resolution = if row.state() == CommandState::Ambiguous {
+        db::resolutions::get(&state.pool, row.id).await?
+    } else {
+        None
+    };
+    let mut shown = view(&row, None);
+    shown.resolution = resolution
+        .as_ref()
+        .map(|r| Box::new(super::resolutions::resolution_view(r)));
+    let mut response = Json(shown).into_response();
     applied_wait(&mut response, waited);
     key_expiry(&mut response, &row, state.retention);
     Ok(response)
@@ -249,6 +263,22 @@ pub(super) struct ListQuery {
     /// The `next_after` of the previous page.
     #[param(format = Uuid)]
     after: Option<String>,
+    /// Only this kind.
+    #[param(pattern = "^[a-z][a-z0-9_.-]{0,63}$")]
+    kind: Option<String>,
+    /// Only commands under this idempotency key.
+    #[param(min_length = 1, max_length = 255)]
+    key: Option<String>,
+    /// Only commands of the principal of this name (operators search every
+    /// principal; a device sees only its own commands whatever it asks).
+    #[param(pattern = "^[A-Za-z0-9][A-Za-z0-9_.@:-]{0,127}$")]
+    principal: Option<String>,
+    /// Only commands recorded at or after this instant (RFC 3339).
+    #[param(format = DateTime)]
+    since: Option<String>,
+    /// Only commands recorded before this instant (RFC 3339).
+    #[param(format = DateTime)]
+    until: Option<String>,
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -283,18 +313,65 @@ fn list_filter(q: &ListQuery, scope: Option<Vec<Uuid>>) -> Result<(ListFilter, i
         .as_deref()
         .map(|a| Uuid::parse_str(a).map_err(|_| invalid(&"after must be a command id")))
         .transpose()?;
+    let instant = |name: &str, raw: Option<&str>| {
+        raw.map(|t| {
+            DateTime::parse_from_rfc3339(t)
+                .map(|t| t.with_timezone(&Utc))
+                .map_err(|_| {
+                    invalid(&format_args!(
+                        "{name} must be an RFC 3339 instant, like 2026-12-01T08:00:00Z"
+                    ))
+                })
+        })
+        .transpose()
+    };
+    let since = instant("since", q.since.as_deref())?;
+    let until = instant("until", q.until.as_deref())?;
+    if let (Some(s), Some(u)) = (since, until)
+        && s >= u
+    {
+        return Err(invalid(&"since must be before until"));
+    }
+    let kind = q
+        .kind
+        .as_deref()
+        .map(|k| {
+            crate::domain::Kind::parse(k)
+                .map(|_| k.to_owned())
+                .map_err(|e| invalid(&e))
+        })
+        .transpose()?;
+    if let Some(k) = &q.key
+        && (k.is_empty() || k.len() > 255 || k.contains('\0'))
+    {
+        return Err(invalid(&"key must be 1-255 bytes"));
+    }
+    if let Some(p) = &q.principal
+        && (p.is_empty()
+            || p.len() > 128
+            || !p
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "_.@:-".contains(c)))
+    {
+        return Err(invalid(&"principal must be a principal name"));
+    }
     let filter = ListFilter {
         scope,
         state,
         authority_id: authority.map(|a| a.as_str().to_owned()),
         before_id: after,
-        since: None,
+        since,
+        until,
+        kind,
+        key: q.key.clone(),
+        principal: q.principal.clone(),
         limit: limit + 1,
     };
     Ok((filter, limit))
 }
 
-/// `GET /v1/commands`: newest first, keyset pagination with `after`.
+/// `GET /v1/commands`: search by state, authority, kind, key, principal and
+/// time range; newest first, keyset pagination with `after`.
 #[utoipa::path(get, path = "/v1/commands", operation_id = "listCommands", tag = "commands",
     params(ListQuery),
     responses((status = 200, body = ListView<'static>), (status = 400, body = Problem), (status = 401, body = Problem),
@@ -435,7 +512,7 @@ mod tests {
         #[test]
         fn arbitrary_list_queries_are_refused_or_kept_within_the_rules(
             pairs in proptest::collection::vec(
-                (proptest::prop_oneof!["state", "authority", "limit", "after", "[a-z]{1,6}"], "\\PC{0,40}"),
+                (proptest::prop_oneof!["state", "authority", "limit", "after", "kind", "key", "principal", "since", "until", "[a-z]{1,6}"], "\\PC{0,40}"),
                 0..6,
             ),
         ) {
@@ -461,12 +538,24 @@ mod tests {
         };
         assert!(matches!(q("state=pending&limit=5"), Ok(Ok((_, 5)))));
         assert!(matches!(q(""), Ok(Ok((_, DEFAULT_LIMIT)))));
+        assert!(matches!(
+            q(
+                "kind=refund&key=k1&principal=kiosk-7&since=2026-12-01T00:00:00Z&until=2026-12-01T02:00:00%2B01:00"
+            ),
+            Ok(Ok(_))
+        ));
         for bad in [
             "state=done",
             "limit=0",
             "limit=501",
             "after=x",
             "authority=a%20b",
+            "kind=Refund",
+            "since=yesterday",
+            "until=2026-13-01T00:00:00Z",
+            "since=2026-12-01T00:00:00Z&until=2026-11-30T00:00:00Z",
+            "principal=a%20b",
+            "key=",
         ] {
             assert!(matches!(q(bad), Ok(Err(_))), "{bad}");
         }

@@ -1,6 +1,7 @@
-//! `GET /console`: one page, embedded in the binary, for operators: live
-//! counters (requests against executions), commands by state with their
-//! history, the ambiguous list, and holds with Release and Reject buttons.
+//! `GET /console`: one page, embedded in the binary, for operators: the
+//! ledger's counters and charts (inline SVG, kept live by `GET /v1/events`),
+//! a search with cursor paging, a command page, the ambiguous list with
+//! Probe now and Record resolution, and holds with Release and Reject buttons.
 //! It calls the same API as everyone else, with the operator token the
 //! page is given (kept in the tab's session storage only).
 

@@ -1,10 +1,20 @@
-//! `GET /v1/state`: what this API process has seen since it started, beside
-//! the ledger's totals: requests go up, executions do not.
+//! `GET /v1/state`: the ledger's counters (cluster-wide, durable: requests
+//! by outcome from every API process, executions from the history) beside
+//! what this API process has seen since it started: requests go up,
+//! executions do not.
+//!
+//! Each process counts its requests in memory and adds them to
+//! `ledger_counts` (migration 0017) every [`FLUSH_INTERVAL`], and before it
+//! answers a read of the counters: a crash loses at most the last interval
+//! of request counts, never a command.
 
 use axum::Json;
 use axum::extract::State;
 use serde_json::{Map, Value, json};
+use sqlx::PgPool;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use super::AppState;
 use super::error::ApiError;
@@ -12,8 +22,27 @@ use super::extract::Auth;
 use crate::db::{self, Role};
 use crate::domain::Disposition;
 
-/// Submissions seen by this process, by what became of them.
-#[derive(Debug, Default)]
+/// How often a process adds its request counts to the ledger's.
+pub const FLUSH_INTERVAL: Duration = Duration::from_secs(1);
+
+/// How often a process offers to fold finished minutes (one process does).
+const COMPACT_INTERVAL: Duration = Duration::from_secs(60);
+
+/// The request counters, in the order of [`Counters::all`], as named in
+/// `ledger_counts.counter`.
+pub const REQUEST_COUNTERS: [&str; 7] = [
+    "requests",
+    "new",
+    "replay",
+    "coalesced",
+    "held",
+    "conflict",
+    "refused",
+];
+
+/// Submissions seen by this process, by what became of them; and, per
+/// counter, what is not yet added to the ledger's counts.
+#[derive(Debug)]
 pub struct Counters {
     pub requests: AtomicU64,
     pub new: AtomicU64,
@@ -22,9 +51,56 @@ pub struct Counters {
     pub held: AtomicU64,
     pub conflict: AtomicU64,
     pub refused: AtomicU64,
+    /// Counted here, not yet in `ledger_counts` (by [`REQUEST_COUNTERS`]).
+    unflushed: [AtomicU64; 7],
+    /// This process's `ledger_counts.source`: `api:<uuid>`, new at each start.
+    source: String,
+}
+
+impl Default for Counters {
+    fn default() -> Self {
+        Counters {
+            requests: AtomicU64::default(),
+            new: AtomicU64::default(),
+            replay: AtomicU64::default(),
+            coalesced: AtomicU64::default(),
+            held: AtomicU64::default(),
+            conflict: AtomicU64::default(),
+            refused: AtomicU64::default(),
+            unflushed: Default::default(),
+            source: format!("api:{}", uuid::Uuid::now_v7()),
+        }
+    }
 }
 
 impl Counters {
+    fn all(&self) -> [&AtomicU64; 7] {
+        [
+            &self.requests,
+            &self.new,
+            &self.replay,
+            &self.coalesced,
+            &self.held,
+            &self.conflict,
+            &self.refused,
+        ]
+    }
+
+    fn bump(&self, counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+        let i = self
+            .all()
+            .iter()
+            .position(|c| std::ptr::eq(*c, counter))
+            .expect("one of this process's counters");
+        self.unflushed[i].fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// `n` more submissions received (a batch's items count one each).
+    pub(super) fn requests(&self, n: u64) {
+        self.bump(&self.requests, n);
+    }
+
     pub(super) fn count(&self, d: Disposition) {
         let counter = match d {
             Disposition::New => &self.new,
@@ -33,7 +109,7 @@ impl Counters {
             Disposition::Held => &self.held,
             Disposition::Conflict => &self.conflict,
         };
-        counter.fetch_add(1, Ordering::Relaxed);
+        self.bump(counter, 1);
     }
 
     pub(super) fn refused(&self, e: &ApiError) {
@@ -41,13 +117,64 @@ impl Counters {
             ApiError::KeyConflict { .. } => &self.conflict,
             _ => &self.refused,
         };
-        counter.fetch_add(1, Ordering::Relaxed);
+        self.bump(counter, 1);
+    }
+
+    /// Adds what this process counted since the last flush to the ledger's
+    /// counts. On failure the counts are kept for the next attempt.
+    pub async fn flush(&self, pool: &PgPool) -> Result<(), sqlx::Error> {
+        let taken: Vec<u64> = self
+            .unflushed
+            .iter()
+            .map(|c| c.swap(0, Ordering::Relaxed))
+            .collect();
+        if taken.iter().all(|n| *n == 0) {
+            return Ok(());
+        }
+        let deltas: Vec<(&str, i64)> = REQUEST_COUNTERS
+            .iter()
+            .zip(&taken)
+            .map(|(c, n)| (*c, i64::try_from(*n).unwrap_or(i64::MAX)))
+            .collect();
+        let added = db::counts::add(pool, &self.source, &deltas).await;
+        if added.is_err() {
+            for (c, n) in self.unflushed.iter().zip(taken) {
+                c.fetch_add(n, Ordering::Relaxed);
+            }
+        }
+        added
+    }
+
+    /// Flushes every [`FLUSH_INTERVAL`] (and folds finished minutes about
+    /// once a minute) for as long as the process runs.
+    pub fn spawn_flusher(self: &Arc<Self>, pool: PgPool) {
+        let counters = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(FLUSH_INTERVAL);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut last_compact = tokio::time::Instant::now();
+            loop {
+                tick.tick().await;
+                let Some(counters) = counters.upgrade() else {
+                    return;
+                };
+                if let Err(e) = counters.flush(&pool).await {
+                    tracing::warn!(error = %e, "request counts not added to the ledger yet; kept for the next flush");
+                }
+                if last_compact.elapsed() >= COMPACT_INTERVAL {
+                    last_compact = tokio::time::Instant::now();
+                    if let Err(e) = db::counts::compact(&pool).await {
+                        tracing::warn!(error = %e, "folding the ledger's counts failed; will try again");
+                    }
+                }
+            }
+        });
     }
 }
 
 /// Operators only.
 #[utoipa::path(get, path = "/v1/state", operation_id = "getState", tag = "operations",
-    responses((status = 200, description = "counters since start and ledger totals", body = Object),
+    responses((status = 200, description = "the ledger's counters (every API process, durable) and this process's since it started", body = Object),
               (status = 401, body = super::error::Problem), (status = 403, body = super::error::Problem)),
     security(("bearer" = [])))]
 pub(super) async fn get(
@@ -60,11 +187,21 @@ pub(super) async fn get(
         ));
     }
     let c = &state.counters;
+    // This process's own counts first, so a reader sees its own requests.
+    if let Err(e) = c.flush(&state.pool).await {
+        tracing::warn!(error = %e, "request counts not added to the ledger before a read");
+    }
     let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
     let by_state: Map<String, Value> = db::commands::counts_by_state(&state.pool)
         .await?
         .into_iter()
         .map(|(s, n)| (s, json!(n)))
+        .collect();
+    let totals = db::counts::totals(&state.pool).await?;
+    let total = |name: &str| totals.get(name).copied().unwrap_or(0);
+    let requests: Map<String, Value> = REQUEST_COUNTERS
+        .iter()
+        .map(|name| ((*name).to_owned(), json!(total(name))))
         .collect();
     Ok(Json(json!({
         "since_start": {
@@ -78,7 +215,13 @@ pub(super) async fn get(
         },
         "ledger": {
             "commands_by_state": by_state,
-            "executions_started": db::commands::effects_started(&state.pool).await?,
+            "executions_started": total("executions"),
+            "outcomes": {
+                "applied": total("applied"),
+                "failed": total("failed"),
+                "ambiguous": total("ambiguous"),
+            },
+            "requests": requests,
             "holds_open": db::holds::count_open(&state.pool).await?,
         }
     })))

@@ -64,6 +64,15 @@ pub enum ApiError {
     },
     #[error("the hold is {state} already")]
     HoldDecided { hold_id: uuid::Uuid, state: String },
+    #[error(
+        "the command is {state}, not ambiguous: only an ambiguous command is probed again or resolved"
+    )]
+    NotAmbiguous {
+        command_id: uuid::Uuid,
+        state: State,
+    },
+    #[error("the command has a recorded resolution already; resolutions are never changed")]
+    AlreadyResolved { command_id: uuid::Uuid },
     #[error("too many requests from this principal; retry after the time in Retry-After")]
     RateLimited { retry_after: std::time::Duration },
     #[error("the ledger database is unavailable")]
@@ -168,7 +177,9 @@ impl ApiError {
             ApiError::KeyConflict { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::NearDuplicate { .. }
             | ApiError::CancelTooLate { .. }
-            | ApiError::HoldDecided { .. } => StatusCode::CONFLICT,
+            | ApiError::HoldDecided { .. }
+            | ApiError::NotAmbiguous { .. }
+            | ApiError::AlreadyResolved { .. } => StatusCode::CONFLICT,
             ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -198,6 +209,8 @@ impl ApiError {
             ApiError::NearDuplicate { .. } => "/problems/near-duplicate",
             ApiError::CancelTooLate { .. } => "/problems/cancel-too-late",
             ApiError::HoldDecided { .. } => "/problems/hold-decided",
+            ApiError::NotAmbiguous { .. } => "/problems/not-ambiguous",
+            ApiError::AlreadyResolved { .. } => "/problems/already-resolved",
             ApiError::RateLimited { .. } => "/problems/rate-limited",
             ApiError::Unavailable(_) => "/problems/unavailable",
             ApiError::Internal(_) => "/problems/internal",
@@ -226,6 +239,8 @@ impl ApiError {
             ApiError::NearDuplicate { .. } => "Near-duplicate refused",
             ApiError::CancelTooLate { .. } => "Too late to cancel",
             ApiError::HoldDecided { .. } => "Hold already decided",
+            ApiError::NotAmbiguous { .. } => "Command is not ambiguous",
+            ApiError::AlreadyResolved { .. } => "Command already resolved",
             ApiError::RateLimited { .. } => "Too many requests",
             ApiError::Unavailable(_) => "Service unavailable",
             ApiError::Internal(_) => "Internal error",
@@ -256,6 +271,13 @@ impl ApiError {
             ApiError::HoldDecided { hold_id, state } => {
                 ext.insert("hold_id".into(), json!(hold_id));
                 ext.insert("state".into(), json!(state));
+            }
+            ApiError::NotAmbiguous { command_id, state } => {
+                ext.insert("command_id".into(), json!(command_id));
+                ext.insert("state".into(), json!(state.as_str()));
+            }
+            ApiError::AlreadyResolved { command_id } => {
+                ext.insert("command_id".into(), json!(command_id));
             }
             _ => {}
         }

@@ -1,14 +1,17 @@
 //! `GET /metrics`: Prometheus text format, for operators (scrape with the
-//! operator token as a bearer credential). Counters are this process's
-//! since it started: the API's submissions, and the in-process custodian's
-//! transitions, retries, leases and effect latencies. Gauges come from the
-//! database, so every API process reports the same ledger.
+//! operator token as a bearer credential). The request, execution and
+//! outcome counters are the ledger's (`ledger_counts`: every API process,
+//! durable across restarts), the same numbers as `GET /v1/state`; the
+//! in-process custodian's transitions, retries, leases and effect latencies
+//! are this process's since it started. Gauges come from the database, so
+//! every API process reports the same ledger.
 
 use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 
 use super::AppState;
+use super::counters::REQUEST_COUNTERS;
 use super::error::{ApiError, Problem};
 use super::extract::Auth;
 use crate::db::{self, Role};
@@ -27,24 +30,10 @@ pub(super) async fn get(
         return Err(ApiError::Forbidden("metrics are for operators"));
     }
     let mut e = Exposition::default();
-    let c = &state.counters;
-    e.counter(
-        "ledger_requests_total",
-        "Submissions received by this process (POST /v1/commands and /v1/invoke).",
-        &[(&[], load(&c.requests))],
-    );
-    e.counter(
-        "ledger_submissions_total",
-        "Submissions by disposition (refused: invalid, unauthorised or failed before a disposition).",
-        &[
-            (&[("disposition", "new")], load(&c.new)),
-            (&[("disposition", "replay")], load(&c.replay)),
-            (&[("disposition", "coalesced")], load(&c.coalesced)),
-            (&[("disposition", "held")], load(&c.held)),
-            (&[("disposition", "conflict")], load(&c.conflict)),
-            (&[("disposition", "refused")], load(&c.refused)),
-        ],
-    );
+    // This process's own counts first, so a scrape sees its own requests.
+    if let Err(err) = state.counters.flush(&state.pool).await {
+        tracing::warn!(error = %err, "request counts not added to the ledger before a scrape");
+    }
     e.counter(
         "ledger_api_serialization_retries_total",
         "Serialization conflicts retried by this process's SERIALIZABLE writes (cancels).",
@@ -69,6 +58,39 @@ pub(super) async fn get(
 }
 
 async fn ledger(e: &mut Exposition, state: &AppState) -> Result<(), sqlx::Error> {
+    let totals = db::counts::totals(&state.pool).await?;
+    #[allow(clippy::cast_precision_loss)]
+    let total = |name: &str| totals.get(name).copied().unwrap_or(0) as f64;
+    e.counter(
+        "ledger_requests_total",
+        "Submissions received by every API process (POST /v1/commands, /v1/invoke, each batch item).",
+        &[(&[], total("requests"))],
+    );
+    let dispositions: Vec<_> = REQUEST_COUNTERS[1..]
+        .iter()
+        .map(|d| ([("disposition", *d)], total(d)))
+        .collect();
+    let dispositions: Vec<_> = dispositions.iter().map(|(l, v)| (&l[..], *v)).collect();
+    e.counter(
+        "ledger_submissions_total",
+        "Submissions by disposition, every API process (refused: invalid, unauthorised or failed before a disposition).",
+        &dispositions,
+    );
+    e.counter(
+        "ledger_executions_total",
+        "Effects started (the executions the ledger allowed).",
+        &[(&[], total("executions"))],
+    );
+    let outcomes: Vec<_> = ["applied", "failed", "ambiguous"]
+        .iter()
+        .map(|s| ([("state", *s)], total(s)))
+        .collect();
+    let outcomes: Vec<_> = outcomes.iter().map(|(l, v)| (&l[..], *v)).collect();
+    e.counter(
+        "ledger_outcomes_total",
+        "Commands that ended applied, failed or ambiguous after their effect started.",
+        &outcomes,
+    );
     let in_flight = db::commands::oldest_in_flight(&state.pool).await?;
     let holds = db::holds::count_open(&state.pool).await?;
     let ambiguous = db::commands::count_ambiguous(&state.pool).await?;

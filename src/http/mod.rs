@@ -9,6 +9,7 @@ mod commands;
 mod console;
 pub mod counters;
 pub mod error;
+mod events;
 mod explain;
 mod extract;
 mod health;
@@ -19,6 +20,7 @@ mod listener;
 mod malformed;
 mod metrics;
 pub mod openapi;
+mod resolutions;
 mod submit;
 mod tls;
 pub mod wait;
@@ -65,6 +67,10 @@ pub struct AppState {
     pub limiter: limits::Limiter,
     /// Most HTTP connections held at once; more wait in the backlog.
     pub max_connections: usize,
+    /// The catalog's executors, used here only for their reconcile probes
+    /// (`POST /v1/commands/{id}/probe`): a probe reads, it never runs an
+    /// effect. `None`: no probe in this process.
+    pub probes: Option<Arc<dyn crate::ledger::probe::Prober>>,
     /// The counters of the custodian running in this process, if any, for `/metrics`.
     pub custodian_stats: Option<Arc<crate::metrics::CustodianStats>>,
     /// The advertised replay window: how long a finished command's key is
@@ -86,6 +92,8 @@ impl AppState {
         let waiters = wait::Waiters::default();
         waiters.spawn_listener(pool.clone());
         let wake = crate::ledger::PendingWake::spawn(pool.clone());
+        let counters = Arc::new(counters::Counters::default());
+        counters.spawn_flusher(pool.clone());
         let group = crate::db::group_commit::GroupCommit::spawn(
             pool.clone(),
             crate::db::group_commit::FLUSHERS,
@@ -95,13 +103,14 @@ impl AppState {
             pool,
             group,
             policies: Arc::new(policies),
-            counters: Arc::default(),
+            counters,
             waiters,
             wake,
             max_wait: MAX_WAIT,
             body_timeout: BODY_TIMEOUT,
             limiter: limits::Limiter::new(limits::RateLimit::default()),
             max_connections: MAX_CONNECTIONS,
+            probes: None,
             custodian_stats: None,
             retention: None,
             epoch: adapter::Epoch::first(),
@@ -164,6 +173,13 @@ pub fn router(state: AppState) -> Router {
         documented(commands::__path_history, commands::history),
         documented(commands::__path_cancel, commands::cancel),
         documented(authorities::__path_get_one, authorities::get_one),
+        documented(events::__path_stream, events::stream),
+        documented(resolutions::__path_resolve, resolutions::resolve),
+        documented(resolutions::__path_probe, resolutions::probe),
+        documented(
+            resolutions::__path_probe_authority,
+            resolutions::probe_authority,
+        ),
         documented(metrics::__path_get, metrics::get),
         documented(health::__path_healthz, health::healthz),
         documented(health::__path_readyz, health::readyz),
@@ -212,6 +228,11 @@ pub mod json {
         value(super::commands::HistoryEntry::from(row.clone()))
     }
 
+    /// A command's resolution, as `GET /v1/commands/{id}` shows it.
+    pub fn resolution(row: &crate::db::resolutions::ResolutionRow) -> Value {
+        value(super::resolutions::resolution_view(row))
+    }
+
     /// As `GET /v1/holds/{id}` returns it.
     pub fn hold(row: &HoldRow) -> Value {
         value(super::holds::hold_view(row))
@@ -253,8 +274,9 @@ pub async fn serve_with(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let listener = listener::BoundedListener::new(listener, state.max_connections);
+    let (counters, pool) = (state.counters.clone(), state.pool.clone());
     let app = router(state);
-    match tls {
+    let served = match tls {
         None => {
             axum::serve(malformed::ProblemListener(listener), app)
                 .with_graceful_shutdown(shutdown)
@@ -266,5 +288,10 @@ pub async fn serve_with(
                 .with_graceful_shutdown(shutdown)
                 .await
         }
+    };
+    // The last requests' counts, before the process goes.
+    if let Err(e) = counters.flush(&pool).await {
+        tracing::warn!(error = %e, "the last request counts were not added to the ledger");
     }
+    served
 }

@@ -10,7 +10,6 @@ use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 use uuid::Uuid;
 
@@ -224,7 +223,7 @@ pub(super) async fn submit(
     headers: HeaderMap,
     AppJson(body): AppJson<SubmitBody>,
 ) -> Result<Response, ApiError> {
-    state.counters.requests.fetch_add(1, Ordering::Relaxed);
+    state.counters.requests(1);
     let key = idempotency_key(&headers)?;
     let wait = prefer_wait(&headers).map(|w| w.min(state.max_wait));
     let sub = validate(body)?;
@@ -343,7 +342,7 @@ pub(super) async fn invoke(
     headers: HeaderMap,
     AppJson(body): AppJson<InvokeBody>,
 ) -> Result<Response, ApiError> {
-    state.counters.requests.fetch_add(1, Ordering::Relaxed);
+    state.counters.requests(1);
     let key = idempotency_key(&headers)?;
     let wait = prefer_wait(&headers)
         .unwrap_or(INVOKE_WAIT)

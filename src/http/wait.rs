@@ -16,6 +16,9 @@ use crate::db::notify::{self, Heard, OUTCOME_CHANNEL};
 #[derive(Debug, Clone, Default)]
 pub struct Waiters {
     slots: Arc<Mutex<HashMap<Uuid, watch::Sender<u64>>>>,
+    /// Bumped at every notification (and gap): "some command finished",
+    /// for the console's live stream (`GET /v1/events`).
+    finished: Arc<watch::Sender<u64>>,
 }
 
 /// One waiter's interest in one command; dropping it (the client went away)
@@ -43,7 +46,14 @@ impl Waiters {
         }
     }
 
+    /// Changes whenever some command became terminal (or notifications
+    /// may have been missed).
+    pub fn finished(&self) -> watch::Receiver<u64> {
+        self.finished.subscribe()
+    }
+
     fn wake(&self, id: Uuid) {
+        self.finished.send_modify(|v| *v += 1);
         if let Some(tx) = self.slots.lock().expect("waiters lock").get(&id) {
             tx.send_modify(|v| *v += 1);
         }
@@ -52,6 +62,7 @@ impl Waiters {
     /// After the listener lost its connection, notifications may be lost:
     /// every waiter re-reads.
     fn wake_all(&self) {
+        self.finished.send_modify(|v| *v += 1);
         for tx in self.slots.lock().expect("waiters lock").values() {
             tx.send_modify(|v| *v += 1);
         }

@@ -5,9 +5,11 @@
 //!
 //! - [`submit`]: admission (key, intent guard, holds), recording, wake-up.
 //! - [`holds`]: release (record + wake) and reject.
+//! - [`probe`]: the seam through which the API asks a reconcile probe.
 //! - [`wake`]: waking custodians after a commit.
 
 pub mod holds;
+pub mod probe;
 pub mod submit;
 pub mod wake;
 

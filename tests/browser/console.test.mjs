@@ -1,7 +1,10 @@
 // The console in a real browser (headless Chromium, driven by Playwright):
 // three spellings of one refund make one execution, the page shows it, a
-// later near-duplicate is held and released with a click. Run by
-// scripts/browser-test, which starts the server and passes its address.
+// later near-duplicate is held and released with a click; a search by kind;
+// the requests chart moves when a refund arrives (server-sent events); an
+// ambiguous refund is settled by "Probe now", another by a recorded
+// resolution. Run by scripts/browser-test, which starts the server and
+// passes its address.
 import { chromium } from "playwright-core";
 import assert from "node:assert/strict";
 
@@ -65,6 +68,52 @@ try {
   const history = await page.textContent("#history tbody");
   assert.match(history, /effect_started/);
   assert.match(history, /applied/);
+
+  // Search: refunds by kind, with the command page one click away.
+  await page.fill("#q-kind", "refund");
+  await page.click("#search-go");
+  await page.waitForSelector("#commands tr.clickable");
+  const found = await page.$$eval("#commands tr.clickable td:nth-child(3)", (tds) => tds.map((td) => td.textContent));
+  assert.ok(found.length >= 2 && found.every((k) => k === "refund"), JSON.stringify(found));
+
+  // The headline chart moves when a request arrives, pushed by the server.
+  const total = () => page.$eval("#chart-requests", (svg) => Number(svg.dataset.total));
+  const before = await total();
+  const fresh = await invoke("worker-chart", { customer: "bob@example.com", amount: "USD 3" });
+  assert.equal(fresh.outcome, "executed", JSON.stringify(fresh));
+  await page.waitForFunction((b) => Number(document.querySelector("#chart-requests").dataset.total) > b,
+                             before, { timeout: 15000 });
+
+  // Two refunds end ambiguous: the provider applied one and went silent
+  // (hang), and sat on the other without applying it (stall).
+  const [applied, stalled] = await Promise.all([
+    invoke("worker-hang", { customer: "cy@example.com", amount: "USD 7", mode: "hang" }),
+    invoke("worker-stall", { customer: "di@example.com", amount: "USD 8", mode: "stall" }),
+  ]);
+  assert.equal(applied.state, "ambiguous", JSON.stringify(applied));
+  assert.equal(stalled.state, "ambiguous", JSON.stringify(stalled));
+
+  // Probe now: the provider says the first one ran; that is recorded.
+  const open = async (id) => {
+    await page.click(`#ambiguous tr[data-id="${id}"] td:first-child`);
+    await page.waitForFunction((i) => document.querySelector("#history-id").textContent === i, id);
+  };
+  await open(applied.command_id);
+  await page.click("#probe-now");
+  await page.waitForSelector("#resolution", { timeout: 10000 });
+  assert.match(await page.textContent("#resolution"), /^Resolved applied \(probe/);
+  assert.equal(await page.textContent("#d-state"), "ambiguous");
+
+  // The second: an operator records what the provider said.
+  await open(stalled.command_id);
+  await page.selectOption("#r-outcome", "not_applied");
+  await page.fill("#r-evidence", "provider says it never ran");
+  await page.fill("#r-reference", "ticket-4411");
+  await page.click("#r-record");
+  await page.waitForSelector("#resolution", { timeout: 10000 });
+  const recorded = await page.textContent("#resolution");
+  assert.match(recorded, /^Resolved not_applied \(operator/);
+  assert.match(recorded, /ticket-4411/);
   await page.screenshot({ path: screenshot, fullPage: true });
   assert.deepEqual(problems, [], "no script errors on the page");
   console.log(`console test passed; screenshot ${screenshot}`);

@@ -1,0 +1,116 @@
+//! Resolutions of ambiguous commands (`command_resolutions`, migration
+//! 0018): what an operator or the reconcile probe later learned about an
+//! effect, recorded beside the terminal `ambiguous` row, append-only.
+
+use chrono::{DateTime, Utc};
+use sqlx::PgExecutor;
+use uuid::Uuid;
+
+use super::CommandRow;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolutionRow {
+    pub command_id: Uuid,
+    /// `applied` or `not_applied`.
+    pub outcome: String,
+    pub evidence: String,
+    pub reference: Option<String>,
+    /// `operator` or `probe`.
+    pub source: String,
+    pub actor: String,
+    pub at: DateTime<Utc>,
+    pub anchor_hash: Vec<u8>,
+    pub hash: Vec<u8>,
+}
+
+/// A resolution to record.
+#[derive(Debug, Clone)]
+pub struct NewResolution<'a> {
+    pub command_id: Uuid,
+    pub outcome: &'a str,
+    pub evidence: &'a str,
+    pub reference: Option<&'a str>,
+    pub source: &'a str,
+    pub actor: &'a str,
+}
+
+/// Why a resolution was not recorded.
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    #[error("the command is not ambiguous")]
+    NotAmbiguous,
+    #[error("the command has a resolution already")]
+    AlreadyResolved,
+    #[error(transparent)]
+    Db(#[from] sqlx::Error),
+}
+
+/// Records a resolution; the database checks the command is ambiguous and
+/// stamps the time and hashes.
+pub async fn record(
+    ex: impl PgExecutor<'_>,
+    r: &NewResolution<'_>,
+) -> Result<ResolutionRow, ResolveError> {
+    sqlx::query_as!(
+        ResolutionRow,
+        r#"
+        insert into command_resolutions (command_id, outcome, evidence, reference, source, actor,
+                                         anchor_hash, hash)
+        values ($1, $2, $3, $4, $5, $6, '', '')
+        returning *
+        "#,
+        r.command_id,
+        r.outcome,
+        r.evidence,
+        r.reference,
+        r.source,
+        r.actor,
+    )
+    .fetch_one(ex)
+    .await
+    .map_err(|e| match &e {
+        sqlx::Error::Database(d) if d.code().as_deref() == Some("CL012") => {
+            ResolveError::NotAmbiguous
+        }
+        sqlx::Error::Database(d) if d.is_unique_violation() => ResolveError::AlreadyResolved,
+        _ => ResolveError::Db(e),
+    })
+}
+
+/// The resolution of a command, if one was recorded.
+pub async fn get(
+    ex: impl PgExecutor<'_>,
+    command_id: Uuid,
+) -> Result<Option<ResolutionRow>, sqlx::Error> {
+    sqlx::query_as!(
+        ResolutionRow,
+        "select * from command_resolutions where command_id = $1",
+        command_id,
+    )
+    .fetch_optional(ex)
+    .await
+}
+
+/// Ambiguous commands of `authority` with no resolution yet, oldest first,
+/// at most `limit` (found through the history's ambiguous index).
+pub async fn unresolved(
+    ex: impl PgExecutor<'_>,
+    authority: &str,
+    limit: i64,
+) -> Result<Vec<CommandRow>, sqlx::Error> {
+    sqlx::query_as!(
+        CommandRow,
+        r#"
+        select c.* from commands c
+        where c.id in (select command_id from command_history where to_state = 'ambiguous')
+          and c.state = 'ambiguous' and c.authority_id = $1
+          and not exists (select 1 from command_resolutions r where r.command_id = c.id)
+        order by c.id
+        limit $2
+        "#,
+        authority,
+        limit,
+    )
+    .fetch_all(ex)
+    .await
+}
