@@ -876,8 +876,8 @@ impl Bench {
             .execute(&mut *conn)
             .await?;
             sqlx::query(
-                "insert into command_history (command_id, from_state, to_state, actor, authority_generation) \
-                 select id, s.f, s.t, 'bench:preload', s.g from unnest($1::uuid[]) as id, \
+                "insert into command_history (authority_id, command_id, from_state, to_state, actor, authority_generation) \
+                 select 'old', id, s.f, s.t, 'bench:preload', s.g from unnest($1::uuid[]) as id, \
                  (values (null::text, 'pending', null::bigint), ('pending', 'prepared', 1), \
                          ('prepared', 'effect_started', 1), ('effect_started', 'applied', 1)) as s(f, t, g)",
             )

@@ -87,8 +87,15 @@ pub enum Command {
     /// One recovery pass: expire overdue commands, adopt prepared ones of
     /// superseded generations, resolve started ones whose executor vanished.
     Recover(custodian::RecoverCommand),
-    /// Apply database migrations and exit.
-    Migrate,
+    /// Apply database migrations and exit. On a Citus coordinator (detected:
+    /// the `citus` extension is installed) the tables are then distributed by
+    /// authority (docs/SCALING.md).
+    Migrate {
+        /// Require a Citus coordinator: fail, after migrating, if the database
+        /// is not one (instead of leaving the tables on one node).
+        #[arg(long)]
+        citus: bool,
+    },
     /// Create (or refresh) a read-only role for inspecting the ledger with
     /// SQL: it reads commands, history, holds and the views, never a token
     /// hash, and cannot write.
@@ -178,9 +185,19 @@ async fn run_command(
             println!("role {name} can read the ledger (not token hashes) and write nothing");
             db.close().await
         }
-        Command::Migrate => {
+        Command::Migrate { citus } => {
             let db = Database::open(cli.database_url, cli.state_dir).await?;
-            println!("migrations applied");
+            if crate::db::is_citus(&db.pool).await? {
+                println!("migrations applied; tables distributed by authority (Citus)");
+            } else if citus {
+                db.close().await?;
+                anyhow::bail!(
+                    "migrations applied, but the database is not a Citus coordinator \
+                     (no citus extension): create extension citus and add the workers, then run migrate --citus again"
+                );
+            } else {
+                println!("migrations applied");
+            }
             db.close().await
         }
         Command::Token(cmd) => token::run(cli.database_url, cli.state_dir, cmd).await,

@@ -132,6 +132,7 @@ impl Recovery {
                     let ok = db::recovery::expire(
                         &self.pool,
                         c.id,
+                        &c.authority_id,
                         &c.state,
                         c.authority_generation,
                         reason,
@@ -145,9 +146,15 @@ impl Recovery {
                     let Some(from) = c.authority_generation else {
                         continue;
                     };
-                    let ok =
-                        db::recovery::adopt(&self.pool, c.id, from, to_generation, &self.actor)
-                            .await?;
+                    let ok = db::recovery::adopt(
+                        &self.pool,
+                        c.id,
+                        &c.authority_id,
+                        from,
+                        to_generation,
+                        &self.actor,
+                    )
+                    .await?;
                     report.adopted += usize::from(ok);
                     ok
                 }
@@ -160,6 +167,7 @@ impl Recovery {
                     let ok = db::recovery::resolve(
                         &self.pool,
                         c.id,
+                        &c.authority_id,
                         generation,
                         outcome.state().as_str(),
                         result.as_ref(),

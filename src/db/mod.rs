@@ -120,10 +120,28 @@ pub async fn connect_with_timeout(
     }
 }
 
-/// Applies pending migrations (serialised across processes by sqlx's advisory lock).
+/// Applies pending migrations (serialised across processes by sqlx's advisory
+/// lock). On a Citus coordinator (the `citus` extension is installed) the
+/// ledger's tables are then distributed by authority (`ledger_distribute()`,
+/// migration 0019; idempotent, so tables a later migration adds are
+/// distributed by the next run).
 pub async fn migrate(pool: &PgPool) -> Result<(), DbError> {
     MIGRATOR.run(pool).await?;
+    if is_citus(pool).await? {
+        let mut tx = pool.begin().await?;
+        sqlx::query("select ledger_distribute()")
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+    }
     Ok(())
+}
+
+/// Whether the database is a Citus coordinator (the `citus` extension is installed).
+pub async fn is_citus(pool: &PgPool) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar("select exists (select 1 from pg_extension where extname = 'citus')")
+        .fetch_one(pool)
+        .await
 }
 
 /// True when every embedded migration is applied with the same checksum.
