@@ -185,9 +185,10 @@ begin
     if old.state in ('prepared', 'effect_started') and ledger_state_terminal(new.state) then
         delete from command_in_flight f where f.authority_id = old.authority_id and f.id = old.id;
     end if;
-    if new.state <> old.state and ledger_state_terminal(new.state) then
-        perform pg_notify('command_ledger_outcome', new.id::text);
-    end if;
+    -- No NOTIFY here: on a shard it would be sent on the worker, where no
+    -- waiter listens, and a transaction that wrote to two nodes cannot
+    -- commit after one ("cannot PREPARE a transaction that has executed
+    -- LISTEN, UNLISTEN, or NOTIFY"). On Citus, waiters and custodians poll.
     return null;
 end;
 $$;
@@ -196,7 +197,7 @@ $$;
 -- Name: FUNCTION commands_record_change_row(); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.commands_record_change_row() IS 'Row-level form of commands_record_changes() (used on Citus, fired when the state or generation changes): one chained history entry, command_queue and command_in_flight follow the state, NOTIFY on a terminal state (on the node that holds the shard).';
+COMMENT ON FUNCTION public.commands_record_change_row() IS 'Row-level form of commands_record_changes() (used on Citus, fired when the state or generation changes): one chained history entry, command_queue and command_in_flight follow the state. No NOTIFY (it would be sent on the worker, and would stop a two-node transaction from committing): on Citus, waiters poll.';
 
 --
 -- Name: commands_record_changes(); Type: FUNCTION; Schema: public; Owner: -
