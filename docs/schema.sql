@@ -38,7 +38,7 @@ CREATE FUNCTION public.coalesced_requests_delete_guard() RETURNS trigger
     SET search_path TO 'public', 'pg_temp'
     AS $$
 begin
-    if exists (select 1 from commands where id = old.command_id) then
+    if exists (select 1 from commands where authority_id = old.authority_id and id = old.command_id) then
         raise exception 'coalesced_requests is append-only'
             using errcode = 'CL003';
     end if;
@@ -55,7 +55,7 @@ CREATE FUNCTION public.command_history_delete_guard() RETURNS trigger
     SET search_path TO 'public', 'pg_temp'
     AS $$
 begin
-    if exists (select 1 from commands where id = old.command_id) then
+    if exists (select 1 from commands where authority_id = old.authority_id and id = old.command_id) then
         raise exception 'command_history is append-only'
             using errcode = 'CL003';
     end if;
@@ -181,13 +181,63 @@ CREATE FUNCTION public.commands_guard_delete() RETURNS trigger
     SET search_path TO 'public', 'pg_temp'
     AS $$
 begin
-    if not exists (select 1 from pruned_commands where id = old.id) then
+    if not exists (select 1 from pruned_commands where authority_id = old.authority_id and id = old.id) then
         raise exception 'command % is deleted only by prune_commands(), which archives it first', old.id
             using errcode = 'CL002';
     end if;
     return old;
 end;
 $$;
+
+--
+-- Name: commands_record_change_row(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.commands_record_change_row() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+declare
+    entry_at timestamptz := now();
+    entry_actor text := ledger_actor();
+    entry_reason text := coalesce(ledger_reason(),
+                                  case when new.state <> old.state then new.error ->> 'reason' end,
+                                  case when new.state = old.state
+                                       then 'adopted by generation ' || new.authority_generation end);
+    entry_digest bytea := ledger_row_digest(row(new.*)::commands);
+    prev bytea;
+begin
+    select h.hash into prev from command_history h
+    where h.authority_id = new.authority_id and h.command_id = new.id
+    order by h.id desc limit 1;
+    insert into command_history (authority_id, command_id, from_state, to_state, at, actor, authority_generation,
+                                 reason, row_digest, prev_hash, hash)
+    values (new.authority_id, new.id, old.state, new.state, entry_at, entry_actor, new.authority_generation,
+            entry_reason, entry_digest, prev,
+            ledger_entry_hash(prev, new.id, old.state, new.state, entry_at, entry_actor, new.authority_generation,
+                              entry_reason, entry_digest));
+    if old.state = 'pending' and new.state <> 'pending' then
+        delete from command_queue q where q.authority_id = old.authority_id and q.id = old.id;
+    end if;
+    if old.state = 'pending' and new.state in ('prepared', 'effect_started') then
+        insert into command_in_flight (authority_id, id) values (new.authority_id, new.id);
+    end if;
+    if old.state in ('prepared', 'effect_started') and ledger_state_terminal(new.state) then
+        delete from command_in_flight f where f.authority_id = old.authority_id and f.id = old.id;
+    end if;
+    -- No NOTIFY here: on a shard it would be sent on the worker, where no
+    -- waiter listens, and a transaction that wrote to two nodes cannot
+    -- commit after one ("cannot PREPARE a transaction that has executed
+    -- LISTEN, UNLISTEN, or NOTIFY"). On Citus, waiters and custodians poll.
+    return null;
+end;
+$$;
+
+--
+-- Name: FUNCTION commands_record_change_row(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.commands_record_change_row() IS 'Row-level form of commands_record_changes() (used on Citus, fired when the state or generation changes): one chained history entry, command_queue and command_in_flight follow the state. No NOTIFY (it would be sent on the worker, and would stop a two-node transaction from committing): on Citus, waiters poll.';
 
 --
 -- Name: commands_record_changes(); Type: FUNCTION; Schema: public; Owner: -
@@ -198,21 +248,21 @@ CREATE FUNCTION public.commands_record_changes() RETURNS trigger
     SET search_path TO 'public', 'pg_temp'
     AS $$
 begin
-    insert into command_history (command_id, from_state, to_state, at, actor, authority_generation, reason,
+    insert into command_history (authority_id, command_id, from_state, to_state, at, actor, authority_generation, reason,
                                  row_digest, prev_hash, hash)
-    select e.id, e.from_state, e.to_state, e.at, e.actor, e.authority_generation, e.reason,
+    select e.authority_id, e.id, e.from_state, e.to_state, e.at, e.actor, e.authority_generation, e.reason,
            e.row_digest, e.prev_hash,
            ledger_entry_hash(e.prev_hash, e.id, e.from_state, e.to_state, e.at, e.actor,
                              e.authority_generation, e.reason, e.row_digest)
     from (
-        select n.id, o.state as from_state, n.state as to_state, now() as at, ledger_actor() as actor,
+        select n.authority_id, n.id, o.state as from_state, n.state as to_state, now() as at, ledger_actor() as actor,
                n.authority_generation,
                coalesce(ledger_reason(),
                         case when n.state <> o.state then n.error ->> 'reason' end,
                         case when n.state = o.state then 'adopted by generation ' || n.authority_generation end)
                    as reason,
                ledger_row_digest(n::commands) as row_digest,
-               (select h.hash from command_history h where h.command_id = n.id
+               (select h.hash from command_history h where h.authority_id = n.authority_id and h.command_id = n.id
                 order by h.id desc limit 1) as prev_hash
         from new_rows n join old_rows o on o.id = n.id
         where n.state <> o.state or n.authority_generation is distinct from o.authority_generation
@@ -252,6 +302,37 @@ $$;
 COMMENT ON FUNCTION public.commands_record_changes() IS 'After each update statement on commands: one chained history entry per changed row (state or generation); command_queue and command_in_flight follow the state (out of the queue on leaving pending, in flight from the claim until terminal); NOTIFY command_ledger_outcome with the command id for each row that became terminal.';
 
 --
+-- Name: commands_record_insert_row(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.commands_record_insert_row() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+declare
+    entry_at timestamptz := now();
+    entry_actor text := coalesce((select a.actor from ledger_actors() a where a.command_id = new.id), ledger_actor());
+    entry_reason text := ledger_reason();
+    entry_digest bytea := ledger_row_digest(row(new.*)::commands);
+begin
+    insert into command_history (authority_id, command_id, from_state, to_state, at, actor, authority_generation,
+                                 reason, row_digest, prev_hash, hash)
+    values (new.authority_id, new.id, null, new.state, entry_at, entry_actor, new.authority_generation,
+            entry_reason, entry_digest, null,
+            ledger_entry_hash(null, new.id, null, new.state, entry_at, entry_actor, new.authority_generation,
+                              entry_reason, entry_digest));
+    insert into command_queue (authority_id, id) values (new.authority_id, new.id);
+    return null;
+end;
+$$;
+
+--
+-- Name: FUNCTION commands_record_insert_row(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.commands_record_insert_row() IS 'Row-level form of commands_record_inserts() (used on Citus): the new command''s first history entry and its place in command_queue.';
+
+--
 -- Name: commands_record_inserts(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -260,13 +341,13 @@ CREATE FUNCTION public.commands_record_inserts() RETURNS trigger
     SET search_path TO 'public', 'pg_temp'
     AS $$
 begin
-    insert into command_history (command_id, from_state, to_state, at, actor, authority_generation, reason,
+    insert into command_history (authority_id, command_id, from_state, to_state, at, actor, authority_generation, reason,
                                  row_digest, prev_hash, hash)
-    select e.id, null, e.state, e.at, e.actor, e.authority_generation, e.reason, e.row_digest, null,
+    select e.authority_id, e.id, null, e.state, e.at, e.actor, e.authority_generation, e.reason, e.row_digest, null,
            ledger_entry_hash(null, e.id, null, e.state, e.at, e.actor, e.authority_generation, e.reason,
                              e.row_digest)
     from (
-        select n.id, n.state, now() as at, coalesce(a.actor, ledger_actor()) as actor,
+        select n.authority_id, n.id, n.state, now() as at, coalesce(a.actor, ledger_actor()) as actor,
                n.authority_generation, ledger_reason() as reason,
                ledger_row_digest(n::commands) as row_digest
         from new_rows n
@@ -440,6 +521,74 @@ $$;
 --
 
 COMMENT ON FUNCTION public.ledger_counts_compact() IS 'Folds ledger_counts: finished minutes into one row per minute and counter (source empty), minutes older than a day into one row per day. Sums are unchanged. Called by API processes about once a minute.';
+
+--
+-- Name: ledger_distribute(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ledger_distribute() RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+declare
+    t record;
+    f regprocedure;
+    done int := 0;
+begin
+    if not exists (select 1 from pg_extension where extname = 'citus') then
+        raise exception 'ledger_distribute() needs a Citus coordinator (create extension citus; add the workers)'
+            using errcode = 'CL013';
+    end if;
+    -- Every process migrates when it starts: one distributes, the others
+    -- then find the work done.
+    perform pg_advisory_xact_lock(7242019);
+    -- Row-level triggers of a distributed table run on its shards.
+    set local citus.enable_unsafe_triggers = on;
+    for t in select * from ledger_distribution order by position loop
+        if to_regclass(t.table_name) is null
+           or exists (select 1 from pg_dist_partition p
+                      where p.logicalrelid = t.table_name::regclass
+                        and case t.method when 'reference' then p.repmodel = 't' else p.partmethod = 'h' end) then
+            continue;
+        end if;
+        -- A table with a foreign key to a reference table may already be a
+        -- "Citus local table" (Citus converts it when the referenced table is
+        -- distributed first): create_reference_table takes it from there.
+        for i in 1 .. coalesce(array_length(t.rekey, 1), 0) loop
+            execute t.rekey[i];
+        end loop;
+        -- The copy into the shards would trip the tables' own refusals (the
+        -- frozen reference data refuses every insert).
+        execute format('alter table %I disable trigger user', t.table_name);
+        if t.method = 'reference' then
+            perform create_reference_table(t.table_name::regclass);
+        else
+            perform create_distributed_table(t.table_name::regclass, t.distribution_column,
+                                             colocate_with => coalesce(t.colocate_with, 'none'));
+        end if;
+        execute format('alter table %I enable trigger user', t.table_name);
+        done := done + 1;
+    end loop;
+    -- Functions created before any table was distributed exist only on the
+    -- coordinator: the shards' triggers call them on the workers. (After the
+    -- tables: a function of a table's row type needs its table distributed.)
+    for f in
+        select p.oid::regprocedure from pg_proc p
+        where p.pronamespace = 'public'::regnamespace
+          and not exists (select 1 from pg_depend d where d.objid = p.oid and d.deptype = 'e')
+          and not exists (select 1 from pg_dist_object o where o.classid = 'pg_proc'::regclass and o.objid = p.oid)
+    loop
+        perform create_distributed_function(f);
+    end loop;
+    return done;
+end;
+$$;
+
+--
+-- Name: FUNCTION ledger_distribute(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ledger_distribute() IS 'On a Citus coordinator: distributes every table of ledger_distribution not distributed yet (rekeying it first), and makes the ledger''s functions known to the workers. Returns how many tables it distributed. Idempotent.';
 
 --
 -- Name: ledger_entry_hash(bytea, uuid, text, text, timestamp with time zone, text, bigint, text, bytea); Type: FUNCTION; Schema: public; Owner: -
@@ -1323,6 +1472,7 @@ CREATE TABLE public.command_history (
     row_digest bytea,
     prev_hash bytea,
     hash bytea,
+    authority_id text NOT NULL,
     CONSTRAINT command_history_hash_is_sha256 CHECK (((octet_length(hash) = 32) AND ((prev_hash IS NULL) OR (octet_length(prev_hash) = 32)) AND ((row_digest IS NULL) OR (octet_length(row_digest) = 32)))),
     CONSTRAINT command_history_states_known CHECK (((from_state = ANY (ARRAY['pending'::text, 'prepared'::text, 'effect_started'::text, 'applied'::text, 'failed'::text, 'ambiguous'::text, 'cancelled'::text, 'expired'::text])) AND (to_state = ANY (ARRAY['pending'::text, 'prepared'::text, 'effect_started'::text, 'applied'::text, 'failed'::text, 'ambiguous'::text, 'cancelled'::text, 'expired'::text]))))
 );
@@ -1398,6 +1548,12 @@ COMMENT ON COLUMN public.command_history.prev_hash IS 'hash of the previous entr
 --
 
 COMMENT ON COLUMN public.command_history.hash IS 'SHA-256 of the canonical text of this entry, prev_hash included (ledger_entry_hash): the chain verify recomputes.';
+
+--
+-- Name: COLUMN command_history.authority_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.command_history.authority_id IS 'The authority of the command (commands.authority_id), copied by the commands triggers: the column the ledger is distributed by, so an entry lives on its command''s shard.';
 
 --
 -- Name: CONSTRAINT command_history_hash_is_sha256 ON command_history; Type: COMMENT; Schema: public; Owner: -
@@ -1930,6 +2086,63 @@ COMMENT ON COLUMN public.ledger_counts.source IS 'Who wrote the row: api:<proces
 COMMENT ON COLUMN public.ledger_counts.n IS 'How many in that minute from that source.';
 
 --
+-- Name: ledger_distribution; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.ledger_distribution (
+    "position" integer NOT NULL,
+    table_name text NOT NULL,
+    method text NOT NULL,
+    distribution_column text,
+    colocate_with text,
+    rekey text[] DEFAULT '{}'::text[] NOT NULL,
+    CONSTRAINT ledger_distribution_check CHECK (((method = 'distributed'::text) = (distribution_column IS NOT NULL))),
+    CONSTRAINT ledger_distribution_method_check CHECK ((method = ANY (ARRAY['reference'::text, 'distributed'::text])))
+);
+
+--
+-- Name: TABLE ledger_distribution; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.ledger_distribution IS 'How ledger_distribute() lays each table out on a Citus cluster, in position order: reference tables are copied to every node; distributed tables are split by distribution_column and co-located with colocate_with. A later migration adding a table adds its row here.';
+
+--
+-- Name: COLUMN ledger_distribution."position"; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ledger_distribution."position" IS 'Order of distribution: a reference table before the tables that refer to it, a table before those co-located with it.';
+
+--
+-- Name: COLUMN ledger_distribution.table_name; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ledger_distribution.table_name IS 'The table.';
+
+--
+-- Name: COLUMN ledger_distribution.method; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ledger_distribution.method IS 'reference (a full copy on every node) or distributed (hash-partitioned).';
+
+--
+-- Name: COLUMN ledger_distribution.distribution_column; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ledger_distribution.distribution_column IS 'For a distributed table: the column its rows are placed by (an authority).';
+
+--
+-- Name: COLUMN ledger_distribution.colocate_with; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ledger_distribution.colocate_with IS 'For a distributed table: the table whose shards its shards sit beside (null: a co-location group of its own).';
+
+--
+-- Name: COLUMN ledger_distribution.rekey; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ledger_distribution.rekey IS 'Statements run on the coordinator just before the table is distributed: a unique key or a foreign key on Citus must contain the distribution column.';
+
+--
 -- Name: pruned_commands; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -2090,6 +2303,20 @@ ALTER TABLE ONLY public.holds
 
 ALTER TABLE ONLY public.ledger_counts
     ADD CONSTRAINT ledger_counts_pkey PRIMARY KEY (minute, counter, source);
+
+--
+-- Name: ledger_distribution ledger_distribution_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.ledger_distribution
+    ADD CONSTRAINT ledger_distribution_pkey PRIMARY KEY ("position");
+
+--
+-- Name: ledger_distribution ledger_distribution_table_name_key; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.ledger_distribution
+    ADD CONSTRAINT ledger_distribution_table_name_key UNIQUE (table_name);
 
 --
 -- Name: principals principals_name_unique; Type: CONSTRAINT; Schema: public; Owner: -
@@ -2504,6 +2731,12 @@ REVOKE ALL ON FUNCTION public.ledger_counts_compact() FROM PUBLIC;
 GRANT ALL ON FUNCTION public.ledger_counts_compact() TO ledger_api;
 
 --
+-- Name: FUNCTION ledger_distribute(); Type: ACL; Schema: public; Owner: -
+--
+
+REVOKE ALL ON FUNCTION public.ledger_distribute() FROM PUBLIC;
+
+--
 -- Name: FUNCTION ledger_remember_coalesced(p_authority_id text, p_scope uuid, p_request_digest bytea, p_command_id uuid, p_run_id text); Type: ACL; Schema: public; Owner: -
 --
 
@@ -2724,6 +2957,12 @@ GRANT SELECT,INSERT,UPDATE ON TABLE public.ledger_counts TO ledger_api;
 GRANT SELECT ON TABLE public.ledger_counts TO ledger_custodian;
 GRANT SELECT ON TABLE public.ledger_counts TO ledger_inspector;
 GRANT SELECT ON TABLE public.ledger_counts TO ledger_retention;
+
+--
+-- Name: TABLE ledger_distribution; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT SELECT ON TABLE public.ledger_distribution TO ledger_inspector;
 
 --
 -- Name: TABLE pruned_commands; Type: ACL; Schema: public; Owner: -

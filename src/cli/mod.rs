@@ -87,8 +87,15 @@ pub enum Command {
     /// One recovery pass: expire overdue commands, adopt prepared ones of
     /// superseded generations, resolve started ones whose executor vanished.
     Recover(custodian::RecoverCommand),
-    /// Apply database migrations and exit.
-    Migrate,
+    /// Apply database migrations and exit. On a Citus coordinator (detected:
+    /// the `citus` extension is installed) the tables are then distributed by
+    /// authority (docs/SCALING.md).
+    Migrate {
+        /// Require a Citus coordinator: fail, after migrating, if the database
+        /// is not one (instead of leaving the tables on one node).
+        #[arg(long)]
+        citus: bool,
+    },
     /// Let a service role log in with a password, or rotate it (the
     /// sessions open stay; new ones need the new password). Needs a
     /// superuser's (or a CREATEROLE role's) DATABASE_URL.
@@ -200,9 +207,19 @@ async fn run_command(
             println!("{} logs in with the new password", role.name());
             db.close().await
         }
-        Command::Migrate => {
+        Command::Migrate { citus } => {
             let db = Database::open(cli.database_url, cli.state_dir).await?;
-            println!("migrations applied");
+            if crate::db::is_citus(&db.pool).await? {
+                println!("migrations applied; tables distributed by authority (Citus)");
+            } else if citus {
+                db.close().await?;
+                anyhow::bail!(
+                    "migrations applied, but the database is not a Citus coordinator \
+                     (no citus extension): create extension citus and add the workers, then run migrate --citus again"
+                );
+            } else {
+                println!("migrations applied");
+            }
             db.close().await
         }
         Command::Token(cmd) => token::run(cli.database_url, cli.state_dir, cmd).await,

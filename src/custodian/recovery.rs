@@ -168,6 +168,7 @@ impl Recovery {
                         let attempt = db::recovery::expire(
                             &mut *tx,
                             c.id,
+                            &c.authority_id,
                             &c.state,
                             c.authority_generation,
                             reason,
@@ -193,9 +194,15 @@ impl Recovery {
                             Ok(tx) => tx,
                             Err(e) => break Err(e),
                         };
-                        let attempt =
-                            db::recovery::adopt(&mut *tx, c.id, from, to_generation, &self.actor)
-                                .await;
+                        let attempt = db::recovery::adopt(
+                            &mut *tx,
+                            c.id,
+                            &c.authority_id,
+                            from,
+                            to_generation,
+                            &self.actor,
+                        )
+                        .await;
                         match retry.finish(tx, attempt).await {
                             Ok(None) => continue,
                             done => break done.map(|d| d.unwrap_or(false)),
@@ -220,6 +227,7 @@ impl Recovery {
                         let attempt = db::recovery::resolve(
                             &mut *tx,
                             c.id,
+                            &c.authority_id,
                             generation,
                             outcome.state().as_str(),
                             result.as_ref(),

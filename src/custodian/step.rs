@@ -228,7 +228,7 @@ impl Custodian {
         ids: &[Uuid],
         report: &mut StepReport,
     ) {
-        let states = match db::lifecycle::states(&self.pool, ids).await {
+        let states = match db::lifecycle::states(&self.pool, ids, authority).await {
             Ok(s) => s,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot re-read after an unknown commit; will retry");
@@ -351,7 +351,7 @@ impl Custodian {
                 Err(TxError::CommitUnknown(e)) => {
                     tracing::warn!(authority, generation, error = %e, "outcome commit unknown; re-reading");
                     let ids: Vec<Uuid> = outcomes.iter().map(|(id, _)| *id).collect();
-                    let states = db::lifecycle::states(&self.pool, &ids).await?;
+                    let states = db::lifecycle::states(&self.pool, &ids, authority).await?;
                     let done: Vec<Uuid> = states
                         .into_iter()
                         .filter(|(id, state, _)| {

@@ -165,7 +165,7 @@ pub async fn insert_pending(
                               intent_digest, canonical_rules, intent_epoch, retry_of)
         select $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $13, $14, $15, $16, $17
         from (select set_config('command_ledger.actor', $12, true)) as ctx
-        on conflict (scope, idempotency_key) do nothing
+        on conflict on constraint commands_scope_key_unique do nothing
         returning *
         "#,
         new.id,

@@ -100,7 +100,10 @@ pub async fn hold(conn: &mut sqlx::PgConnection, h: &NewHold<'_>) -> Result<Hold
         insert into holds (id, scope, kind, authority_id, pinned_generation, run_id, args, canonical,
                            canonical_rules, request_digest, intent_digest, digest_version, deadline_at, resembles)
         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
-        on conflict (scope, request_digest) where state = 'open' do nothing
+        -- A fresh id collides with nothing: the only conflict is the open
+        -- request (holds_open_request_unique, which on Citus also names the
+        -- authority, so no column list would fit both layouts).
+        on conflict do nothing
         returning *
         "#,
         h.id,

@@ -91,7 +91,7 @@ pub async fn adopt_prepared(
             select c.id
             from lease l
             join command_in_flight f on f.authority_id = l.id
-            join commands c on c.id = f.id
+            join commands c on c.authority_id = f.authority_id and c.id = f.id
             where c.state = 'prepared' and c.authority_generation < l.generation
             order by c.id
             limit $4
@@ -106,7 +106,7 @@ pub async fn adopt_prepared(
                                                  'pinned_generation', c.pinned_generation,
                                                  'authority_generation', $3::bigint) end
         from picked p, (select set_config('command_ledger.actor', $5, true)) as ctx
-        where c.id = p.id
+        where c.authority_id = $1 and c.id = p.id
         returning c.*
         "#,
         authority,
@@ -190,15 +190,17 @@ pub async fn record(
     .await
 }
 
-/// The current state and generation of some commands (after a commit whose
-/// outcome is unknown).
+/// The current state and generation of some commands of `authority` (after
+/// a commit whose outcome is unknown).
 pub async fn states(
     ex: impl PgExecutor<'_>,
     ids: &[Uuid],
+    authority: &str,
 ) -> Result<Vec<(Uuid, String, Option<i64>)>, sqlx::Error> {
     let rows = sqlx::query!(
-        "select id, state, authority_generation from commands where id = any($1)",
-        ids
+        "select id, state, authority_generation from commands where authority_id = $2 and id = any($1)",
+        ids,
+        authority,
     )
     .fetch_all(ex)
     .await?;

@@ -126,7 +126,11 @@ pub async fn connect_with_timeout(
 /// Applies pending migrations (serialised across processes by sqlx's advisory
 /// lock). Those up to [`roles::ROLES_MIGRATION`] run as the connecting user
 /// (the one that creates the roles must be able to); every later one as
-/// [`roles::OWNER`], so that what it creates belongs to the owner.
+/// [`roles::OWNER`], so that what it creates belongs to the owner. On a
+/// Citus coordinator (the `citus` extension is installed) the ledger's
+/// tables are then distributed by authority (`ledger_distribute()`,
+/// migration 0019; idempotent, so tables a later migration adds are
+/// distributed by the next run).
 pub async fn migrate(pool: &PgPool) -> Result<(), DbError> {
     // A connection of its own: it changes its role, and is not given back.
     let mut conn = pool.acquire().await?.detach();
@@ -143,8 +147,20 @@ pub async fn migrate(pool: &PgPool) -> Result<(), DbError> {
             .await?;
     }
     MIGRATOR.run(&mut conn).await?;
+    if is_citus(&mut conn).await? {
+        sqlx::query("select ledger_distribute()")
+            .execute(&mut conn)
+            .await?;
+    }
     conn.close().await?;
     Ok(())
+}
+
+/// Whether the database is a Citus coordinator (the `citus` extension is installed).
+pub async fn is_citus(ex: impl sqlx::PgExecutor<'_>) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar("select exists (select 1 from pg_extension where extname = 'citus')")
+        .fetch_one(ex)
+        .await
 }
 
 /// True when every embedded migration is applied with the same checksum.

@@ -45,7 +45,7 @@ pub async fn candidates(
             union all
             select authority_id, id from command_in_flight
         ) live
-        join commands c on c.id = live.id
+        join commands c on c.authority_id = live.authority_id and c.id = live.id
         left join authorities a on a.id = c.authority_id
         where ($1::uuid is null or live.id > $1)
           and ($3::text[] is null or live.authority_id = any($3))
@@ -72,6 +72,7 @@ pub async fn candidates(
 pub async fn expire(
     ex: impl PgExecutor<'_>,
     id: Uuid,
+    authority: &str,
     state: &str,
     generation: Option<i64>,
     reason: &str,
@@ -82,7 +83,7 @@ pub async fn expire(
         update commands c
         set state = 'expired', error = jsonb_build_object('reason', $4::text)
         from (select set_config('command_ledger.actor', $5, true)) as ctx
-        where c.id = $1 and c.state = $2 and c.state in ('pending', 'prepared')
+        where c.authority_id = $6 and c.id = $1 and c.state = $2 and c.state in ('pending', 'prepared')
           and c.authority_generation is not distinct from $3
           and ($4 <> 'deadline_passed' or c.deadline_at <= now())
         "#,
@@ -91,6 +92,7 @@ pub async fn expire(
         generation,
         reason,
         actor,
+        authority,
     )
     .execute(ex)
     .await?;
@@ -101,6 +103,7 @@ pub async fn expire(
 pub async fn adopt(
     ex: impl PgExecutor<'_>,
     id: Uuid,
+    authority: &str,
     from: i64,
     to: i64,
     actor: &str,
@@ -110,13 +113,14 @@ pub async fn adopt(
         update commands c
         set authority_generation = $3
         from authorities a, (select set_config('command_ledger.actor', $4, true)) as ctx
-        where c.id = $1 and c.state = 'prepared' and c.authority_generation = $2
-          and a.id = c.authority_id and a.generation = $3
+        where c.authority_id = $5 and c.id = $1 and c.state = 'prepared' and c.authority_generation = $2
+          and a.id = $5 and a.generation = $3
         "#,
         id,
         from,
         to,
         actor,
+        authority,
     )
     .execute(ex)
     .await?;
@@ -130,6 +134,7 @@ pub async fn adopt(
 pub async fn resolve(
     ex: impl PgExecutor<'_>,
     id: Uuid,
+    authority: &str,
     generation: i64,
     state: &str,
     result: Option<&Value>,
@@ -141,8 +146,8 @@ pub async fn resolve(
         update commands c
         set state = $3, result = $4, error = $5
         from authorities a, (select set_config('command_ledger.actor', $6, true)) as ctx
-        where c.id = $1 and c.state = 'effect_started' and c.authority_generation = $2
-          and a.id = c.authority_id
+        where c.authority_id = $7 and c.id = $1 and c.state = 'effect_started' and c.authority_generation = $2
+          and a.id = $7
           and (a.generation > $2 or a.lease_expires_at is null or a.lease_expires_at <= now())
         "#,
         id,
@@ -151,6 +156,7 @@ pub async fn resolve(
         result,
         error,
         actor,
+        authority,
     )
     .execute(ex)
     .await?;

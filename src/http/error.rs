@@ -145,6 +145,10 @@ fn is_unavailable(e: &sqlx::Error) -> bool {
             // 08: connection exception; 57P01-57P03: shutdown, crash, cannot connect
             // now; 53: insufficient resources; 55000: database not accepting connections.
             c.starts_with("08") || c.starts_with("57P") || c.starts_with("53") || c == "55000"
+            // Citus, when a worker holding the statement's shards went away
+            // mid-transaction: a connection failure it reports without a
+            // connection-exception code (scripts/citus-fault-trial).
+                || (c == "XX000" && d.message().starts_with("failure on connection marked as essential"))
         }),
         _ => false,
     }

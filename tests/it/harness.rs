@@ -88,11 +88,119 @@ fn containers_or_fail(e: &command_ledger::embedded_pg::EmbeddedError) -> Backend
     )
 }
 
+/// Whether the backend is a Citus coordinator (`TEST_CITUS=1` beside
+/// `TEST_DATABASE_URL` at the coordinator, e.g. `scripts/citus-cluster up`):
+/// each database is then created on every node (a Citus cluster is per
+/// database) and the template is distributed by `migrate`.
+pub(crate) fn citus() -> bool {
+    std::env::var("TEST_CITUS").is_ok_and(|v| v == "1")
+}
+
+/// The admin URL with another host and port (a Citus worker's).
+fn with_node(url: &str, host: &str, port: i32) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("postgres", url));
+    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let user = authority
+        .rsplit_once('@')
+        .map(|(user, _)| format!("{user}@"));
+    format!(
+        "{scheme}://{}{host}:{port}/{path}",
+        user.unwrap_or_default()
+    )
+}
+
+/// The admin URLs of the coordinator and, on Citus, of every worker it knows.
+async fn node_admin_urls() -> Vec<String> {
+    let admin_url = &backend().admin_url;
+    let mut urls = vec![admin_url.clone()];
+    if citus() {
+        let mut admin = sqlx::PgConnection::connect(admin_url).await.unwrap();
+        let workers: Vec<(String, i32)> = sqlx::query_as(
+            "select nodename, nodeport from pg_dist_node where groupid <> 0 and noderole = 'primary' order by nodeid",
+        )
+        .fetch_all(&mut admin)
+        .await
+        .expect("the coordinator's workers (pg_dist_node)");
+        admin.close().await.unwrap();
+        assert!(
+            !workers.is_empty(),
+            "TEST_CITUS=1 but the coordinator has no workers"
+        );
+        urls.extend(workers.iter().map(|(h, p)| with_node(admin_url, h, *p)));
+    }
+    urls
+}
+
+/// Runs `sql` on every node's admin database (the coordinator only, off Citus).
+async fn on_every_node(sql: &str) {
+    for url in node_admin_urls().await {
+        let mut admin = sqlx::PgConnection::connect(&url).await.unwrap();
+        execute(&mut admin, sql).await;
+        admin.close().await.unwrap();
+    }
+}
+
+/// Makes `building` a Citus database: the extension on every node, the
+/// workers added on the coordinator.
+async fn make_citus_database(building: &str) {
+    let urls = node_admin_urls().await;
+    for url in &urls {
+        let mut conn = sqlx::PgConnection::connect(&url_for_at(url, building))
+            .await
+            .unwrap();
+        execute(&mut conn, "create extension if not exists citus").await;
+        conn.close().await.unwrap();
+    }
+    let mut coordinator = sqlx::PgConnection::connect(&url_for(building))
+        .await
+        .unwrap();
+    let nodes: Vec<(String, i32)> = {
+        let mut admin = sqlx::PgConnection::connect(&backend().admin_url)
+            .await
+            .unwrap();
+        let nodes = sqlx::query_as("select nodename, nodeport from pg_dist_node order by nodeid")
+            .fetch_all(&mut admin)
+            .await
+            .unwrap();
+        admin.close().await.unwrap();
+        nodes
+    };
+    let coordinator_node: (String, i32) = {
+        let mut admin = sqlx::PgConnection::connect(&backend().admin_url)
+            .await
+            .unwrap();
+        let node = sqlx::query_as("select nodename, nodeport from pg_dist_node where groupid = 0")
+            .fetch_one(&mut admin)
+            .await
+            .expect("the coordinator's own entry (citus_set_coordinator_host)");
+        admin.close().await.unwrap();
+        node
+    };
+    sqlx::query("select citus_set_coordinator_host($1, $2)")
+        .bind(&coordinator_node.0)
+        .bind(coordinator_node.1)
+        .execute(&mut coordinator)
+        .await
+        .unwrap();
+    for (host, port) in nodes.iter().filter(|n| **n != coordinator_node) {
+        sqlx::query("select citus_add_node($1, $2)")
+            .bind(host)
+            .bind(port)
+            .execute(&mut coordinator)
+            .await
+            .unwrap();
+    }
+    coordinator.close().await.unwrap();
+}
+
 fn url_for(database: &str) -> String {
-    let admin = &backend().admin_url;
+    url_for_at(&backend().admin_url, database)
+}
+
+fn url_for_at(admin: &str, database: &str) -> String {
     let (base, query) = admin
         .split_once('?')
-        .map_or((admin.as_str(), None), |(b, q)| (b, Some(q)));
+        .map_or((admin, None), |(b, q)| (b, Some(q)));
     let server = base.rsplit_once('/').map_or(base, |(server, _)| server);
     match query {
         Some(q) => format!("{server}/{database}?{q}"),
@@ -108,7 +216,11 @@ async fn template() -> &'static str {
                 .iter()
                 .flat_map(|m| m.checksum.iter().copied())
                 .collect();
-            let name = format!("cl_template_{}", &hex_digest(&checksum)[..12]);
+            let name = format!(
+                "cl_template_{}{}",
+                &hex_digest(&checksum)[..12],
+                if citus() { "_citus" } else { "" }
+            );
             let mut admin = sqlx::PgConnection::connect(&backend().admin_url)
                 .await
                 .expect("admin connection");
@@ -125,18 +237,26 @@ async fn template() -> &'static str {
                     .unwrap();
             if !exists {
                 let building = format!("{name}_building");
-                execute(&mut admin, &format!("drop database if exists {building}")).await;
-                execute(&mut admin, &format!("create database {building}")).await;
+                on_every_node(&format!("drop database if exists {building} with (force)")).await;
+                on_every_node(&format!("create database {building}")).await;
+                if citus() {
+                    make_citus_database(&building).await;
+                }
                 let pool = db::connect(&url_for(&building), 2)
                     .await
                     .expect("template connection");
                 db::migrate(&pool).await.expect("migrating the template");
                 pool.close().await;
-                execute(
-                    &mut admin,
-                    &format!("alter database {building} rename to {name}"),
-                )
+                // Citus's maintenance daemon stays connected to a database:
+                // a template takes no connections (copying needs none).
+                on_every_node(&format!(
+                    "alter database {building} allow_connections false; \
+                     select pg_terminate_backend(pid) from pg_stat_activity where datname = '{building}'"
+                ))
                 .await;
+                for url in node_admin_urls().await {
+                    rename_when_idle(&url, &building, &name).await;
+                }
             }
             // The service roles (global to the server) log in, with passwords
             // of the tests' own for a server that asks for one.
@@ -182,6 +302,26 @@ pub(crate) fn role_url(url: &str, role: ServiceRole) -> String {
     url.to_string()
 }
 
+/// Renames a database once the sessions just terminated are gone.
+async fn rename_when_idle(admin_url: &str, from: &str, to: &str) {
+    let mut admin = sqlx::PgConnection::connect(admin_url).await.unwrap();
+    let sql = format!("alter database {from} rename to {to}");
+    for attempt in 0.. {
+        match sqlx::raw_sql(sqlx::AssertSqlSafe(sql.clone()))
+            .execute(&mut admin)
+            .await
+        {
+            Ok(_) => break,
+            Err(e) if attempt < 50 => {
+                eprintln!("renaming {from} on {admin_url}: {e}; retrying");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("renaming {from} on {admin_url}: {e}"),
+        }
+    }
+    admin.close().await.unwrap();
+}
+
 async fn execute(conn: &mut sqlx::PgConnection, sql: &str) {
     sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned()))
         .execute(conn)
@@ -203,15 +343,7 @@ pub(crate) async fn fresh_pool() -> PgPool {
 pub(crate) async fn fresh_database() -> (String, PgPool) {
     let template = template().await;
     let name = format!("cl_test_{}", uuid::Uuid::now_v7().simple());
-    let mut admin = sqlx::PgConnection::connect(&backend().admin_url)
-        .await
-        .unwrap();
-    execute(
-        &mut admin,
-        &format!("create database {name} template {template}"),
-    )
-    .await;
-    admin.close().await.unwrap();
+    on_every_node(&format!("create database {name} template {template}")).await;
     let url = url_for(&name);
     let pool = db::connect(&url, 20).await.unwrap();
     (url, pool)

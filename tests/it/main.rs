@@ -10,6 +10,7 @@ mod admission;
 mod auth;
 mod batch;
 mod cancel;
+mod citus;
 mod client;
 mod counters;
 mod crash;

@@ -472,7 +472,7 @@ async fn the_state_checks_name_exactly_the_states_of_the_reference_table() {
     }
     let id = insert_command(&pool, "unknown-state").await;
     let err = sqlx::query(
-        "insert into command_history (command_id, to_state, actor) values ($1, 'done', 'x')",
+        "insert into command_history (authority_id, command_id, to_state, actor) values ('payments', $1, 'done', 'x')",
     )
     .bind(id)
     .execute(&pool)
@@ -559,6 +559,10 @@ const TRUNCATE_ALLOWED: &[(&str, &str)] = &[
     (
         "ledger_counts",
         "statistics (request and execution counts per minute), not commands: emptying it resets the counters and loses no command or history",
+    ),
+    (
+        "ledger_distribution",
+        "how ledger_distribute() lays the tables out on Citus, configuration rather than ledger data: emptying it distributes nothing more, and tables already distributed stay so",
     ),
     (
         "_sqlx_migrations",

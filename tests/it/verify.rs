@@ -205,9 +205,9 @@ async fn a_forged_history_entry_is_named_even_with_a_well_computed_hash() {
     tamper(
         &pool,
         &format!(
-            "insert into command_history (command_id, from_state, to_state, at, actor, authority_generation,
-                                          reason, prev_hash, hash)
-             select h.command_id, 'applied', 'failed', now(), 'sql:postgres', 1, null, h.hash,
+            "insert into command_history (authority_id, command_id, from_state, to_state, at, actor,
+                                          authority_generation, reason, prev_hash, hash)
+             select h.authority_id, h.command_id, 'applied', 'failed', now(), 'sql:postgres', 1, null, h.hash,
                     ledger_entry_hash(h.hash, h.command_id, 'applied', 'failed', now(), 'sql:postgres', 1,
                                       null, null)
              from command_history h where h.command_id = '{applied}' order by h.id desc limit 1"
@@ -219,8 +219,8 @@ async fn a_forged_history_entry_is_named_even_with_a_well_computed_hash() {
     tamper(
         &pool,
         &format!(
-            "insert into command_history (command_id, from_state, to_state, actor, prev_hash, hash)
-             values ('{ghost}', null, 'pending', 'x', null, sha256('x'))"
+            "insert into command_history (authority_id, command_id, from_state, to_state, actor, prev_hash, hash)
+             values ('payments', '{ghost}', null, 'pending', 'x', null, sha256('x'))"
         ),
     )
     .await;

@@ -1,0 +1,293 @@
+//! The ledger's rules hold whatever the layout: on one node, and on a Citus
+//! cluster where `migrate` distributed the tables by authority (run with
+//! `TEST_CITUS=1` and `TEST_DATABASE_URL` at a coordinator, e.g. the one
+//! `scripts/citus-cluster up` prints). On Citus the commands' triggers run on
+//! the workers, row by row (migration 0019): these tests type SQL by hand,
+//! so they prove what the database enforces, not what the API asks of it.
+
+use crate::harness::{citus, fresh_pool};
+use sqlx::{PgPool, Row as _};
+use uuid::Uuid;
+
+fn sqlstate(e: &sqlx::Error) -> String {
+    e.as_database_error()
+        .and_then(|d| d.code())
+        .map(|c| c.into_owned())
+        .unwrap_or_default()
+}
+
+/// Runs `sql` (one statement, `$1` = authority, `$2` = command id) as `actor`.
+/// The actor travels in a transaction-local setting; `SET LOCAL` (unlike
+/// `set_config`) reaches the workers when Citus propagates it.
+async fn as_actor(
+    pool: &PgPool,
+    actor: &str,
+    sql: &str,
+    authority: &str,
+    id: Uuid,
+) -> Result<u64, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    if citus() {
+        sqlx::query("set local citus.propagate_set_commands = 'local'")
+            .execute(&mut *tx)
+            .await?;
+    }
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "set local command_ledger.actor = '{actor}'"
+    )))
+    .execute(&mut *tx)
+    .await?;
+    let done = sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
+        .bind(authority)
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(done.rows_affected())
+}
+
+/// A pending command of `authority`, inserted by hand.
+async fn insert_command(pool: &PgPool, authority: &str, key: &str) -> Uuid {
+    let id = Uuid::now_v7();
+    as_actor(
+        pool,
+        "tester",
+        &format!(
+            "insert into commands (id, scope, idempotency_key, request_digest, digest_version, kind, \
+             authority_id, args, canonical) \
+             values ($2, '00000000-0000-0000-0000-0000000000aa', '{key}', sha256('{key}'::bytea), 1, \
+             'refund', $1, '{{}}', '{{}}')"
+        ),
+        authority,
+        id,
+    )
+    .await
+    .unwrap();
+    id
+}
+
+async fn set_state(pool: &PgPool, authority: &str, id: Uuid, to: &str) -> Result<u64, sqlx::Error> {
+    as_actor(
+        pool,
+        "tester",
+        &format!(
+            "update commands set state = '{to}', authority_generation = coalesce(authority_generation, 1) \
+             where authority_id = $1 and id = $2"
+        ),
+        authority,
+        id,
+    )
+    .await
+}
+
+#[tokio::test]
+async fn on_citus_every_table_is_laid_out_as_ledger_distribution_says() {
+    if !citus() {
+        eprintln!("not a Citus coordinator (TEST_CITUS=1 is not set): nothing to check");
+        return;
+    }
+    let pool = fresh_pool().await;
+    let rows = sqlx::query(
+        "select d.table_name, d.method, p.partmethod::text as partmethod, p.repmodel::text as repmodel, \
+                p.colocationid, \
+                (select column_to_column_name(p.logicalrelid, p.partkey)) as column_name \
+         from ledger_distribution d \
+         left join pg_dist_partition p on p.logicalrelid = d.table_name::regclass \
+         order by d.position",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert!(rows.len() >= 13, "every ledger table is listed");
+    let mut groups = std::collections::BTreeSet::new();
+    for row in &rows {
+        let table: String = row.get("table_name");
+        let method: String = row.get("method");
+        let partmethod: Option<String> = row.get("partmethod");
+        let repmodel: Option<String> = row.get("repmodel");
+        if method == "reference" {
+            assert_eq!(
+                repmodel.as_deref(),
+                Some("t"),
+                "{table} is a reference table"
+            );
+        } else {
+            assert_eq!(
+                partmethod.as_deref(),
+                Some("h"),
+                "{table} is hash-distributed"
+            );
+            let column: Option<String> = row.get("column_name");
+            let expected = if table == "authorities" {
+                "id"
+            } else {
+                "authority_id"
+            };
+            assert_eq!(
+                column.as_deref(),
+                Some(expected),
+                "{table} is distributed by its authority"
+            );
+            groups.insert(row.get::<i32, _>("colocationid"));
+        }
+    }
+    assert_eq!(groups.len(), 1, "the per-authority tables are co-located");
+    let again: i32 = sqlx::query_scalar("select ledger_distribute()")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(again, 0, "distributing again changes nothing");
+}
+
+#[tokio::test]
+async fn history_queue_and_in_flight_follow_a_command_and_the_chain_holds_with_its_authority() {
+    let pool = fresh_pool().await;
+    let id = insert_command(&pool, "payments-eu", "k-chain").await;
+    let queued: i64 = sqlx::query_scalar(
+        "select count(*) from command_queue where authority_id = 'payments-eu' and id = $1",
+    )
+    .bind(id)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(queued, 1, "a new command is queued");
+    set_state(&pool, "payments-eu", id, "prepared")
+        .await
+        .unwrap();
+    set_state(&pool, "payments-eu", id, "effect_started")
+        .await
+        .unwrap();
+    let in_flight: i64 = sqlx::query_scalar(
+        "select (select count(*) from command_in_flight where authority_id = 'payments-eu' and id = $1) \
+              + (select count(*) from command_queue where authority_id = 'payments-eu' and id = $1)",
+    )
+    .bind(id)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(in_flight, 1, "a started command is in flight, not queued");
+    set_state(&pool, "payments-eu", id, "applied")
+        .await
+        .unwrap();
+
+    let entries = sqlx::query(
+        "select authority_id, from_state, to_state, actor, prev_hash, hash, \
+                hash = ledger_entry_hash(prev_hash, command_id, from_state, to_state, at, actor, \
+                                         authority_generation, reason, row_digest) as hash_ok \
+         from command_history where authority_id = 'payments-eu' and command_id = $1 order by id",
+    )
+    .bind(id)
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    let states: Vec<String> = entries.iter().map(|r| r.get("to_state")).collect();
+    assert_eq!(states, ["pending", "prepared", "effect_started", "applied"]);
+    let mut prev: Option<Vec<u8>> = None;
+    for entry in &entries {
+        assert_eq!(entry.get::<String, _>("authority_id"), "payments-eu");
+        assert_eq!(
+            entry.get::<String, _>("actor"),
+            "tester",
+            "the actor reaches the history"
+        );
+        assert!(
+            entry.get::<bool, _>("hash_ok"),
+            "each entry's hash is its own"
+        );
+        assert_eq!(
+            entry.get::<Option<Vec<u8>>, _>("prev_hash"),
+            prev,
+            "the chain links"
+        );
+        prev = Some(entry.get("hash"));
+    }
+    let live: i64 = sqlx::query_scalar(
+        "select (select count(*) from command_in_flight where authority_id = 'payments-eu') \
+              + (select count(*) from command_queue where authority_id = 'payments-eu')",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        live, 0,
+        "a finished command is neither queued nor in flight"
+    );
+}
+
+#[tokio::test]
+async fn the_guard_and_the_refusals_hold_on_every_layout() {
+    let pool = fresh_pool().await;
+    let pending = insert_command(&pool, "payments-us", "k-guard-1").await;
+    let done = insert_command(&pool, "payments-us", "k-guard-2").await;
+    set_state(&pool, "payments-us", done, "cancelled")
+        .await
+        .unwrap();
+
+    let err = set_state(&pool, "payments-us", pending, "applied")
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&err), "CL001", "an illegal transition: {err}");
+    let err = set_state(&pool, "payments-us", done, "pending")
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&err), "CL002", "a terminal command: {err}");
+    let err = as_actor(
+        &pool,
+        "tester",
+        "delete from commands where authority_id = $1 and id = $2",
+        "payments-us",
+        done,
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(sqlstate(&err), "CL002", "a delete outside pruning: {err}");
+    let err = as_actor(
+        &pool,
+        "tester",
+        "delete from command_history where authority_id = $1 and command_id = $2",
+        "payments-us",
+        done,
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(sqlstate(&err), "CL003", "history is append-only: {err}");
+    let err = as_actor(
+        &pool,
+        "tester",
+        "update command_history set actor = 'forger' where authority_id = $1 and command_id = $2",
+        "payments-us",
+        done,
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(sqlstate(&err), "CL003", "history is append-only: {err}");
+    let err = as_actor(
+        &pool,
+        "tester",
+        "insert into command_queue (authority_id, id) values ($1, $2)",
+        "payments-us",
+        Uuid::now_v7(),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(sqlstate(&err), "CL008", "the queue follows commands: {err}");
+    sqlx::query("insert into authorities (id) values ('payments-us') on conflict do nothing")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let err = as_actor(
+        &pool,
+        "tester",
+        "delete from authorities where id = $1 and $2::uuid is not null",
+        "payments-us",
+        done,
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(sqlstate(&err), "CL005", "authorities are kept: {err}");
+    let err = sqlx::query("update command_states set terminal = terminal")
+        .execute(&pool)
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&err), "CL004", "reference data is frozen: {err}");
+}
