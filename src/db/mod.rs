@@ -141,13 +141,17 @@ pub async fn migrate(pool: &PgPool) -> Result<(), DbError> {
     .bind(roles::OWNER)
     .fetch_one(&mut conn)
     .await?;
-    if may_act_as_owner {
+    // On Citus the coordinator opens connections to the workers as the
+    // current role, and the owner does not log in: there the migrations run
+    // as the connecting login (docs/SCALING.md).
+    let citus = is_citus(&mut conn).await?;
+    if may_act_as_owner && !citus {
         sqlx::raw_sql(sqlx::AssertSqlSafe(format!("set role {}", roles::OWNER)))
             .execute(&mut conn)
             .await?;
     }
     MIGRATOR.run(&mut conn).await?;
-    if is_citus(&mut conn).await? {
+    if citus {
         sqlx::query("select ledger_distribute()")
             .execute(&mut conn)
             .await?;
