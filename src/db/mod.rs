@@ -111,6 +111,11 @@ pub async fn connect_with_timeout(
         .max_connections(max_connections)
         .acquire_timeout(acquire_timeout)
         .connect_lazy_with(options);
+    first_connection(pool).await
+}
+
+/// `pool` once it has made one connection, within [`STARTUP_PATIENCE`].
+pub(crate) async fn first_connection(pool: PgPool) -> Result<PgPool, DbError> {
     let deadline = tokio::time::Instant::now() + STARTUP_PATIENCE;
     loop {
         match pool.acquire().await {

@@ -13,7 +13,7 @@ use sqlx::{AssertSqlSafe, ConnectOptions as _, PgConnection, PgPool};
 use std::str::FromStr as _;
 use std::time::Duration;
 
-use super::{DbError, STARTUP_PATIENCE};
+use super::DbError;
 
 /// The migration that creates the roles: those before it (and it) run as the
 /// connecting user, later ones as [`OWNER`].
@@ -122,12 +122,5 @@ pub async fn connect(
             })
         })
         .connect_lazy_with(options);
-    let deadline = tokio::time::Instant::now() + STARTUP_PATIENCE;
-    loop {
-        match pool.acquire().await {
-            Ok(_first) => return Ok(pool),
-            Err(sqlx::Error::PoolTimedOut) if tokio::time::Instant::now() < deadline => {}
-            Err(e) => return Err(DbError::Connect(e)),
-        }
-    }
+    super::first_connection(pool).await
 }
