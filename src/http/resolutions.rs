@@ -287,7 +287,7 @@ pub(super) struct ProbeAll {
 /// `POST /v1/authorities/{id}/probe-ambiguous`: the probe, now, for every
 /// unresolved ambiguous command of the authority (up to 100 per call).
 #[utoipa::path(post, path = "/v1/authorities/{id}/probe-ambiguous", operation_id = "probeAuthorityAmbiguous", tag = "operations",
-    params(("id" = String, Path, description = "authority id")),
+    params(("id" = inline(super::submit::AuthorityName), Path, description = "authority id")),
     responses((status = 200, body = ProbeAll), (status = 400, body = Problem), (status = 401, body = Problem),
               (status = 403, body = Problem)),
     security(("bearer" = [])))]
