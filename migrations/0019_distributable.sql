@@ -61,7 +61,10 @@ begin
                         case when n.state = o.state then 'adopted by generation ' || n.authority_generation end)
                    as reason,
                ledger_row_digest(n::commands) as row_digest,
-               (select h.hash from command_history h where h.authority_id = n.authority_id and h.command_id = n.id
+               -- By command alone, as before 0019: this statement-level form
+               -- runs on one node only, where a command id is unique (Citus
+               -- runs the row-level form below).
+               (select h.hash from command_history h where h.command_id = n.id
                 order by h.id desc limit 1) as prev_hash
         from new_rows n join old_rows o on o.id = n.id
         where n.state <> o.state or n.authority_generation is distinct from o.authority_generation
