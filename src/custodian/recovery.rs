@@ -74,12 +74,25 @@ impl Recovery {
         self.retries.load(Ordering::Relaxed)
     }
 
-    /// A guarded write's answer: SERIALIZABLE makes what it read (the row's
-    /// state, the authority's lease and generation) still true when it
-    /// commits, or it did not commit. Unknown or exhausted: the row is
-    /// examined again on the next pass, where the guard decides afresh;
-    /// nothing is re-executed.
-    fn settled(what: &'static str, answer: Result<bool, TxError>) -> Result<bool, sqlx::Error> {
+    /// One guarded write at SERIALIZABLE, retried on conflicts: what it
+    /// read (the row's state, the authority's lease and generation) is still
+    /// true when it commits, or it did not commit. Unknown or exhausted: the
+    /// row is examined again on the next pass, where the guard decides
+    /// afresh; nothing is re-executed.
+    async fn guarded(&self, write: &Write<'_>) -> Result<bool, sqlx::Error> {
+        let what = write.name();
+        let mut retry = Retrying::new(&self.pool, &self.retries, what, Isolation::Serializable);
+        let answer = loop {
+            let mut tx = match retry.begin().await {
+                Ok(tx) => tx,
+                Err(e) => break Err(e),
+            };
+            let attempt = write.run(&mut tx, &self.actor).await;
+            match retry.finish(tx, attempt).await {
+                Ok(None) => continue,
+                done => break done.map(|d| d.unwrap_or(false)),
+            }
+        };
         match answer {
             Ok(done) => Ok(done),
             Err(TxError::Failed(e)) => Err(e),
@@ -88,10 +101,6 @@ impl Recovery {
                 Ok(false)
             }
         }
-    }
-
-    fn retrying(&self, what: &'static str) -> Retrying<'_> {
-        Retrying::new(&self.pool, &self.retries, what, Isolation::Serializable)
     }
 
     /// One full pass over every candidate.
@@ -159,28 +168,15 @@ impl Recovery {
             let done = match decision {
                 Decision::Leave => continue,
                 Decision::Expire(reason) => {
-                    let mut retry = self.retrying("expire");
-                    let answer = loop {
-                        let mut tx = match retry.begin().await {
-                            Ok(tx) => tx,
-                            Err(e) => break Err(e),
-                        };
-                        let attempt = db::recovery::expire(
-                            &mut *tx,
-                            c.id,
-                            &c.authority_id,
-                            &c.state,
-                            c.authority_generation,
+                    let ok = self
+                        .guarded(&Write::Expire {
+                            id: c.id,
+                            authority: &c.authority_id,
+                            state: &c.state,
+                            generation: c.authority_generation,
                             reason,
-                            &self.actor,
-                        )
-                        .await;
-                        match retry.finish(tx, attempt).await {
-                            Ok(None) => continue,
-                            done => break done.map(|d| d.unwrap_or(false)),
-                        }
-                    };
-                    let ok = Self::settled("expire", answer)?;
+                        })
+                        .await?;
                     report.expired += usize::from(ok);
                     ok
                 }
@@ -188,27 +184,14 @@ impl Recovery {
                     let Some(from) = c.authority_generation else {
                         continue;
                     };
-                    let mut retry = self.retrying("adopt");
-                    let answer = loop {
-                        let mut tx = match retry.begin().await {
-                            Ok(tx) => tx,
-                            Err(e) => break Err(e),
-                        };
-                        let attempt = db::recovery::adopt(
-                            &mut *tx,
-                            c.id,
-                            &c.authority_id,
+                    let ok = self
+                        .guarded(&Write::Adopt {
+                            id: c.id,
+                            authority: &c.authority_id,
                             from,
-                            to_generation,
-                            &self.actor,
-                        )
-                        .await;
-                        match retry.finish(tx, attempt).await {
-                            Ok(None) => continue,
-                            done => break done.map(|d| d.unwrap_or(false)),
-                        }
-                    };
-                    let ok = Self::settled("adopt", answer)?;
+                            to: to_generation,
+                        })
+                        .await?;
                     report.adopted += usize::from(ok);
                     ok
                 }
@@ -218,29 +201,16 @@ impl Recovery {
                     };
                     let outcome = self.resolution(&c, generation).await;
                     let (result, error) = outcome.columns();
-                    let mut retry = self.retrying("resolve");
-                    let answer = loop {
-                        let mut tx = match retry.begin().await {
-                            Ok(tx) => tx,
-                            Err(e) => break Err(e),
-                        };
-                        let attempt = db::recovery::resolve(
-                            &mut *tx,
-                            c.id,
-                            &c.authority_id,
+                    let ok = self
+                        .guarded(&Write::Resolve {
+                            id: c.id,
+                            authority: &c.authority_id,
                             generation,
-                            outcome.state().as_str(),
-                            result.as_ref(),
-                            error.as_ref(),
-                            &self.actor,
-                        )
-                        .await;
-                        match retry.finish(tx, attempt).await {
-                            Ok(None) => continue,
-                            done => break done.map(|d| d.unwrap_or(false)),
-                        }
-                    };
-                    let ok = Self::settled("resolve", answer)?;
+                            state: outcome.state().as_str(),
+                            result: result.as_ref(),
+                            error: error.as_ref(),
+                        })
+                        .await?;
                     if ok {
                         match outcome.state() {
                             State::Applied => report.applied += 1,
@@ -293,6 +263,70 @@ impl Recovery {
                     "the executor vanished after effect_started; nobody can tell whether the effect ran ({why})"
                 )),
             },
+        }
+    }
+}
+
+/// Recovery's guarded writes, each a compare-and-set on what was read.
+enum Write<'a> {
+    Expire {
+        id: Uuid,
+        authority: &'a str,
+        state: &'a str,
+        generation: Option<i64>,
+        reason: &'a str,
+    },
+    Adopt {
+        id: Uuid,
+        authority: &'a str,
+        from: i64,
+        to: i64,
+    },
+    Resolve {
+        id: Uuid,
+        authority: &'a str,
+        generation: i64,
+        state: &'a str,
+        result: Option<&'a serde_json::Value>,
+        error: Option<&'a serde_json::Value>,
+    },
+}
+
+impl Write<'_> {
+    fn name(&self) -> &'static str {
+        match self {
+            Write::Expire { .. } => "expire",
+            Write::Adopt { .. } => "adopt",
+            Write::Resolve { .. } => "resolve",
+        }
+    }
+
+    async fn run(&self, conn: &mut sqlx::PgConnection, actor: &str) -> Result<bool, sqlx::Error> {
+        match *self {
+            Write::Expire {
+                id,
+                authority,
+                state,
+                generation,
+                reason,
+            } => db::recovery::expire(conn, id, authority, state, generation, reason, actor).await,
+            Write::Adopt {
+                id,
+                authority,
+                from,
+                to,
+            } => db::recovery::adopt(conn, id, authority, from, to, actor).await,
+            Write::Resolve {
+                id,
+                authority,
+                generation,
+                state,
+                result,
+                error,
+            } => {
+                db::recovery::resolve(conn, id, authority, generation, state, result, error, actor)
+                    .await
+            }
         }
     }
 }
