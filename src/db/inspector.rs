@@ -7,15 +7,7 @@
 
 use sqlx::{AssertSqlSafe, PgConnection};
 
-use super::roles::ServiceRole;
-
-fn ident(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
-}
-
-fn literal(value: &str) -> String {
-    format!("'{}'", value.replace('\'', "''"))
-}
+use super::roles::{ServiceRole, ident, literal};
 
 /// Creates `role` if it does not exist (able to log in with `password` when
 /// one is given) and makes it a member of `ledger_inspector`, whose grants it

@@ -58,11 +58,13 @@ impl ServiceRole {
     }
 }
 
-fn ident(name: &str) -> String {
+/// `name` as a quoted SQL identifier.
+pub(super) fn ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
-fn literal(value: &str) -> String {
+/// `value` as a quoted SQL string literal.
+pub(super) fn literal(value: &str) -> String {
     format!("'{}'", value.replace('\'', "''"))
 }
 
