@@ -160,6 +160,7 @@ pub async fn migrate(pool: &PgPool) -> Result<(), DbError> {
         sqlx::query("select ledger_distribute()")
             .execute(&mut conn)
             .await?;
+        roles::may_log_in_on_every_node(&mut conn).await?;
     }
     conn.close().await?;
     Ok(())

@@ -86,6 +86,26 @@ pub async fn set_login(
     Ok(())
 }
 
+/// On Citus: lets every service role log in, with the password it has (none
+/// unless one was set). The coordinator opens its connections to the workers
+/// as the current role, so a process that switched to `ledger_api` with
+/// `SET ROLE` reaches the shards as `ledger_api`, which a worker refuses
+/// unless that role may log in there. Run in a database with the citus
+/// extension, the `ALTER ROLE` reaches every node. A role without a password
+/// still cannot log in where the server asks for one: give it one with
+/// [`set_login`] (or the workers a `pg_dist_authinfo` entry).
+pub async fn may_log_in_on_every_node(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
+    for role in ServiceRole::ALL {
+        sqlx::raw_sql(AssertSqlSafe(format!(
+            "alter role {} login",
+            ident(role.name())
+        )))
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(())
+}
+
 /// A pool acting as `role`: through `url` when it is given (a login of its
 /// own), else through `fallback_url`, each connection switching to the role
 /// with `SET ROLE`. Like [`super::connect_with_timeout`], opening waits up to

@@ -258,12 +258,19 @@ async fn template() -> &'static str {
                     rename_when_idle(&url, &building, &name).await;
                 }
             }
-            // The service roles (global to the server) log in, with passwords
-            // of the tests' own for a server that asks for one.
-            for role in ServiceRole::ALL {
-                db::roles::set_login(&mut admin, role, &role_password(role))
-                    .await
-                    .expect("letting a service role log in");
+            // The service roles (global to a server) log in, with passwords
+            // of the tests' own for a server that asks for one. On Citus the
+            // coordinator reaches the workers as the same role, so it must
+            // log in on every node (an ALTER ROLE in the admin database, which
+            // has no citus extension, is not propagated).
+            for url in node_admin_urls().await {
+                let mut node = sqlx::PgConnection::connect(&url).await.unwrap();
+                for role in ServiceRole::ALL {
+                    db::roles::set_login(&mut node, role, &role_password(role))
+                        .await
+                        .expect("letting a service role log in");
+                }
+                node.close().await.unwrap();
             }
             sqlx::query("select pg_advisory_unlock(7242031)")
                 .execute(&mut admin)
