@@ -116,6 +116,13 @@ pub struct Custodian {
     recovery: recovery::Recovery,
     /// When a claim last looked for stale prepared rows (`None`: never).
     last_stale_pass: Mutex<Option<std::time::Instant>>,
+    /// Whether the database is a Citus coordinator, asked once: there a
+    /// claim names one authority, so that it runs on one shard.
+    citus: tokio::sync::OnceCell<bool>,
+    /// Where the next per-authority claim round starts (Citus), so that a
+    /// round that reaches its limit early does not always favour the same
+    /// authorities.
+    claim_turn: std::sync::atomic::AtomicUsize,
 }
 
 impl Custodian {
@@ -141,6 +148,8 @@ impl Custodian {
             stats: Arc::new(Stats::default()),
             actor,
             last_stale_pass: Mutex::new(None),
+            citus: tokio::sync::OnceCell::new(),
+            claim_turn: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 

@@ -81,13 +81,19 @@ impl Recovery {
     /// afresh; nothing is re-executed.
     async fn guarded(&self, write: &Write<'_>) -> Result<bool, sqlx::Error> {
         let what = write.name();
-        let mut retry = Retrying::new(&self.pool, &self.retries, what, Isolation::Serializable);
+        let mut retry = Retrying::new(
+            &self.pool,
+            &self.retries,
+            what,
+            Isolation::Serializable,
+            &self.actor,
+        );
         let answer = loop {
             let mut tx = match retry.begin().await {
                 Ok(tx) => tx,
                 Err(e) => break Err(e),
             };
-            let attempt = write.run(&mut tx, &self.actor).await;
+            let attempt = write.run(&mut tx).await;
             match retry.finish(tx, attempt).await {
                 Ok(None) => continue,
                 done => break done.map(|d| d.unwrap_or(false)),
@@ -301,7 +307,7 @@ impl Write<'_> {
         }
     }
 
-    async fn run(&self, conn: &mut sqlx::PgConnection, actor: &str) -> Result<bool, sqlx::Error> {
+    async fn run(&self, conn: &mut sqlx::PgConnection) -> Result<bool, sqlx::Error> {
         match *self {
             Write::Expire {
                 id,
@@ -309,13 +315,13 @@ impl Write<'_> {
                 state,
                 generation,
                 reason,
-            } => db::recovery::expire(conn, id, authority, state, generation, reason, actor).await,
+            } => db::recovery::expire(conn, id, authority, state, generation, reason).await,
             Write::Adopt {
                 id,
                 authority,
                 from,
                 to,
-            } => db::recovery::adopt(conn, id, authority, from, to, actor).await,
+            } => db::recovery::adopt(conn, id, authority, from, to).await,
             Write::Resolve {
                 id,
                 authority,
@@ -323,10 +329,7 @@ impl Write<'_> {
                 state,
                 result,
                 error,
-            } => {
-                db::recovery::resolve(conn, id, authority, generation, state, result, error, actor)
-                    .await
-            }
+            } => db::recovery::resolve(conn, id, authority, generation, state, result, error).await,
         }
     }
 }

@@ -75,28 +75,33 @@ impl Custodian {
         }
         let ids: Vec<String> = held.keys().cloned().collect();
         let look_for_stale = self.stale_pass_due();
-        let mut retry = txn::Retrying::new(
-            &self.pool,
-            &self.stats.serialization_retries,
-            "claim",
-            self.config.claim_isolation,
-        );
-        let claimed = loop {
-            let mut tx = retry.begin().await?;
-            let attempt = db::lifecycle::claim(
-                &mut *tx,
-                &ids,
-                &self.config.holder,
-                limit,
-                self.config.lease_ttl,
-                look_for_stale,
-                &self.actor,
-            )
-            .await;
-            if let Some(rows) = retry.finish(tx, attempt).await? {
-                break rows;
-            }
+        // One statement for every authority on one node; on Citus one per
+        // authority (each on its own shard), until `limit` is reached.
+        let citus = *self
+            .citus
+            .get_or_try_init(|| db::is_citus(&self.pool))
+            .await?;
+        let groups: Vec<Vec<String>> = if citus {
+            let mut ids = ids;
+            ids.sort();
+            let turn = self.claim_turn.fetch_add(1, Ordering::Relaxed);
+            let first = turn % ids.len();
+            ids.rotate_left(first);
+            ids.into_iter().map(|id| vec![id]).collect()
+        } else {
+            vec![ids]
         };
+        let mut claimed = Vec::new();
+        for authorities in groups {
+            let remaining = limit - claimed.len() as i64;
+            if remaining <= 0 {
+                break;
+            }
+            claimed.extend(
+                self.claim_in(&authorities, remaining, look_for_stale)
+                    .await?,
+            );
+        }
         if !claimed.is_empty() {
             crash::point(CrashPoint::AfterPrepared);
         }
@@ -119,6 +124,38 @@ impl Custodian {
             }
         }
         Ok(prepared)
+    }
+
+    /// One claim statement over `authorities`, in a transaction of its own
+    /// (READ COMMITTED unless configured otherwise), retried on conflicts.
+    async fn claim_in(
+        &self,
+        authorities: &[String],
+        limit: i64,
+        look_for_stale: bool,
+    ) -> Result<Vec<CommandRow>, CustodianError> {
+        let mut retry = txn::Retrying::new(
+            &self.pool,
+            &self.stats.serialization_retries,
+            "claim",
+            self.config.claim_isolation,
+            &self.actor,
+        );
+        loop {
+            let mut tx = retry.begin().await?;
+            let attempt = db::lifecycle::claim(
+                &mut *tx,
+                authorities,
+                &self.config.holder,
+                limit,
+                self.config.lease_ttl,
+                look_for_stale,
+            )
+            .await;
+            if let Some(rows) = retry.finish(tx, attempt).await? {
+                return Ok(rows);
+            }
+        }
     }
 
     /// Starts prepared commands, one fenced transaction per (authority, generation).
@@ -160,14 +197,14 @@ impl Custodian {
             &self.stats.serialization_retries,
             "start",
             self.config.isolation,
+            actor,
         );
         let result = loop {
             let mut tx = match retry.begin().await {
                 Ok(tx) => tx,
                 Err(e) => break Err(e),
             };
-            let attempt =
-                db::lifecycle::start(&mut *tx, ids, authority, holder, generation, actor).await;
+            let attempt = db::lifecycle::start(&mut *tx, ids, authority, holder, generation).await;
             match retry.finish(tx, attempt).await {
                 Ok(Some(rows)) => break Ok(rows),
                 Ok(None) => continue,
@@ -340,11 +377,11 @@ impl Custodian {
             &self.stats.serialization_retries,
             "record",
             self.config.isolation,
+            &self.actor,
         );
         loop {
             let mut tx = retry.begin().await?;
-            let attempt =
-                db::lifecycle::record(&mut *tx, outcomes, authority, generation, &self.actor).await;
+            let attempt = db::lifecycle::record(&mut *tx, outcomes, authority, generation).await;
             match retry.finish(tx, attempt).await {
                 Ok(Some(ids)) => return Ok(ids),
                 Ok(None) => {}
@@ -404,15 +441,17 @@ impl Custodian {
         generation: i64,
     ) -> Result<(), CustodianError> {
         loop {
+            let mut tx =
+                txn::begin_as(&self.pool, txn::Isolation::ReadCommitted, &self.actor).await?;
             let rows = db::lifecycle::adopt_prepared(
-                &self.pool,
+                &mut *tx,
                 authority,
                 &self.config.holder,
                 generation,
                 ADOPT_BATCH,
-                &self.actor,
             )
             .await?;
+            tx.commit().await?;
             let count = rows.len();
             if count > 0 {
                 self.stats

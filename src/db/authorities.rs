@@ -26,6 +26,10 @@ pub struct Granted {
 /// Takes (or keeps) the lease on `authority` for `holder`. Returns `None`
 /// while another holder's lease is live. Renewing one's own live lease keeps
 /// the generation; anything else moves it forward.
+///
+/// The clock is read once, in `values` (`excluded.updated_at` is that
+/// `now()`): Citus refuses a function that is not immutable in `do update`,
+/// and evaluates the ones in `values` on the coordinator before routing.
 pub async fn acquire(
     ex: impl PgExecutor<'_>,
     authority: &str,
@@ -34,14 +38,15 @@ pub async fn acquire(
 ) -> Result<Option<Granted>, sqlx::Error> {
     let row = sqlx::query!(
         r#"
-        insert into authorities as a (id, generation, lease_holder, lease_expires_at)
-        values ($1, 1, $2, now() + make_interval(secs => $3))
+        insert into authorities as a (id, generation, lease_holder, lease_expires_at, updated_at)
+        values ($1, 1, $2, now() + make_interval(secs => $3), now())
         on conflict (id) do update
-        set generation = case when a.lease_holder = $2 and a.lease_expires_at > now()
+        set generation = case when a.lease_holder = $2 and a.lease_expires_at > excluded.updated_at
                               then a.generation else a.generation + 1 end,
             lease_holder = $2,
-            lease_expires_at = now() + make_interval(secs => $3)
-        where a.lease_holder is null or a.lease_holder = $2 or a.lease_expires_at <= now()
+            lease_expires_at = excluded.lease_expires_at
+        where a.lease_holder is null or a.lease_holder = $2
+           or a.lease_expires_at <= excluded.updated_at
         returning generation, lease_expires_at as "lease_expires_at!"
         "#,
         authority,

@@ -1,8 +1,8 @@
 //! Commands: record a submission, read it back, list, history, cancel.
 //!
-//! The actor (and reason) of a change travel as transaction-local settings set
-//! in the same statement (`set_config(..., true)` in a `from` subquery), so the
-//! history trigger can name who did it without an extra round trip.
+//! The actor (and reason) of a change travel as transaction-local settings,
+//! set as the transaction opens ([`super::txn`]), so the history trigger can
+//! name who did it without an extra round trip.
 //!
 //! Longer than the other files (about 630 lines) on purpose: it is the one
 //! place every statement of the API on `commands` lives, each a small
@@ -10,8 +10,10 @@
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use sqlx::PgExecutor;
+use sqlx::{PgExecutor, PgPool};
 use uuid::Uuid;
+
+use super::txn;
 
 use crate::domain::State;
 
@@ -150,9 +152,22 @@ impl NewCommand {
     }
 }
 
+/// Records the pending row in a transaction of its own acting as its
+/// caller: [`insert_pending`], committed.
+pub async fn record_pending(
+    pool: &PgPool,
+    new: &NewCommand,
+) -> Result<Option<CommandRow>, sqlx::Error> {
+    let mut tx = txn::begin_as(pool, txn::Isolation::ReadCommitted, &new.actor).await?;
+    let row = insert_pending(&mut *tx, new).await?;
+    tx.commit().await?;
+    Ok(row)
+}
+
 /// Inserts the pending row, or returns `None` when the scope already holds
 /// the key. The unique index decides: a concurrent insert of the same key
-/// waits for the first to commit, then finds the key taken.
+/// waits for the first to commit, then finds the key taken. Run in a
+/// transaction acting as `new.actor` ([`super::txn`]), or use [`record_pending`].
 pub async fn insert_pending(
     ex: impl PgExecutor<'_>,
     new: &NewCommand,
@@ -163,8 +178,7 @@ pub async fn insert_pending(
         insert into commands (id, scope, idempotency_key, request_digest, digest_version, kind,
                               authority_id, run_id, args, canonical, deadline_at, pinned_generation,
                               intent_digest, canonical_rules, intent_epoch, retry_of)
-        select $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $13, $14, $15, $16, $17
-        from (select set_config('command_ledger.actor', $12, true)) as ctx
+        values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
         on conflict on constraint commands_scope_key_unique do nothing
         returning *
         "#,
@@ -179,7 +193,6 @@ pub async fn insert_pending(
         new.args,
         new.canonical,
         new.deadline_at,
-        new.actor,
         new.pinned_generation,
         new.intent_digest,
         &new.canonical_rules,
@@ -196,9 +209,9 @@ pub async fn insert_pending(
 /// whose key (or intent epoch) its scope already holds is left out, as
 /// [`insert_pending`] would answer `None` for it. Each row's history entry
 /// names its own actor (the setting `command_ledger.actors`, read by the
-/// insert trigger).
+/// insert trigger, set as the transaction opens).
 pub async fn insert_pending_many(
-    ex: impl PgExecutor<'_>,
+    pool: &PgPool,
     rows: &[&NewCommand],
 ) -> Result<Vec<CommandRow>, sqlx::Error> {
     let mut rows = rows.to_vec();
@@ -226,7 +239,14 @@ pub async fn insert_pending_many(
         .iter()
         .map(|r| (r.id.to_string(), Value::from(r.actor.clone())))
         .collect();
-    sqlx::query_as!(
+    let actors = Value::Object(actors).to_string();
+    let mut tx = pool
+        .begin_with(sqlx::AssertSqlSafe(txn::begin_statement(
+            txn::Isolation::ReadCommitted,
+            &[(txn::ACTORS, &actors)],
+        )))
+        .await?;
+    let inserted = sqlx::query_as!(
         CommandRow,
         r#"
         insert into commands (id, scope, idempotency_key, request_digest, digest_version, kind,
@@ -237,12 +257,11 @@ pub async fn insert_pending_many(
                array(select jsonb_array_elements_text(r.rules)), r.intent_epoch, r.retry_of
         from unnest($1::uuid[], $2::uuid[], $3::text[], $4::bytea[], $5::int2[], $6::text[],
                     $7::text[], $8::text[], $9::jsonb[], $10::jsonb[], $11::timestamptz[],
-                    $12::int8[], $13::bytea[], $14::jsonb[], $15::int4[], $17::uuid[])
+                    $12::int8[], $13::bytea[], $14::jsonb[], $15::int4[], $16::uuid[])
                  with ordinality
                  as r(id, scope, key, request_digest, digest_version, kind, authority_id, run_id,
                       args, canonical, deadline_at, pinned_generation, intent_digest, rules,
-                      intent_epoch, retry_of, n),
-             (select set_config('command_ledger.actors', $16, true)) as ctx
+                      intent_epoch, retry_of, n)
         order by r.n
         on conflict do nothing
         returning *
@@ -262,16 +281,45 @@ pub async fn insert_pending_many(
         &intent_digests,
         &rules,
         &epochs as &[Option<i32>],
-        Value::Object(actors).to_string(),
         &retry_of as &[Option<Uuid>],
     )
-    .fetch_all(ex)
-    .await
+    .fetch_all(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(inserted)
 }
 
 /// Whether an insert failed because another command took the same intent epoch.
 pub fn is_epoch_conflict(e: &sqlx::Error) -> bool {
-    e.as_database_error().and_then(|d| d.constraint()) == Some("commands_scope_intent_epoch_unique")
+    e.as_database_error()
+        .filter(|d| d.is_unique_violation())
+        .and_then(|d| {
+            // Citus relays a worker's error without its constraint field:
+            // the name is then read from the message.
+            d.constraint()
+                .map(str::to_owned)
+                .or_else(|| constraint_in_message(d.message()))
+        })
+        .is_some_and(|name| is_constraint(&name, "commands_scope_intent_epoch_unique"))
+}
+
+/// The constraint a unique violation's message names
+/// (`duplicate key value violates unique constraint "<name>"`).
+fn constraint_in_message(message: &str) -> Option<String> {
+    let (_, rest) = message.split_once("unique constraint \"")?;
+    let (name, _) = rest.split_once('"')?;
+    Some(name.to_owned())
+}
+
+/// Whether `reported` names `constraint`: itself, or on Citus its copy on a
+/// shard, which carries the shard's number (`<constraint>_102059`).
+fn is_constraint(reported: &str, constraint: &str) -> bool {
+    reported.strip_prefix(constraint).is_some_and(|rest| {
+        rest.is_empty()
+            || rest
+                .strip_prefix('_')
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    })
 }
 
 /// The command stored under `(scope, key)`.
@@ -298,6 +346,10 @@ pub async fn find_by_key(
 /// already answered with, as its own command or coalesced into another's;
 /// else the newest command of the intent. With its age by the database
 /// clock, and the highest epoch the intent has reached.
+///
+/// An intent names its authority (the canonical form holds it), so every
+/// command of one is the authority's: the look-up says so, which on Citus
+/// keeps it on that authority's shard.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LatestIntent {
     pub id: Uuid,
@@ -323,12 +375,13 @@ pub async fn latest_by_intent(
                (c.request_digest = $4 or r.command_id is not null) as "same_request!",
                extract(epoch from now() - c.created_at)::float8 as "age_seconds!",
                (select coalesce(max(e.intent_epoch), 0) from commands e
-                where e.scope = $1 and e.intent_digest = $3) as "max_epoch!",
+                where e.authority_id = $2 and e.scope = $1 and e.intent_digest = $3) as "max_epoch!",
                c.state
         from commands c
         left join coalesced_requests r
-               on r.authority_id = $2 and r.scope = $1 and r.request_digest = $4 and r.command_id = c.id
-        where c.scope = $1 and c.intent_digest = $3
+               on r.authority_id = c.authority_id and r.scope = $1 and r.request_digest = $4
+              and r.command_id = c.id
+        where c.authority_id = $2 and c.scope = $1 and c.intent_digest = $3
         order by (c.request_digest = $4 or r.command_id is not null) desc, c.created_at desc
         limit 1
         "#,
@@ -615,8 +668,6 @@ pub async fn cancel(
         update commands c
         set state = 'cancelled',
             error = jsonb_build_object('reason', 'cancelled', 'by', $3::text)
-        from (select set_config('command_ledger.actor', $3, true),
-                     set_config('command_ledger.reason', 'cancel requested', true)) as ctx
         where c.id = $1 and ($2::uuid[] is null or c.scope = any($2))
           and c.state in ('pending', 'prepared')
         returning c.*
@@ -670,27 +721,50 @@ pub async fn count_ambiguous(ex: impl PgExecutor<'_>) -> Result<i64, sqlx::Error
 /// and deletes at most `max_rows` commands that finished more than
 /// `older_than` ago, with their history. Returns how many; 0 when done.
 pub async fn prune_batch(
-    ex: impl PgExecutor<'_>,
+    pool: &PgPool,
     older_than: std::time::Duration,
     max_rows: i32,
     actor: &str,
 ) -> Result<i32, sqlx::Error> {
-    sqlx::query_scalar!(
+    let mut tx = txn::begin_as(pool, txn::Isolation::ReadCommitted, actor).await?;
+    let pruned = sqlx::query_scalar!(
         r#"
         select prune_commands(make_interval(secs => $1), $2) as "pruned!"
-        from (select set_config('command_ledger.actor', $3, true)) as ctx
         "#,
         older_than.as_secs_f64(),
         max_rows,
-        actor,
     )
-    .fetch_one(ex)
-    .await
+    .fetch_one(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(pruned)
 }
 
 #[cfg(test)]
 mod id_range_tests {
     use super::*;
+
+    #[test]
+    fn a_constraint_is_recognised_by_its_name_or_its_shards_copy() {
+        let c = "commands_scope_intent_epoch_unique";
+        assert!(is_constraint(c, c));
+        assert!(is_constraint(
+            "commands_scope_intent_epoch_unique_102059",
+            c
+        ));
+        assert!(!is_constraint("commands_scope_intent_epoch_unique_", c));
+        assert!(!is_constraint("commands_scope_intent_epoch_unique_x1", c));
+        assert!(!is_constraint("commands_scope_intent_epoch", c));
+        assert!(!is_constraint("commands_scope_intent_epoch_uniquely", c));
+        assert_eq!(
+            constraint_in_message(
+                "duplicate key value violates unique constraint \"commands_scope_intent_epoch_unique_102059\""
+            )
+            .as_deref(),
+            Some("commands_scope_intent_epoch_unique_102059")
+        );
+        assert_eq!(constraint_in_message("deadlock detected"), None);
+    }
 
     #[test]
     fn the_v7_floor_sorts_before_every_id_of_its_millisecond_and_after_earlier_ones() {

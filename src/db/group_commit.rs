@@ -94,7 +94,7 @@ impl GroupCommit {
     /// [`commands::insert_pending`] answers. Returns once the row is durable.
     pub async fn insert(&self, row: &NewCommand) -> Answer {
         match &self.how {
-            How::Direct(pool) => commands::insert_pending(pool, row).await,
+            How::Direct(pool) => commands::record_pending(pool, row).await,
             How::Grouped(tx) => {
                 let (reply, answer) = oneshot::channel();
                 let job = Job {
@@ -115,7 +115,7 @@ async fn flush(pool: &PgPool, jobs: Vec<Job>) {
         let job = jobs.into_iter().next().expect("one job");
         let _ = job
             .reply
-            .send(commands::insert_pending(pool, &job.row).await);
+            .send(commands::record_pending(pool, &job.row).await);
         return;
     }
     let rows: Vec<&NewCommand> = jobs.iter().map(|j| &j.row).collect();
@@ -132,7 +132,7 @@ async fn flush(pool: &PgPool, jobs: Vec<Job>) {
             for job in jobs {
                 let _ = job
                     .reply
-                    .send(commands::insert_pending(pool, &job.row).await);
+                    .send(commands::record_pending(pool, &job.row).await);
             }
         }
     }

@@ -2,10 +2,11 @@
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use sqlx::{Acquire as _, PgExecutor};
+use sqlx::{AssertSqlSafe, Connection as _, PgExecutor};
 use uuid::Uuid;
 
 use super::commands::{self, CommandRow, NewCommand, Request};
+use super::txn;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct HoldRow {
@@ -142,14 +143,19 @@ pub async fn get(ex: impl PgExecutor<'_>, id: Uuid) -> Result<Option<HoldRow>, s
         .await
 }
 
-/// Locks an open hold for a decision.
+/// Locks an open hold for a decision. The hold is found by id first, then
+/// locked by its authority and id: on Citus a row lock must name the shard.
 pub async fn lock_open(
     conn: &mut sqlx::PgConnection,
     id: Uuid,
 ) -> Result<Option<HoldRow>, sqlx::Error> {
+    let Some(found) = get(&mut *conn, id).await? else {
+        return Ok(None);
+    };
     sqlx::query_as!(
         HoldRow,
-        "select * from holds where id = $1 and state = 'open' for update",
+        "select * from holds where authority_id = $1 and id = $2 and state = 'open' for update",
+        found.authority_id,
         id
     )
     .fetch_optional(conn)
@@ -175,6 +181,7 @@ pub async fn list(
 /// Closes an open hold: `released` (with the command it created) or `rejected`.
 pub async fn decide(
     ex: impl PgExecutor<'_>,
+    authority: &str,
     id: Uuid,
     state: &str,
     command_id: Option<Uuid>,
@@ -185,7 +192,7 @@ pub async fn decide(
         HoldRow,
         r#"
         update holds set state = $2, command_id = $3, decided_at = now(), decided_by = $4, decision_reason = $5
-        where id = $1 and state = 'open'
+        where authority_id = $6 and id = $1 and state = 'open'
         returning *
         "#,
         id,
@@ -193,6 +200,7 @@ pub async fn decide(
         command_id,
         actor,
         reason,
+        authority,
     )
     .fetch_optional(ex)
     .await
@@ -208,7 +216,12 @@ pub async fn release(
     actor: &str,
     reason: Option<&str>,
 ) -> Result<Option<(HoldRow, CommandRow)>, sqlx::Error> {
-    let mut tx = conn.begin().await?;
+    let mut tx = conn
+        .begin_with(AssertSqlSafe(txn::begin_statement(
+            txn::Isolation::ReadCommitted,
+            &[(txn::ACTOR, actor)],
+        )))
+        .await?;
     let Some(hold) = lock_open(&mut tx, id).await? else {
         return Ok(None);
     };
@@ -221,7 +234,16 @@ pub async fn release(
             None => return Ok(None),
         },
     };
-    let Some(hold) = decide(&mut *tx, id, "released", Some(command.id), actor, reason).await?
+    let Some(hold) = decide(
+        &mut *tx,
+        &hold.authority_id,
+        id,
+        "released",
+        Some(command.id),
+        actor,
+        reason,
+    )
+    .await?
     else {
         return Ok(None);
     };

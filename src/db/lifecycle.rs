@@ -18,7 +18,8 @@ use crate::domain::EffectOutcome;
 /// to `limit`) prepared rows of the current generation untouched for
 /// `stale_after`, when `look_for_stale`: adopted by recovery, or left by a
 /// start that failed. A second start of the same row is harmless: starting
-/// is a compare-and-set.
+/// is a compare-and-set. Run in a transaction acting as the custodian
+/// ([`super::txn`]); on Citus, with one authority (a single-shard statement).
 pub async fn claim(
     ex: impl PgExecutor<'_>,
     authorities: &[String],
@@ -26,7 +27,6 @@ pub async fn claim(
     limit: i64,
     stale_after: std::time::Duration,
     look_for_stale: bool,
-    actor: &str,
 ) -> Result<Vec<CommandRow>, sqlx::Error> {
     // The statement lives in sql/claim.sql so that `explain_claim` plans
     // exactly the text that runs here.
@@ -36,7 +36,6 @@ pub async fn claim(
         authorities,
         holder,
         limit,
-        actor,
         stale_after.as_secs_f64(),
         look_for_stale,
     )
@@ -61,7 +60,6 @@ pub async fn explain_claim(
     .bind(authorities)
     .bind("explain:nobody")
     .bind(limit)
-    .bind("explain")
     .bind(10.0f64)
     .bind(true)
     .fetch_all(ex)
@@ -70,14 +68,14 @@ pub async fn explain_claim(
 
 /// The current generation of `authority` adopts its `prepared` rows bound to
 /// an older generation (their effect was never attempted); a row pinned to
-/// another generation expires instead. Returns the rows it changed.
+/// another generation expires instead. Returns the rows it changed. Run in
+/// a transaction acting as the custodian ([`super::txn`]).
 pub async fn adopt_prepared(
     ex: impl PgExecutor<'_>,
     authority: &str,
     holder: &str,
     generation: i64,
     limit: i64,
-    actor: &str,
 ) -> Result<Vec<CommandRow>, sqlx::Error> {
     sqlx::query_as!(
         CommandRow,
@@ -88,24 +86,28 @@ pub async fn adopt_prepared(
             for share
         ),
         picked as (
-            select c.id
+            select c.id, c.pinned_generation is null or c.pinned_generation = $3 as ours,
+                   c.pinned_generation
             from lease l
             join command_in_flight f on f.authority_id = l.id
             join commands c on c.authority_id = f.authority_id and c.id = f.id
-            where c.state = 'prepared' and c.authority_generation < l.generation
+            where f.authority_id = $1 and c.authority_id = $1
+              and c.state = 'prepared' and c.authority_generation < l.generation
             order by c.id
             limit $4
             for update of c skip locked
         )
         update commands c
-        set state = case when c.pinned_generation is null or c.pinned_generation = $3
-                         then 'prepared' else 'expired' end,
+        set state = case when p.ours then 'prepared' else 'expired' end,
             authority_generation = $3,
-            error = case when c.pinned_generation is null or c.pinned_generation = $3 then null
-                         else jsonb_build_object('reason', 'authority_superseded',
-                                                 'pinned_generation', c.pinned_generation,
-                                                 'authority_generation', $3::bigint) end
-        from picked p, (select set_config('command_ledger.actor', $5, true)) as ctx
+            -- Built from text, not jsonb_build_object: Citus allows only
+            -- immutable functions inside CASE.
+            error = case when not p.ours then
+                        ('{"reason": "authority_superseded", "pinned_generation": '
+                         || p.pinned_generation::text || ', "authority_generation": '
+                         || $3::bigint::text || '}')::jsonb
+                    end
+        from picked p
         where c.authority_id = $1 and c.id = p.id
         returning c.*
         "#,
@@ -113,7 +115,6 @@ pub async fn adopt_prepared(
         holder,
         generation,
         limit,
-        actor,
     )
     .fetch_all(ex)
     .await
@@ -121,33 +122,36 @@ pub async fn adopt_prepared(
 
 /// Moves prepared rows to `effect_started` (or `expired`, when their deadline
 /// passed meanwhile), only while `holder` holds a live lease at `generation`.
-/// Run inside a SERIALIZABLE transaction; no effect may start before it commits.
+/// Run inside a SERIALIZABLE transaction acting as the custodian; no effect
+/// may start before it commits.
 pub async fn start(
     ex: impl PgExecutor<'_>,
     ids: &[Uuid],
     authority: &str,
     holder: &str,
     generation: i64,
-    actor: &str,
 ) -> Result<Vec<CommandRow>, sqlx::Error> {
     sqlx::query_as!(
         CommandRow,
         r#"
+        with a as materialized (
+            -- The lease, and the clock read once: Citus allows only immutable
+            -- functions inside CASE, so the CASE compares with a column.
+            select now() as at from authorities
+            where id = $2 and generation = $4 and lease_holder = $3 and lease_expires_at > now()
+        )
         update commands c
-        set state = case when c.deadline_at <= now() then 'expired' else 'effect_started' end,
-            error = case when c.deadline_at <= now()
-                         then jsonb_build_object('reason', 'deadline_passed') end
-        from authorities a, (select set_config('command_ledger.actor', $5, true)) as ctx
+        set state = case when c.deadline_at <= a.at then 'expired' else 'effect_started' end,
+            error = case when c.deadline_at <= a.at then '{"reason": "deadline_passed"}'::jsonb end
+        from a
         where c.id = any($1) and c.state = 'prepared' and c.authority_generation = $4
           and c.authority_id = $2
-          and a.id = $2 and a.generation = $4 and a.lease_holder = $3 and a.lease_expires_at > now()
         returning c.*
         "#,
         ids,
         authority,
         holder,
         generation,
-        actor,
     )
     .fetch_all(ex)
     .await
@@ -155,13 +159,13 @@ pub async fn start(
 
 /// Records terminal outcomes of started commands, only while the authority
 /// is still at `generation`. Returns the ids recorded; a missing id was fenced
-/// out (the authority moved on) or is no longer `effect_started`.
+/// out (the authority moved on) or is no longer `effect_started`. Run inside
+/// a SERIALIZABLE transaction acting as the custodian.
 pub async fn record(
     ex: impl PgExecutor<'_>,
     outcomes: &[(Uuid, EffectOutcome)],
     authority: &str,
     generation: i64,
-    actor: &str,
 ) -> Result<Vec<Uuid>, sqlx::Error> {
     let rows: Vec<Value> = outcomes
         .iter()
@@ -175,8 +179,7 @@ pub async fn record(
         update commands c
         set state = o.state, result = o.result, error = o.error
         from jsonb_to_recordset($1::jsonb) as o(id uuid, state text, result jsonb, error jsonb),
-             authorities a,
-             (select set_config('command_ledger.actor', $4, true)) as ctx
+             authorities a
         where c.id = o.id and c.state = 'effect_started' and c.authority_generation = $3
           and c.authority_id = $2 and a.id = $2 and a.generation = $3
         returning c.id
@@ -184,7 +187,6 @@ pub async fn record(
         Value::Array(rows),
         authority,
         generation,
-        actor,
     )
     .fetch_all(ex)
     .await

@@ -161,8 +161,27 @@ pub async fn migrate(pool: &PgPool) -> Result<(), DbError> {
             .execute(&mut conn)
             .await?;
         roles::may_log_in_on_every_node(&mut conn).await?;
+        citus_session_defaults(&mut conn).await?;
     }
     conn.close().await?;
+    Ok(())
+}
+
+/// On Citus: makes the database's new sessions send their `SET LOCAL`s on
+/// to the workers (`citus.propagate_set_commands = 'local'`), where the
+/// history triggers read who acts (`command_ledger.actor`, set as each
+/// transaction opens: [`txn`]). Without it the history names `sql:<role>`.
+/// A database setting: `migrate` sets it, and a copy made with `create
+/// database ... template` must be given it again.
+pub async fn citus_session_defaults(conn: &mut sqlx::PgConnection) -> Result<(), sqlx::Error> {
+    sqlx::raw_sql(
+        "do $$ begin
+             execute format('alter database %I set citus.propagate_set_commands = %L',
+                            current_database(), 'local');
+         end $$",
+    )
+    .execute(conn)
+    .await?;
     Ok(())
 }
 

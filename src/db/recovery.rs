@@ -76,14 +76,12 @@ pub async fn expire(
     state: &str,
     generation: Option<i64>,
     reason: &str,
-    actor: &str,
 ) -> Result<bool, sqlx::Error> {
     let done = sqlx::query!(
         r#"
         update commands c
         set state = 'expired', error = jsonb_build_object('reason', $4::text)
-        from (select set_config('command_ledger.actor', $5, true)) as ctx
-        where c.authority_id = $6 and c.id = $1 and c.state = $2 and c.state in ('pending', 'prepared')
+        where c.authority_id = $5 and c.id = $1 and c.state = $2 and c.state in ('pending', 'prepared')
           and c.authority_generation is not distinct from $3
           and ($4 <> 'deadline_passed' or c.deadline_at <= now())
         "#,
@@ -91,7 +89,6 @@ pub async fn expire(
         state,
         generation,
         reason,
-        actor,
         authority,
     )
     .execute(ex)
@@ -106,20 +103,18 @@ pub async fn adopt(
     authority: &str,
     from: i64,
     to: i64,
-    actor: &str,
 ) -> Result<bool, sqlx::Error> {
     let done = sqlx::query!(
         r#"
         update commands c
         set authority_generation = $3
-        from authorities a, (select set_config('command_ledger.actor', $4, true)) as ctx
-        where c.authority_id = $5 and c.id = $1 and c.state = 'prepared' and c.authority_generation = $2
-          and a.id = $5 and a.generation = $3
+        from authorities a
+        where c.authority_id = $4 and c.id = $1 and c.state = 'prepared' and c.authority_generation = $2
+          and a.id = $4 and a.generation = $3
         "#,
         id,
         from,
         to,
-        actor,
         authority,
     )
     .execute(ex)
@@ -139,15 +134,14 @@ pub async fn resolve(
     state: &str,
     result: Option<&Value>,
     error: Option<&Value>,
-    actor: &str,
 ) -> Result<bool, sqlx::Error> {
     let done = sqlx::query!(
         r#"
         update commands c
         set state = $3, result = $4, error = $5
-        from authorities a, (select set_config('command_ledger.actor', $6, true)) as ctx
-        where c.authority_id = $7 and c.id = $1 and c.state = 'effect_started' and c.authority_generation = $2
-          and a.id = $7
+        from authorities a
+        where c.authority_id = $6 and c.id = $1 and c.state = 'effect_started' and c.authority_generation = $2
+          and a.id = $6
           and (a.generation > $2 or a.lease_expires_at is null or a.lease_expires_at <= now())
         "#,
         id,
@@ -155,7 +149,6 @@ pub async fn resolve(
         state,
         result,
         error,
-        actor,
         authority,
     )
     .execute(ex)

@@ -1,6 +1,14 @@
 //! SERIALIZABLE transactions with bounded, jittered retries of serialization
 //! failures and deadlocks (40001, 40P01), every retry counted; and the one
 //! case that must never be retried blindly: a commit whose outcome is unknown.
+//!
+//! Every transaction of the service opens acting for someone: `BEGIN` and a
+//! `SET LOCAL` of the settings the history triggers read (who, and on a
+//! cancel why) go in one round trip, before any statement. A statement
+//! therefore never sets them itself: on Citus a `SET LOCAL` reaches the
+//! workers where the triggers run (`citus.propagate_set_commands = 'local'`,
+//! set on the database by `migrate`), and a statement that calls
+//! `set_config` is not one the coordinator can send to a single shard.
 
 use sqlx::{PgPool, Postgres, Transaction};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,18 +31,61 @@ pub enum TxError {
     CommitUnknown(#[source] sqlx::Error),
 }
 
-/// The isolation of the custodian's start and record transactions.
+/// The isolation of a transaction.
 ///
-/// Always `Serializable` in the service. `ReadCommitted` exists only so
-/// `ledger-bench` can measure what SERIALIZABLE costs (W5): it weakens the
+/// The custodian's start and record, cancel and recovery's writes are always
+/// `Serializable` in the service; `ledger-bench` can run start and record at
+/// `ReadCommitted` to measure what SERIALIZABLE costs (W5), which weakens the
 /// fence (a lease taken over while the transaction runs is not seen), and no
-/// command-line option selects it.
+/// command-line option selects that. `ReadCommitted` is the claim's (one
+/// compare-and-set statement with its own row locks, measured in W5) and the
+/// inserts' of pending rows (the unique indexes decide).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Isolation {
     #[default]
     Serializable,
-    /// The benchmark's comparison only.
+    /// Claims and inserts; start and record only in the benchmark's comparison.
     ReadCommitted,
+}
+
+/// The setting naming who acts: read by `ledger_actor()` for history entries
+/// (migration 0016), else `sql:<role>`.
+pub const ACTOR: &str = "command_ledger.actor";
+
+/// Per-command actors of a multi-row insert, `{"<command id>": actor}`
+/// (migration 0013), for a transaction that records several callers' rows.
+pub const ACTORS: &str = "command_ledger.actors";
+
+/// Why the change was made, recorded in history (`cancel requested`).
+pub const REASON: &str = "command_ledger.reason";
+
+/// The statement that opens a transaction at `isolation` with `settings`
+/// set for it alone (`SET LOCAL`): sent as one simple query, so it costs
+/// the same round trip as a bare `BEGIN`.
+pub fn begin_statement(isolation: Isolation, settings: &[(&str, &str)]) -> String {
+    let mut statement = isolation.begin().to_owned();
+    for (name, value) in settings {
+        // The names are this module's constants; values are quoted.
+        statement.push_str(&format!(
+            "; set local {name} = {}",
+            super::roles::literal(value)
+        ));
+    }
+    statement
+}
+
+/// Opens a transaction on `pool` at `isolation`, acting as `actor` (and any
+/// further `settings`). For the statements that run once, without retries.
+pub async fn begin_as(
+    pool: &PgPool,
+    isolation: Isolation,
+    actor: &str,
+) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
+    pool.begin_with(sqlx::AssertSqlSafe(begin_statement(
+        isolation,
+        &[(ACTOR, actor)],
+    )))
+    .await
 }
 
 impl Isolation {
@@ -62,7 +113,7 @@ fn jitter(attempt: u32) -> Duration {
 /// conflicts:
 ///
 /// ```ignore
-/// let mut retry = Retrying::new(pool, &stats.serialization_retries, "start", Isolation::Serializable);
+/// let mut retry = Retrying::new(pool, &stats.serialization_retries, "start", Isolation::Serializable, actor);
 /// let rows = loop {
 ///     let mut tx = retry.begin().await?;
 ///     let result = db::lifecycle::start(&mut *tx, ...).await;
@@ -75,7 +126,8 @@ pub struct Retrying<'a> {
     retries: &'a AtomicU64,
     what: &'static str,
     attempt: u32,
-    isolation: Isolation,
+    /// `BEGIN` and the `SET LOCAL`s, as [`begin_statement`] makes them.
+    begin: String,
 }
 
 impl<'a> Retrying<'a> {
@@ -84,13 +136,25 @@ impl<'a> Retrying<'a> {
         retries: &'a AtomicU64,
         what: &'static str,
         isolation: Isolation,
+        actor: &str,
+    ) -> Self {
+        Retrying::with_settings(pool, retries, what, isolation, &[(ACTOR, actor)])
+    }
+
+    /// [`Retrying::new`] with settings besides (or instead of) the actor.
+    pub fn with_settings(
+        pool: &'a PgPool,
+        retries: &'a AtomicU64,
+        what: &'static str,
+        isolation: Isolation,
+        settings: &[(&str, &str)],
     ) -> Self {
         Retrying {
             pool,
             retries,
             what,
             attempt: 0,
-            isolation,
+            begin: begin_statement(isolation, settings),
         }
     }
 
@@ -104,7 +168,7 @@ impl<'a> Retrying<'a> {
         }
         self.attempt += 1;
         self.pool
-            .begin_with(self.isolation.begin())
+            .begin_with(sqlx::AssertSqlSafe(self.begin.clone()))
             .await
             .map_err(TxError::Failed)
     }

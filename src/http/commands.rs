@@ -463,11 +463,12 @@ pub(super) async fn cancel(
     let (scope, actor) = (principal.visible_scope(), principal.actor());
     // SERIALIZABLE: a custodian that moves the row on meanwhile makes this
     // transaction retry and then report the state it found.
-    let mut retry = txn::Retrying::new(
+    let mut retry = txn::Retrying::with_settings(
         &state.pool,
         &state.serialization_retries,
         "cancel",
         txn::Isolation::Serializable,
+        &[(txn::ACTOR, &actor), (txn::REASON, "cancel requested")],
     );
     let outcome = loop {
         let mut tx = retry.begin().await?;

@@ -37,7 +37,20 @@ pub async fn reject(
     actor: &str,
     reason: Option<&str>,
 ) -> Result<HoldRow, LedgerError> {
-    match db::holds::decide(pool, id, "rejected", None, actor, reason).await? {
+    let Some(open) = db::holds::get(pool, id).await? else {
+        return Err(LedgerError::NotFound);
+    };
+    match db::holds::decide(
+        pool,
+        &open.authority_id,
+        id,
+        "rejected",
+        None,
+        actor,
+        reason,
+    )
+    .await?
+    {
         Some(hold) => {
             tracing::info!(hold.id = %hold.id, actor, "hold rejected");
             Ok(hold)

@@ -95,13 +95,17 @@ async fn three_spellings_from_three_workers_make_one_execution() {
     for w in workers {
         outcomes.push(w.await.unwrap());
     }
-    let names: Vec<&str> = outcomes
+    // One of them executed (the first to be admitted: usually the first
+    // sent, but the stagger is no promise on a loaded machine or a Citus
+    // coordinator), the other two were coalesced into it.
+    let mut names: Vec<&str> = outcomes
         .iter()
         .map(|o| o["outcome"].as_str().unwrap())
         .collect();
+    names.sort_unstable();
     assert_eq!(
         names,
-        ["executed", "coalesced", "coalesced"],
+        ["coalesced", "coalesced", "executed"],
         "{outcomes:?}"
     );
     let ids: Vec<&Value> = outcomes.iter().map(|o| &o["command_id"]).collect();

@@ -22,6 +22,13 @@ static TEMPLATE: OnceCell<String> = OnceCell::const_new();
 
 fn backend() -> &'static Backend {
     BACKEND.get_or_init(|| {
+        // `TEST_LOG=<filter>` shows the service's own log (as RUST_LOG would).
+        if let Ok(filter) = std::env::var("TEST_LOG") {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+                .with_test_writer()
+                .try_init();
+        }
         if let Ok(url) = std::env::var("TEST_DATABASE_URL") {
             return Backend {
                 admin_url: url,
@@ -352,6 +359,12 @@ pub(crate) async fn fresh_database() -> (String, PgPool) {
     let name = format!("cl_test_{}", uuid::Uuid::now_v7().simple());
     on_every_node(&format!("create database {name} template {template}")).await;
     let url = url_for(&name);
+    if citus() {
+        // A database's settings are not copied with it.
+        let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+        db::citus_session_defaults(&mut conn).await.unwrap();
+        conn.close().await.unwrap();
+    }
     let pool = db::connect(&url, 20).await.unwrap();
     (url, pool)
 }

@@ -223,7 +223,6 @@ async fn the_claim_takes_from_the_queue_oldest_first_and_skips_rows_another_clai
         2,
         Duration::from_secs(60),
         true,
-        "custodian:test",
     )
     .await
     .unwrap();
@@ -248,7 +247,6 @@ async fn the_claim_takes_from_the_queue_oldest_first_and_skips_rows_another_clai
         10,
         Duration::from_secs(60),
         true,
-        "custodian:test",
     )
     .await
     .unwrap();
@@ -376,7 +374,6 @@ async fn a_populated_v1_database_migrates_to_v2_without_losing_a_row_or_an_entry
         100,
         Duration::from_secs(3600),
         true,
-        "custodian:test",
     )
     .await
     .unwrap();

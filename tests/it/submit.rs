@@ -30,7 +30,7 @@ async fn a_new_key_records_a_pending_command_before_answering_202() {
 
     // The row is committed: another connection sees it, with its creation in the history.
     let (state, actor): (String, String) = sqlx::query_as(
-        "select c.state, h.actor from commands c join command_history h on h.command_id = c.id where c.id = $1::uuid",
+        "select c.state, h.actor from commands c join command_history h on h.authority_id = c.authority_id and h.command_id = c.id where c.id = $1::uuid",
     )
     .bind(id)
     .fetch_one(&app.pool)
