@@ -64,6 +64,30 @@ end;
 $$;
 
 --
+-- Name: command_keys_refuse_change(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.command_keys_refuse_change() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+begin
+    if tg_op = 'TRUNCATE' then
+        raise exception 'command_keys is kept: it cannot be truncated'
+            using errcode = 'CL003';
+    end if;
+    raise exception 'command_keys rows are never changed (key %)', old.idempotency_key
+        using errcode = 'CL003';
+end;
+$$;
+
+--
+-- Name: FUNCTION command_keys_refuse_change(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.command_keys_refuse_change() IS 'Refuses update and truncate on command_keys: a key names its command for good (prune_commands() deletes it with the command).';
+
+--
 -- Name: command_resolutions_admit(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -209,7 +233,7 @@ declare
 begin
     select h.hash into prev from command_history h
     where h.authority_id = new.authority_id and h.command_id = new.id
-    order by h.id desc limit 1;
+    order by h.command_id desc, h.id desc limit 1;
     insert into command_history (authority_id, command_id, from_state, to_state, at, actor, authority_generation,
                                  reason, row_digest, prev_hash, hash)
     values (new.authority_id, new.id, old.state, new.state, entry_at, entry_actor, new.authority_generation,
@@ -991,6 +1015,8 @@ CREATE FUNCTION public.prune_commands(older_than interval, max_rows integer) RET
     AS $$
 declare
     ids uuid[];
+    scopes uuid[];
+    keys text[];
 begin
     if older_than < interval '1 minute' then
         raise exception 'refusing to prune commands that finished less than a minute ago (older_than %)', older_than
@@ -1021,6 +1047,12 @@ begin
                                       from coalesced_requests r where r.command_id = c.id), '[]'::jsonb))
     from commands c
     where c.id = any(ids);
+    select array_agg(c.scope), array_agg(c.idempotency_key) into scopes, keys
+    from commands c
+    where c.id = any(ids);
+    delete from command_keys k
+    where (k.scope, k.idempotency_key) in (select * from unnest(scopes, keys))
+      and k.command_id = any(ids);
     delete from commands where id = any(ids);
     return cardinality(ids);
 end;
@@ -1030,7 +1062,7 @@ $$;
 -- Name: FUNCTION prune_commands(older_than interval, max_rows integer); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.prune_commands(older_than interval, max_rows integer) IS 'Archives into pruned_commands, then deletes, at most max_rows finished commands that finished more than older_than ago (and that no hold refers to), with their history and the requests coalesced into them.';
+COMMENT ON FUNCTION public.prune_commands(older_than interval, max_rows integer) IS 'Archives into pruned_commands, then deletes, at most max_rows finished commands that finished more than older_than ago (and that no hold refers to), with their history, the requests coalesced into them and their keys'' command_keys rows.';
 
 --
 -- Name: refuse_archive_change(); Type: FUNCTION; Schema: public; Owner: -
@@ -1610,6 +1642,47 @@ COMMENT ON COLUMN public.command_in_flight.authority_id IS 'The authority the co
 --
 
 COMMENT ON COLUMN public.command_in_flight.id IS 'The claimed command (commands.id).';
+
+--
+-- Name: command_keys; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.command_keys (
+    scope uuid NOT NULL,
+    idempotency_key text NOT NULL,
+    authority_id text NOT NULL,
+    command_id uuid NOT NULL
+);
+
+--
+-- Name: TABLE command_keys; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.command_keys IS 'On Citus: which command each (scope, idempotency key) names, distributed by scope, written in the submission''s transaction; keeps a key to one command across authorities. Empty on one node (commands_scope_key_unique does it).';
+
+--
+-- Name: COLUMN command_keys.scope; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.command_keys.scope IS 'The dedup scope the key belongs to (commands.scope).';
+
+--
+-- Name: COLUMN command_keys.idempotency_key; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.command_keys.idempotency_key IS 'The key (commands.idempotency_key).';
+
+--
+-- Name: COLUMN command_keys.authority_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.command_keys.authority_id IS 'The authority of the command it names: where that command''s row is.';
+
+--
+-- Name: COLUMN command_keys.command_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.command_keys.command_id IS 'The command it names (commands.id).';
 
 --
 -- Name: command_queue; Type: TABLE; Schema: public; Owner: -
@@ -2231,6 +2304,13 @@ ALTER TABLE ONLY public.command_in_flight
     ADD CONSTRAINT command_in_flight_pkey PRIMARY KEY (authority_id, id);
 
 --
+-- Name: command_keys command_keys_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.command_keys
+    ADD CONSTRAINT command_keys_pkey PRIMARY KEY (scope, idempotency_key);
+
+--
 -- Name: command_queue command_queue_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -2511,6 +2591,18 @@ CREATE TRIGGER command_history_leaves_with_its_command BEFORE DELETE ON public.c
 CREATE TRIGGER command_in_flight_follows_commands BEFORE INSERT OR DELETE OR UPDATE OR TRUNCATE ON public.command_in_flight FOR EACH STATEMENT EXECUTE FUNCTION public.refuse_direct_work_change();
 
 --
+-- Name: command_keys command_keys_never_change; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER command_keys_never_change BEFORE UPDATE ON public.command_keys FOR EACH ROW EXECUTE FUNCTION public.command_keys_refuse_change();
+
+--
+-- Name: command_keys command_keys_no_truncate; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER command_keys_no_truncate BEFORE TRUNCATE ON public.command_keys FOR EACH STATEMENT EXECUTE FUNCTION public.command_keys_refuse_change();
+
+--
 -- Name: command_queue command_queue_follows_commands; Type: TRIGGER; Schema: public; Owner: -
 --
 
@@ -2727,6 +2819,12 @@ GRANT USAGE ON SCHEMA public TO ledger_inspector;
 GRANT USAGE ON SCHEMA public TO ledger_retention;
 
 --
+-- Name: FUNCTION command_keys_refuse_change(); Type: ACL; Schema: public; Owner: -
+--
+
+REVOKE ALL ON FUNCTION public.command_keys_refuse_change() FROM PUBLIC;
+
+--
 -- Name: FUNCTION ledger_counts_compact(); Type: ACL; Schema: public; Owner: -
 --
 
@@ -2879,6 +2977,15 @@ GRANT SELECT ON TABLE public.command_in_flight TO ledger_inspector;
 --
 
 GRANT UPDATE(id) ON TABLE public.command_in_flight TO ledger_custodian;
+
+--
+-- Name: TABLE command_keys; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT SELECT,INSERT ON TABLE public.command_keys TO ledger_api;
+GRANT SELECT ON TABLE public.command_keys TO ledger_custodian;
+GRANT SELECT ON TABLE public.command_keys TO ledger_inspector;
+GRANT SELECT ON TABLE public.command_keys TO ledger_retention;
 
 --
 -- Name: TABLE command_queue; Type: ACL; Schema: public; Owner: -

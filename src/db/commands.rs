@@ -10,10 +10,11 @@
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use sqlx::{PgExecutor, PgPool};
+use sqlx::{PgConnection, PgExecutor, PgPool};
+use std::collections::HashSet;
 use uuid::Uuid;
 
-use super::txn;
+use super::{Layout, txn};
 
 use crate::domain::State;
 
@@ -156,23 +157,46 @@ impl NewCommand {
 /// caller: [`insert_pending`], committed.
 pub async fn record_pending(
     pool: &PgPool,
+    layout: Layout,
     new: &NewCommand,
 ) -> Result<Option<CommandRow>, sqlx::Error> {
     let mut tx = txn::begin_as(pool, txn::Isolation::ReadCommitted, &new.actor).await?;
-    let row = insert_pending(&mut *tx, new).await?;
+    let row = insert_pending(&mut tx, layout, new).await?;
     tx.commit().await?;
     Ok(row)
 }
 
 /// Inserts the pending row, or returns `None` when the scope already holds
 /// the key. The unique index decides: a concurrent insert of the same key
-/// waits for the first to commit, then finds the key taken. Run in a
-/// transaction acting as `new.actor` ([`super::txn`]), or use [`record_pending`].
+/// waits for the first to commit, then finds the key taken. On Citus the
+/// key's row in `command_keys` is inserted first and decides the same way
+/// across authorities. Run in a transaction acting as `new.actor`
+/// ([`super::txn`]), or use [`record_pending`].
 pub async fn insert_pending(
-    ex: impl PgExecutor<'_>,
+    conn: &mut PgConnection,
+    layout: Layout,
     new: &NewCommand,
 ) -> Result<Option<CommandRow>, sqlx::Error> {
-    sqlx::query_as!(
+    if layout == Layout::Citus {
+        // One row: a plain insert, which Citus sends to the key's shard.
+        let claimed = sqlx::query!(
+            r#"
+            insert into command_keys (scope, idempotency_key, authority_id, command_id)
+            values ($1, $2, $3, $4)
+            on conflict do nothing
+            "#,
+            new.scope,
+            new.idempotency_key,
+            new.authority_id,
+            new.id,
+        )
+        .execute(&mut *conn)
+        .await?;
+        if claimed.rows_affected() == 0 {
+            return Ok(None);
+        }
+    }
+    let row = sqlx::query_as!(
         CommandRow,
         r#"
         insert into commands (id, scope, idempotency_key, request_digest, digest_version, kind,
@@ -199,8 +223,53 @@ pub async fn insert_pending(
         new.intent_epoch,
         new.retry_of,
     )
-    .fetch_optional(ex)
+    .fetch_optional(&mut *conn)
+    .await?;
+    if row.is_none() && layout == Layout::Citus {
+        return Err(keys_out_of_step(&new.idempotency_key));
+    }
+    Ok(row)
+}
+
+/// On Citus: takes the keys' rows in `command_keys` for the commands about
+/// to be inserted, in `(scope, key)` order (Citus pulls the rows to the
+/// coordinator and sends each to its shard). Returns the ids whose key was
+/// free; a taken key's command is left alone (it waits for a concurrent
+/// taker to commit, then finds the key taken).
+async fn claim_keys(
+    conn: &mut PgConnection,
+    scopes: &[Uuid],
+    keys: &[String],
+    authorities: &[String],
+    ids: &[Uuid],
+) -> Result<Vec<Uuid>, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"
+        insert into command_keys (scope, idempotency_key, authority_id, command_id)
+        select k.scope, k.key, k.authority_id, k.id
+        from unnest($1::uuid[], $2::text[], $3::text[], $4::uuid[]) as k (scope, key, authority_id, id)
+        order by k.scope, k.key
+        on conflict do nothing
+        returning command_id
+        "#,
+        scopes,
+        keys,
+        authorities,
+        ids,
+    )
+    .fetch_all(conn)
     .await
+}
+
+/// On Citus, a key taken in `command_keys` whose command was not inserted:
+/// the transaction is refused (rolling the key back) rather than record
+/// half of it. For one row that means the two tables disagree (only a hand
+/// edit does that); in a many-row insert it is also a row whose intent
+/// epoch its scope holds, and the group commit then admits each row alone.
+fn keys_out_of_step(key: &str) -> sqlx::Error {
+    sqlx::Error::Protocol(format!(
+        "command_keys and commands disagree about the key {key:?}: refusing to record half of it"
+    ))
 }
 
 /// Inserts many pending rows in one statement (one transaction, one
@@ -209,13 +278,50 @@ pub async fn insert_pending(
 /// whose key (or intent epoch) its scope already holds is left out, as
 /// [`insert_pending`] would answer `None` for it. Each row's history entry
 /// names its own actor (the setting `command_ledger.actors`, read by the
-/// insert trigger, set as the transaction opens).
+/// insert trigger, set as the transaction opens). On Citus the keys' rows
+/// in `command_keys` are taken first, and only the rows whose key was free
+/// are inserted.
 pub async fn insert_pending_many(
     pool: &PgPool,
+    layout: Layout,
     rows: &[&NewCommand],
 ) -> Result<Vec<CommandRow>, sqlx::Error> {
     let mut rows = rows.to_vec();
     rows.sort_by(|a, b| (a.scope, &a.idempotency_key).cmp(&(b.scope, &b.idempotency_key)));
+    let actors: serde_json::Map<String, Value> = rows
+        .iter()
+        .map(|r| (r.id.to_string(), Value::from(r.actor.clone())))
+        .collect();
+    let actors = Value::Object(actors).to_string();
+    let mut tx = pool
+        .begin_with(sqlx::AssertSqlSafe(txn::begin_statement(
+            txn::Isolation::ReadCommitted,
+            &[(txn::ACTORS, &actors)],
+        )))
+        .await?;
+    if layout == Layout::Citus {
+        let claimed: HashSet<Uuid> = claim_keys(
+            &mut tx,
+            &rows.iter().map(|r| r.scope).collect::<Vec<_>>(),
+            &rows
+                .iter()
+                .map(|r| r.idempotency_key.clone())
+                .collect::<Vec<_>>(),
+            &rows
+                .iter()
+                .map(|r| r.authority_id.clone())
+                .collect::<Vec<_>>(),
+            &rows.iter().map(|r| r.id).collect::<Vec<_>>(),
+        )
+        .await?
+        .into_iter()
+        .collect();
+        rows.retain(|r| claimed.contains(&r.id));
+        if rows.is_empty() {
+            tx.commit().await?;
+            return Ok(Vec::new());
+        }
+    }
     let ids: Vec<Uuid> = rows.iter().map(|r| r.id).collect();
     let scopes: Vec<Uuid> = rows.iter().map(|r| r.scope).collect();
     let keys: Vec<String> = rows.iter().map(|r| r.idempotency_key.clone()).collect();
@@ -235,17 +341,6 @@ pub async fn insert_pending_many(
         .collect();
     let epochs: Vec<Option<i32>> = rows.iter().map(|r| r.intent_epoch).collect();
     let retry_of: Vec<Option<Uuid>> = rows.iter().map(|r| r.retry_of).collect();
-    let actors: serde_json::Map<String, Value> = rows
-        .iter()
-        .map(|r| (r.id.to_string(), Value::from(r.actor.clone())))
-        .collect();
-    let actors = Value::Object(actors).to_string();
-    let mut tx = pool
-        .begin_with(sqlx::AssertSqlSafe(txn::begin_statement(
-            txn::Isolation::ReadCommitted,
-            &[(txn::ACTORS, &actors)],
-        )))
-        .await?;
     let inserted = sqlx::query_as!(
         CommandRow,
         r#"
@@ -285,6 +380,13 @@ pub async fn insert_pending_many(
     )
     .fetch_all(&mut *tx)
     .await?;
+    if layout == Layout::Citus && inserted.len() != rows.len() {
+        let missing = rows
+            .iter()
+            .find(|r| !inserted.iter().any(|i| i.id == r.id))
+            .map_or("", |r| r.idempotency_key.as_str());
+        return Err(keys_out_of_step(missing));
+    }
     tx.commit().await?;
     Ok(inserted)
 }
@@ -322,12 +424,27 @@ fn is_constraint(reported: &str, constraint: &str) -> bool {
     })
 }
 
-/// The command stored under `(scope, key)`.
+/// The command stored under `(scope, key)`. On Citus the key's row names
+/// the command's authority, so both look-ups go to one shard each.
 pub async fn find_by_key(
-    ex: impl PgExecutor<'_>,
+    conn: &mut PgConnection,
+    layout: Layout,
     scope: Uuid,
     key: &str,
 ) -> Result<Option<CommandRow>, sqlx::Error> {
+    if layout == Layout::Citus {
+        let Some(named) = sqlx::query!(
+            "select authority_id, command_id from command_keys where scope = $1 and idempotency_key = $2",
+            scope,
+            key,
+        )
+        .fetch_optional(&mut *conn)
+        .await?
+        else {
+            return Ok(None);
+        };
+        return get_in(conn, &named.authority_id, named.command_id).await;
+    }
     sqlx::query_as!(
         CommandRow,
         r#"
@@ -337,7 +454,7 @@ pub async fn find_by_key(
         scope,
         key,
     )
-    .fetch_optional(ex)
+    .fetch_optional(conn)
     .await
 }
 
@@ -437,12 +554,38 @@ pub async fn effects_started(ex: impl PgExecutor<'_>) -> Result<i64, sqlx::Error
     .await
 }
 
-/// The commands stored under some keys of `scope`.
+/// The commands stored under some keys of `scope` (on Citus: found through
+/// `command_keys`, then by authority and id).
 pub async fn find_by_keys(
-    ex: impl PgExecutor<'_>,
+    conn: &mut PgConnection,
+    layout: Layout,
     scope: Uuid,
     keys: &[String],
 ) -> Result<Vec<CommandRow>, sqlx::Error> {
+    if layout == Layout::Citus {
+        let named = sqlx::query!(
+            "select authority_id, command_id from command_keys where scope = $1 and idempotency_key = any($2)",
+            scope,
+            keys,
+        )
+        .fetch_all(&mut *conn)
+        .await?;
+        let (authorities, ids): (Vec<String>, Vec<Uuid>) = named
+            .into_iter()
+            .map(|n| (n.authority_id, n.command_id))
+            .unzip();
+        return sqlx::query_as!(
+            CommandRow,
+            r#"
+            select c.* from commands c
+            where (c.authority_id, c.id) in (select * from unnest($1::text[], $2::uuid[]))
+            "#,
+            &authorities,
+            &ids,
+        )
+        .fetch_all(conn)
+        .await;
+    }
     sqlx::query_as!(
         CommandRow,
         r#"
@@ -452,7 +595,7 @@ pub async fn find_by_keys(
         scope,
         keys,
     )
-    .fetch_all(ex)
+    .fetch_all(conn)
     .await
 }
 
@@ -483,6 +626,23 @@ pub async fn get(
         "#,
         id,
         scope,
+    )
+    .fetch_optional(ex)
+    .await
+}
+
+/// The command `id` of `authority_id`: the look-up that names its shard
+/// on Citus (where [`get`], by id alone, asks every shard).
+pub async fn get_in(
+    ex: impl PgExecutor<'_>,
+    authority_id: &str,
+    id: Uuid,
+) -> Result<Option<CommandRow>, sqlx::Error> {
+    sqlx::query_as!(
+        CommandRow,
+        "select * from commands where authority_id = $1 and id = $2",
+        authority_id,
+        id,
     )
     .fetch_optional(ex)
     .await
@@ -657,7 +817,7 @@ pub enum CancelOutcome {
 /// compare-and-set: a custodian that moved the row on first wins, and the
 /// cancel reports the state it found.
 pub async fn cancel(
-    conn: &mut sqlx::PgConnection,
+    conn: &mut PgConnection,
     id: Uuid,
     scope: Option<&[Uuid]>,
     actor: &str,

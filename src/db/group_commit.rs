@@ -16,6 +16,7 @@ use std::sync::Arc;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use uuid::Uuid;
 
+use super::Layout;
 use super::commands::{self, CommandRow, NewCommand};
 
 /// Most rows one statement carries.
@@ -35,6 +36,16 @@ struct Job {
 #[derive(Debug, Clone)]
 pub struct GroupCommit {
     how: How,
+    shared: Arc<Shared>,
+}
+
+/// What the callers and the flushers share (the flushers hold no sender,
+/// so the queue closes when the last [`GroupCommit`] is dropped).
+#[derive(Debug)]
+struct Shared {
+    pool: PgPool,
+    /// The database's layout, asked once (it decides where keys are kept).
+    layout: tokio::sync::OnceCell<Layout>,
 }
 
 #[derive(Debug, Clone)]
@@ -42,7 +53,7 @@ enum How {
     /// The API: queued for the flushers.
     Grouped(mpsc::Sender<Job>),
     /// One statement per call (the command line, tests that want it).
-    Direct(PgPool),
+    Direct,
 }
 
 impl std::fmt::Debug for Job {
@@ -57,6 +68,8 @@ impl GroupCommit {
     pub fn spawn(pool: PgPool, flushers: usize, max_rows: usize) -> Self {
         let (tx, mut rx) = mpsc::channel::<Job>(4 * max_rows.max(1));
         let permits = Arc::new(Semaphore::new(flushers.max(1)));
+        let shared = Shared::new(pool);
+        let flushing = Arc::clone(&shared);
         tokio::spawn(async move {
             while let Some(first) = rx.recv().await {
                 // Wait for a free flusher; whatever arrives meanwhile joins.
@@ -70,23 +83,30 @@ impl GroupCommit {
                         Err(_) => break,
                     }
                 }
-                let pool = pool.clone();
+                let flushing = Arc::clone(&flushing);
                 tokio::spawn(async move {
-                    flush(&pool, jobs).await;
+                    flushing.flush(jobs).await;
                     drop(permit);
                 });
             }
         });
         GroupCommit {
             how: How::Grouped(tx),
+            shared,
         }
     }
 
     /// One statement per call, on `pool`.
     pub fn direct(pool: PgPool) -> Self {
         GroupCommit {
-            how: How::Direct(pool),
+            how: How::Direct,
+            shared: Shared::new(pool),
         }
+    }
+
+    /// The database's layout (asked of it the first time).
+    pub async fn layout(&self) -> Result<Layout, sqlx::Error> {
+        self.shared.layout().await
     }
 
     /// Inserts the pending row; `None` when its scope already holds the key
@@ -94,7 +114,7 @@ impl GroupCommit {
     /// [`commands::insert_pending`] answers. Returns once the row is durable.
     pub async fn insert(&self, row: &NewCommand) -> Answer {
         match &self.how {
-            How::Direct(pool) => commands::record_pending(pool, row).await,
+            How::Direct => self.shared.record_alone(row).await,
             How::Grouped(tx) => {
                 let (reply, answer) = oneshot::channel();
                 let job = Job {
@@ -110,29 +130,52 @@ impl GroupCommit {
     }
 }
 
-async fn flush(pool: &PgPool, jobs: Vec<Job>) {
-    if jobs.len() == 1 {
-        let job = jobs.into_iter().next().expect("one job");
-        let _ = job
-            .reply
-            .send(commands::record_pending(pool, &job.row).await);
-        return;
+impl Shared {
+    fn new(pool: PgPool) -> Arc<Self> {
+        Arc::new(Shared {
+            pool,
+            layout: tokio::sync::OnceCell::new(),
+        })
     }
-    let rows: Vec<&NewCommand> = jobs.iter().map(|j| &j.row).collect();
-    match commands::insert_pending_many(pool, &rows).await {
-        Ok(inserted) => {
-            let mut by_id: HashMap<Uuid, CommandRow> =
-                inserted.into_iter().map(|r| (r.id, r)).collect();
-            for job in jobs {
-                let _ = job.reply.send(Ok(by_id.remove(&job.row.id)));
+
+    async fn layout(&self) -> Result<Layout, sqlx::Error> {
+        self.layout
+            .get_or_try_init(|| Layout::of(&self.pool))
+            .await
+            .copied()
+    }
+
+    /// One row in a statement and a commit of its own.
+    async fn record_alone(&self, row: &NewCommand) -> Answer {
+        commands::record_pending(&self.pool, self.layout().await?, row).await
+    }
+
+    async fn flush(&self, jobs: Vec<Job>) {
+        let layout = match self.layout().await {
+            Ok(layout) if jobs.len() > 1 => layout,
+            // One row, or the layout unknown: each row alone, with its own
+            // answer (and its own error).
+            _ => {
+                for job in jobs {
+                    let _ = job.reply.send(self.record_alone(&job.row).await);
+                }
+                return;
             }
-        }
-        Err(e) => {
-            tracing::debug!(error = %e, rows = jobs.len(), "group insert failed; each row alone");
-            for job in jobs {
-                let _ = job
-                    .reply
-                    .send(commands::record_pending(pool, &job.row).await);
+        };
+        let rows: Vec<&NewCommand> = jobs.iter().map(|j| &j.row).collect();
+        match commands::insert_pending_many(&self.pool, layout, &rows).await {
+            Ok(inserted) => {
+                let mut by_id: HashMap<Uuid, CommandRow> =
+                    inserted.into_iter().map(|r| (r.id, r)).collect();
+                for job in jobs {
+                    let _ = job.reply.send(Ok(by_id.remove(&job.row.id)));
+                }
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, rows = jobs.len(), "group insert failed; each row alone");
+                for job in jobs {
+                    let _ = job.reply.send(self.record_alone(&job.row).await);
+                }
             }
         }
     }

@@ -227,9 +227,10 @@ pub async fn release(
     };
     let key = format!("hold:{}", hold.id);
     let new = NewCommand::new(&hold.request(), &key, None, actor);
-    let command = match commands::insert_pending(&mut *tx, &new).await? {
+    let layout = super::Layout::of(&mut *tx).await?;
+    let command = match commands::insert_pending(&mut tx, layout, &new).await? {
         Some(row) => row,
-        None => match commands::find_by_key(&mut *tx, hold.scope, &key).await? {
+        None => match commands::find_by_key(&mut tx, layout, hold.scope, &key).await? {
             Some(row) => row,
             None => return Ok(None),
         },

@@ -185,6 +185,29 @@ pub async fn citus_session_defaults(conn: &mut sqlx::PgConnection) -> Result<(),
     Ok(())
 }
 
+/// How the ledger's tables are laid out, which decides where the key rule
+/// is kept (migration 0020).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// One PostgreSQL: the unique constraint on `commands` keeps a key to
+    /// one command.
+    OneNode,
+    /// A Citus coordinator: each key is also written to `command_keys`
+    /// (distributed by scope) in the submission's transaction, and found there.
+    Citus,
+}
+
+impl Layout {
+    /// The layout of the database `ex` is connected to.
+    pub async fn of(ex: impl sqlx::PgExecutor<'_>) -> Result<Layout, sqlx::Error> {
+        Ok(if is_citus(ex).await? {
+            Layout::Citus
+        } else {
+            Layout::OneNode
+        })
+    }
+}
+
 /// Whether the database is a Citus coordinator (the `citus` extension is installed).
 pub async fn is_citus(ex: impl sqlx::PgExecutor<'_>) -> Result<bool, sqlx::Error> {
     sqlx::query_scalar("select exists (select 1 from pg_extension where extname = 'citus')")

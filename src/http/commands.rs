@@ -146,7 +146,7 @@ pub(super) async fn get_one(
         .await?
         .ok_or(ApiError::NotFound)?;
     let wait = q.wait.map(|w| Duration::from_secs(w).min(state.max_wait));
-    let (row, waited) = settle(&state, row, wait, principal.visible_scope().as_deref()).await?;
+    let (row, waited) = settle(&state, row, wait).await?;
     let resolution = if row.state() == CommandState::Ambiguous {
         db::resolutions::get(&state.pool, row.id).await?
     } else {
@@ -162,15 +162,15 @@ pub(super) async fn get_one(
     Ok(response)
 }
 
-/// Waits up to `wait` for `row` to become terminal. Registers interest
+/// Waits up to `wait` for `row` (one the caller may see) to become terminal. Registers interest
 /// before re-reading, so an outcome between the read and the wait is not
-/// missed; wakes only on notifications (no polling). Returns the row as it
-/// is when the wait ends, and the wait applied.
+/// missed; wakes on notifications (on Citus, every [`super::wait::CITUS_POLL`]).
+/// Re-reads by authority and id, so that on Citus it asks one shard.
+/// Returns the row as it is when the wait ends, and the wait applied.
 pub(super) async fn settle(
     state: &AppState,
     row: CommandRow,
     wait: Option<Duration>,
-    scope: Option<&[Uuid]>,
 ) -> Result<(CommandRow, Option<Duration>), ApiError> {
     let Some(wait) = wait.filter(|w| !w.is_zero()) else {
         return Ok((row, None));
@@ -181,7 +181,7 @@ pub(super) async fn settle(
     let deadline = tokio::time::Instant::now() + wait;
     let mut subscription = state.waiters.subscribe(row.id);
     loop {
-        let current = db::commands::get(&state.pool, row.id, scope)
+        let current = db::commands::get_in(&state.pool, &row.authority_id, row.id)
             .await?
             .ok_or(ApiError::NotFound)?;
         if current.state().is_terminal() {
@@ -190,7 +190,7 @@ pub(super) async fn settle(
         tokio::select! {
             () = subscription.changed() => {}
             () = tokio::time::sleep_until(deadline) => {
-                let last = db::commands::get(&state.pool, row.id, scope).await?.ok_or(ApiError::NotFound)?;
+                let last = db::commands::get_in(&state.pool, &row.authority_id, row.id).await?.ok_or(ApiError::NotFound)?;
                 return Ok((last, Some(wait)));
             }
         }

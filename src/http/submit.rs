@@ -255,8 +255,7 @@ pub(super) async fn submit(
         }
         Admitted::Command { row, disposition } => {
             state.counters.count(disposition);
-            let (row, waited) =
-                settle(&state, row, wait, principal.visible_scope().as_deref()).await?;
+            let (row, waited) = settle(&state, row, wait).await?;
             let status = if disposition == Disposition::New {
                 StatusCode::ACCEPTED
             } else {
@@ -401,13 +400,7 @@ pub(super) async fn invoke(
         }
         Admitted::Command { row, disposition } => {
             state.counters.count(disposition);
-            let (row, _) = settle(
-                &state,
-                row,
-                Some(wait),
-                principal.visible_scope().as_deref(),
-            )
-            .await?;
+            let (row, _) = settle(&state, row, Some(wait)).await?;
             let outcome = match (disposition, row.state().is_terminal()) {
                 (_, false) => "pending",
                 (Disposition::New, true) => "executed",

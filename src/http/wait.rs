@@ -1,16 +1,25 @@
-//! Waiting for outcomes without polling: one LISTEN connection per API
+//! Waiting for outcomes, woken by the database: one LISTEN connection per API
 //! process (channel `command_ledger_outcome`, filled by a trigger when a
 //! command becomes terminal) fans out to every waiter of that command.
 //! Each waiter re-reads the row when woken; terminal rows never change, so
 //! every concurrent waiter gets the same outcome.
+//!
+//! On Citus the shards' triggers send no NOTIFY (docs/SCALING.md): there
+//! the listener also wakes every waiter each [`CITUS_POLL`], and each
+//! re-reads its command by authority and id (one shard).
 
 use sqlx::PgPool;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use tokio::sync::watch;
 use uuid::Uuid;
 
 use crate::db::notify::{self, Heard, OUTCOME_CHANNEL};
+
+/// How often waiters re-read on Citus, where no outcome NOTIFY arrives:
+/// an outcome is seen this much later at most (half of it on average).
+pub const CITUS_POLL: Duration = Duration::from_millis(200);
 
 /// The registry of waiters, by command id.
 #[derive(Debug, Clone, Default)]
@@ -63,26 +72,45 @@ impl Waiters {
     /// every waiter re-reads.
     fn wake_all(&self) {
         self.finished.send_modify(|v| *v += 1);
+        self.wake_waiting();
+    }
+
+    /// Every waiter re-reads (the console's stream is left to its own refresh).
+    fn wake_waiting(&self) {
         for tx in self.slots.lock().expect("waiters lock").values() {
             tx.send_modify(|v| *v += 1);
         }
     }
 
-    /// Runs the process's one listener until the pool closes.
+    /// Runs the process's one listener until the pool closes; on Citus it
+    /// also wakes every waiter each [`CITUS_POLL`].
     pub fn spawn_listener(&self, pool: PgPool) -> tokio::task::JoinHandle<()> {
         let waiters = self.clone();
         tokio::spawn(async move {
-            let mut listener = notify::Listener::new(pool, OUTCOME_CHANNEL);
-            while let Some(heard) = listener.recv().await {
-                match heard {
-                    Heard::Notified(payload) => match Uuid::parse_str(&payload) {
-                        Ok(id) => waiters.wake(id),
-                        Err(_) => {
-                            tracing::warn!(payload, "unexpected outcome notification");
+            let mut listener = notify::Listener::new(pool.clone(), OUTCOME_CHANNEL);
+            // Asked once the listener has connected (the database is up then).
+            let mut citus = None;
+            let mut poll = tokio::time::interval(CITUS_POLL);
+            poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    heard = listener.recv() => match heard {
+                        None => return,
+                        Some(Heard::Notified(payload)) => match Uuid::parse_str(&payload) {
+                            Ok(id) => waiters.wake(id),
+                            Err(_) => {
+                                tracing::warn!(payload, "unexpected outcome notification");
+                            }
+                        },
+                        // Anything that finished while we were not listening.
+                        Some(Heard::Gap) => {
+                            if citus.is_none() {
+                                citus = crate::db::is_citus(&pool).await.ok();
+                            }
+                            waiters.wake_all();
                         }
                     },
-                    // Anything that finished while we were not listening.
-                    Heard::Gap => waiters.wake_all(),
+                    _ = poll.tick(), if citus == Some(true) => waiters.wake_waiting(),
                 }
             }
         })

@@ -148,7 +148,11 @@ async fn under_key(
     sub: &Submission,
     canonical: &CanonicalRequest,
 ) -> Result<Option<Admitted>, LedgerError> {
-    let Some(stored) = db::commands::find_by_key(ctx.pool, ctx.scope, key.as_str()).await? else {
+    let layout = ctx.group.layout().await?;
+    let mut conn = ctx.pool.acquire().await?;
+    let Some(stored) =
+        db::commands::find_by_key(&mut conn, layout, ctx.scope, key.as_str()).await?
+    else {
         return Ok(None);
     };
     judge(stored, sub, canonical).map(Some)
@@ -262,8 +266,14 @@ pub async fn admit_batch(
         .collect();
     if !plain.is_empty() {
         let rows: Vec<&NewCommand> = plain.iter().map(|(_, n)| n).collect();
-        match db::commands::insert_pending_many(pool, &rows).await {
-            Ok(inserted) => {
+        let inserted = match group.layout().await {
+            Ok(layout) => db::commands::insert_pending_many(pool, layout, &rows)
+                .await
+                .map(|inserted| (layout, inserted)),
+            Err(e) => Err(e),
+        };
+        match inserted {
+            Ok((layout, inserted)) => {
                 crate::crash::point(crate::crash::CrashPoint::AfterInsert);
                 let mut by_id: HashMap<Uuid, CommandRow> =
                     inserted.into_iter().map(|r| (r.id, r)).collect();
@@ -282,7 +292,13 @@ pub async fn admit_batch(
                 }
                 let mut stored: HashMap<(Uuid, String), CommandRow> = HashMap::new();
                 for (scope, keys) in &taken {
-                    if let Ok(rows) = db::commands::find_by_keys(pool, *scope, keys).await {
+                    let found = match pool.acquire().await {
+                        Ok(mut conn) => {
+                            db::commands::find_by_keys(&mut conn, layout, *scope, keys).await
+                        }
+                        Err(e) => Err(e),
+                    };
+                    if let Ok(rows) = found {
                         stored.extend(
                             rows.into_iter()
                                 .map(|r| ((r.scope, r.idempotency_key.clone()), r)),

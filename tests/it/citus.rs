@@ -118,17 +118,20 @@ async fn on_citus_every_table_is_laid_out_as_ledger_distribution_says() {
                 "{table} is hash-distributed"
             );
             let column: Option<String> = row.get("column_name");
-            let expected = if table == "authorities" {
-                "id"
-            } else {
-                "authority_id"
+            let expected = match table.as_str() {
+                "authorities" => "id",
+                // The key rule across authorities (0020): by scope, alone.
+                "command_keys" => "scope",
+                _ => "authority_id",
             };
             assert_eq!(
                 column.as_deref(),
                 Some(expected),
-                "{table} is distributed by its authority"
+                "{table} is distributed by {expected}"
             );
-            groups.insert(row.get::<i32, _>("colocationid"));
+            if table != "command_keys" {
+                groups.insert(row.get::<i32, _>("colocationid"));
+            }
         }
     }
     assert_eq!(groups.len(), 1, "the per-authority tables are co-located");

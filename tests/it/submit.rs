@@ -115,6 +115,35 @@ async fn a_different_authority_or_kind_under_the_same_key_is_a_conflict() {
 }
 
 #[tokio::test]
+async fn a_key_raced_for_two_authorities_records_one_command() {
+    // On Citus the two authorities' rows may sit on different workers: the
+    // key's own row (command_keys, by scope) decides, as the unique
+    // constraint does on one node.
+    let app = TestApp::spawn().await;
+    let token = app.token("dev-1", Role::Device).await;
+    for round in 0..5 {
+        let key = format!("race-{round}");
+        let home = refund(5);
+        let mut eu = refund(5);
+        eu["authority"] = json!("payments-eu");
+        let (a, b) = tokio::join!(
+            app.submit(&token, Some(&key), &home),
+            app.submit(&token, Some(&key), &eu)
+        );
+        let mut statuses = [a.status().as_u16(), b.status().as_u16()];
+        statuses.sort_unstable();
+        assert_eq!(statuses, [202, 422], "round {round}");
+        let commands: i64 =
+            sqlx::query_scalar("select count(*) from commands where idempotency_key = $1")
+                .bind(&key)
+                .fetch_one(&app.pool)
+                .await
+                .unwrap();
+        assert_eq!(commands, 1, "round {round}: one command under the key");
+    }
+}
+
+#[tokio::test]
 async fn fifty_concurrent_identical_submissions_make_exactly_one_command() {
     let app = TestApp::spawn().await;
     let token = app.token("dev-1", Role::Device).await;
