@@ -234,18 +234,10 @@ async fn private_role_logins(
     cluster: &Cluster,
     state_dir: &Path,
 ) -> anyhow::Result<Vec<(ServiceRole, String)>> {
-    // Processes starting together (serve, a custodian, the CLI) would update
-    // the same roles at once, which PostgreSQL refuses: one at a time.
-    let mut tx = pool.begin().await?;
-    sqlx::query("select pg_advisory_xact_lock(7242032)")
-        .execute(&mut *tx)
-        .await?;
+    let mut logins = Vec::new();
     let mut urls = Vec::new();
     for role in ServiceRole::ALL {
         let password = read_or_create_secret(&role_password_file(state_dir, role))?;
-        db::roles::set_login(&mut tx, role, &password)
-            .await
-            .with_context(|| format!("letting {} log in", role.name()))?;
         urls.push((
             role,
             format!(
@@ -254,8 +246,11 @@ async fn private_role_logins(
                 cluster.port()
             ),
         ));
+        logins.push((role, password));
     }
-    tx.commit().await?;
+    db::roles::set_logins(pool, &logins)
+        .await
+        .context("letting the service roles log in")?;
     Ok(urls)
 }
 

@@ -17,7 +17,8 @@ use tokio::sync::{Semaphore, mpsc, oneshot};
 use uuid::Uuid;
 
 use super::Layout;
-use super::commands::{self, CommandRow, NewCommand};
+use super::commands::{CommandRow, NewCommand};
+use super::record;
 
 /// Most rows one statement carries.
 pub const MAX_ROWS: usize = 256;
@@ -111,7 +112,7 @@ impl GroupCommit {
 
     /// Inserts the pending row; `None` when its scope already holds the key
     /// (or, under the intent guard, the intent epoch), as
-    /// [`commands::insert_pending`] answers. Returns once the row is durable.
+    /// [`record::insert_pending`] answers. Returns once the row is durable.
     pub async fn insert(&self, row: &NewCommand) -> Answer {
         match &self.how {
             How::Direct => self.shared.record_alone(row).await,
@@ -147,7 +148,7 @@ impl Shared {
 
     /// One row in a statement and a commit of its own.
     async fn record_alone(&self, row: &NewCommand) -> Answer {
-        commands::record_pending(&self.pool, self.layout().await?, row).await
+        record::record_pending(&self.pool, self.layout().await?, row).await
     }
 
     async fn flush(&self, jobs: Vec<Job>) {
@@ -163,7 +164,7 @@ impl Shared {
             }
         };
         let rows: Vec<&NewCommand> = jobs.iter().map(|j| &j.row).collect();
-        match commands::insert_pending_many(&self.pool, layout, &rows).await {
+        match record::insert_pending_many(&self.pool, layout, &rows).await {
             Ok(inserted) => {
                 let mut by_id: HashMap<Uuid, CommandRow> =
                     inserted.into_iter().map(|r| (r.id, r)).collect();

@@ -5,7 +5,8 @@ use serde_json::Value;
 use sqlx::{AssertSqlSafe, Connection as _, PgExecutor};
 use uuid::Uuid;
 
-use super::commands::{self, CommandRow, NewCommand, Request};
+use super::commands::{CommandRow, NewCommand, Request};
+use super::record;
 use super::txn;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -228,9 +229,9 @@ pub async fn release(
     let key = format!("hold:{}", hold.id);
     let new = NewCommand::new(&hold.request(), &key, None, actor);
     let layout = super::Layout::of(&mut *tx).await?;
-    let command = match commands::insert_pending(&mut tx, layout, &new).await? {
+    let command = match record::insert_pending(&mut tx, layout, &new).await? {
         Some(row) => row,
-        None => match commands::find_by_key(&mut tx, layout, hold.scope, &key).await? {
+        None => match record::find_by_key(&mut tx, layout, hold.scope, &key).await? {
             Some(row) => row,
             None => return Ok(None),
         },

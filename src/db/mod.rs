@@ -12,7 +12,7 @@
 //!
 //! | function | from → to | called by |
 //! |---|---|---|
-//! | [`commands::insert_pending`], [`commands::insert_pending_many`] | (new row) → `pending` | admission (`ledger::submit`, through [`group_commit`]), the batch endpoint, hold release ([`holds::release`]) |
+//! | [`record::insert_pending`], [`record::insert_pending_many`] | (new row) → `pending` | admission (`ledger::submit`, through [`group_commit`]), the batch endpoint, hold release ([`holds::release`]) |
 //! | [`lifecycle::claim`] (`sql/claim.sql`) | `pending` → `prepared` \| `expired` | custodian: claim |
 //! | [`lifecycle::adopt_prepared`] | `prepared` (older generation) → `prepared` (rebound) \| `expired` | custodian: a newly taken lease |
 //! | [`lifecycle::start`] | `prepared` → `effect_started` \| `expired` | custodian: start (SERIALIZABLE) |
@@ -34,6 +34,7 @@ pub mod inspector;
 pub mod lifecycle;
 pub mod notify;
 pub mod principals;
+pub mod record;
 pub mod recovery;
 pub mod resolutions;
 pub mod roles;

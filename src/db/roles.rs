@@ -86,6 +86,24 @@ pub async fn set_login(
     Ok(())
 }
 
+/// Gives each role its login and password ([`set_login`]) in one
+/// transaction, after any other process doing the same: processes starting
+/// together (serve, a custodian, the command line) would otherwise update
+/// the same roles at once, which PostgreSQL refuses.
+pub async fn set_logins(
+    pool: &PgPool,
+    logins: &[(ServiceRole, String)],
+) -> Result<(), sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    sqlx::query("select pg_advisory_xact_lock(7242032)")
+        .execute(&mut *tx)
+        .await?;
+    for (role, password) in logins {
+        set_login(&mut tx, *role, password).await?;
+    }
+    tx.commit().await
+}
+
 /// On Citus: lets every service role log in, with the password it has (none
 /// unless one was set). The coordinator opens its connections to the workers
 /// as the current role, so a process that switched to `ledger_api` with

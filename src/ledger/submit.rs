@@ -150,8 +150,7 @@ async fn under_key(
 ) -> Result<Option<Admitted>, LedgerError> {
     let layout = ctx.group.layout().await?;
     let mut conn = ctx.pool.acquire().await?;
-    let Some(stored) =
-        db::commands::find_by_key(&mut conn, layout, ctx.scope, key.as_str()).await?
+    let Some(stored) = db::record::find_by_key(&mut conn, layout, ctx.scope, key.as_str()).await?
     else {
         return Ok(None);
     };
@@ -267,7 +266,7 @@ pub async fn admit_batch(
     if !plain.is_empty() {
         let rows: Vec<&NewCommand> = plain.iter().map(|(_, n)| n).collect();
         let inserted = match group.layout().await {
-            Ok(layout) => db::commands::insert_pending_many(pool, layout, &rows)
+            Ok(layout) => db::record::insert_pending_many(pool, layout, &rows)
                 .await
                 .map(|inserted| (layout, inserted)),
             Err(e) => Err(e),
@@ -294,7 +293,7 @@ pub async fn admit_batch(
                 for (scope, keys) in &taken {
                     let found = match pool.acquire().await {
                         Ok(mut conn) => {
-                            db::commands::find_by_keys(&mut conn, layout, *scope, keys).await
+                            db::record::find_by_keys(&mut conn, layout, *scope, keys).await
                         }
                         Err(e) => Err(e),
                     };
@@ -365,7 +364,7 @@ async fn guarded(
 ) -> Result<Admitted, LedgerError> {
     let actor = principal.actor();
     for _ in 0..4 {
-        let latest = db::commands::latest_by_intent(
+        let latest = db::record::latest_by_intent(
             ctx.pool,
             ctx.scope,
             sub.authority.id.as_str(),
@@ -410,7 +409,7 @@ async fn guarded(
                             return Ok(admitted);
                         }
                     }
-                    Err(e) if db::commands::is_epoch_conflict(&e) => {}
+                    Err(e) if db::record::is_epoch_conflict(&e) => {}
                     Err(e) => return Err(e.into()),
                 }
             }
@@ -422,7 +421,7 @@ async fn guarded(
                 // before answering, so that this request retried after the
                 // window is a replay of the same command, not a new run.
                 if !l.same_request {
-                    db::commands::remember_coalesced(
+                    db::record::remember_coalesced(
                         ctx.pool,
                         &row,
                         canonical.digest.as_bytes(),
