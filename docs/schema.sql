@@ -98,17 +98,21 @@ CREATE FUNCTION public.command_resolutions_admit() RETURNS trigger
 declare
     current_state text;
 begin
-    select c.state into current_state from commands c where c.id = new.command_id for share;
+    select c.state into current_state from commands c
+    where c.authority_id = new.authority_id and c.id = new.command_id
+    for share;
     if current_state is null then
-        raise exception 'no command %', new.command_id using errcode = 'CL012';
+        raise exception 'no command % of authority %', new.command_id, new.authority_id using errcode = 'CL012';
     end if;
     if current_state <> 'ambiguous' then
         raise exception 'command % is %, not ambiguous: only an ambiguous command is resolved', new.command_id,
             current_state using errcode = 'CL012';
     end if;
     new.at := now();
-    new.anchor_hash := (select h.hash from command_history h where h.command_id = new.command_id
-                        order by h.id desc limit 1);
+    -- By (command_id, id), the index that reads this command's entries only (0021).
+    new.anchor_hash := (select h.hash from command_history h
+                        where h.authority_id = new.authority_id and h.command_id = new.command_id
+                        order by h.command_id desc, h.id desc limit 1);
     new.hash := ledger_resolution_hash(new.anchor_hash, new.command_id, new.outcome, new.evidence,
                                        new.reference, new.source, new.actor, new.at);
     return new;
@@ -230,6 +234,9 @@ declare
                                        then 'adopted by generation ' || new.authority_generation end);
     entry_digest bytea := ledger_row_digest(row(new.*)::commands);
     prev bytea;
+    counted text[];
+    count_minute timestamptz;
+    count_source text;
 begin
     select h.hash into prev from command_history h
     where h.authority_id = new.authority_id and h.command_id = new.id
@@ -249,6 +256,21 @@ begin
     if old.state in ('prepared', 'effect_started') and ledger_state_terminal(new.state) then
         delete from command_in_flight f where f.authority_id = old.authority_id and f.id = old.id;
     end if;
+    -- The counts ledger_count_history() makes on one node, for this entry.
+    -- Every value is computed first: the statement then names constants only.
+    if new.state <> old.state and new.state in ('effect_started', 'applied', 'failed', 'ambiguous') then
+        counted := array[case when new.state = 'effect_started' then 'executions' else new.state end];
+        if new.state = 'applied' then
+            counted := counted || ledger_latency_bucket(extract(epoch from (entry_at - new.created_at)) * 1000);
+        end if;
+        count_minute := date_trunc('minute', entry_at);
+        count_source := 'pg:' || pg_backend_pid();
+        insert into ledger_counts_by_authority (authority_id, minute, counter, source, n)
+        select new.authority_id, count_minute, c.counter, count_source, 1
+        from unnest(counted) as c (counter)
+        on conflict (authority_id, minute, counter, source)
+        do update set n = ledger_counts_by_authority.n + excluded.n;
+    end if;
     -- No NOTIFY here: on a shard it would be sent on the worker, where no
     -- waiter listens, and a transaction that wrote to two nodes cannot
     -- commit after one ("cannot PREPARE a transaction that has executed
@@ -261,7 +283,7 @@ $$;
 -- Name: FUNCTION commands_record_change_row(); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.commands_record_change_row() IS 'Row-level form of commands_record_changes() (used on Citus, fired when the state or generation changes): one chained history entry, command_queue and command_in_flight follow the state. No NOTIFY (it would be sent on the worker, and would stop a two-node transaction from committing): on Citus, waiters poll.';
+COMMENT ON FUNCTION public.commands_record_change_row() IS 'Row-level form of commands_record_changes() (used on Citus, fired when the state or generation changes): one chained history entry, command_queue and command_in_flight follow the state, and the entry is counted in ledger_counts_by_authority as ledger_count_history() counts it on one node. No NOTIFY (it would be sent on the worker, and would stop a two-node transaction from committing): on Citus, waiters poll.';
 
 --
 -- Name: commands_record_changes(); Type: FUNCTION; Schema: public; Owner: -
@@ -517,10 +539,12 @@ CREATE FUNCTION public.ledger_counts_compact() RETURNS bigint
 declare
     folded bigint := 0;
     written bigint;
+    finished timestamptz := date_trunc('minute', now()) - interval '2 minutes';
+    past_a_day timestamptz := date_trunc('day', now(), 'UTC') - interval '1 day';
 begin
     with old as (
-        delete from ledger_counts
-        where source <> '' and minute < date_trunc('minute', now()) - interval '2 minutes'
+        delete from ledger_counts_by_authority
+        where minute < finished
         returning minute, counter, n
     )
     insert into ledger_counts (minute, counter, source, n)
@@ -531,7 +555,18 @@ begin
 
     with old as (
         delete from ledger_counts
-        where source = '' and minute < date_trunc('day', now(), 'UTC') - interval '1 day'
+        where source <> '' and minute < finished
+        returning minute, counter, n
+    )
+    insert into ledger_counts (minute, counter, source, n)
+    select minute, counter, '', sum(n) from old group by minute, counter
+    on conflict (minute, counter, source) do update set n = ledger_counts.n + excluded.n;
+    get diagnostics written = row_count;
+    folded := folded + written;
+
+    with old as (
+        delete from ledger_counts
+        where source = '' and minute < past_a_day
           and minute <> date_trunc('day', minute, 'UTC')
         returning minute, counter, n
     )
@@ -547,7 +582,7 @@ $$;
 -- Name: FUNCTION ledger_counts_compact(); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.ledger_counts_compact() IS 'Folds ledger_counts: finished minutes into one row per minute and counter (source empty), minutes older than a day into one row per day. Sums are unchanged. Called by API processes about once a minute.';
+COMMENT ON FUNCTION public.ledger_counts_compact() IS 'Folds ledger_counts: the shards'' counts (ledger_counts_by_authority) and other sources'' finished minutes into one row per minute and counter (source empty), minutes older than a day into one row per day. Sums are unchanged. Called by API processes about once a minute.';
 
 --
 -- Name: ledger_distribute(); Type: FUNCTION; Schema: public; Owner: -
@@ -559,6 +594,7 @@ CREATE FUNCTION public.ledger_distribute() RETURNS integer
     AS $$
 declare
     t record;
+    v record;
     f regprocedure;
     done int := 0;
 begin
@@ -569,6 +605,13 @@ begin
     -- Every process migrates when it starts: one distributes, the others
     -- then find the work done.
     perform pg_advisory_xact_lock(7242019);
+    create temporary table ledger_views_before on commit drop as
+    select c.relname::text as view_name, a.privilege_type, a.grantee::regrole::text as grantee,
+           obj_description(c.oid, 'pg_class') as description
+    from pg_class c
+    left join lateral aclexplode(c.relacl) a on a.grantee <> c.relowner and a.grantee <> 0
+    where c.relkind = 'v' and c.relnamespace = 'public'::regnamespace
+      and not exists (select 1 from pg_depend d where d.objid = c.oid and d.deptype = 'e');
     -- Row-level triggers of a distributed table run on its shards.
     set local citus.enable_unsafe_triggers = on;
     for t in select * from ledger_distribution order by position loop
@@ -596,6 +639,15 @@ begin
         execute format('alter table %I enable trigger user', t.table_name);
         done := done + 1;
     end loop;
+    -- Views re-created on the way get back their grants and comments.
+    for v in select * from ledger_views_before b where to_regclass(b.view_name) is not null loop
+        if v.grantee is not null and not has_table_privilege(v.grantee, v.view_name, v.privilege_type) then
+            execute format('grant %s on %I to %I', v.privilege_type, v.view_name, v.grantee);
+        end if;
+        if v.description is not null and obj_description(v.view_name::regclass, 'pg_class') is null then
+            execute format('comment on view %I is %L', v.view_name, v.description);
+        end if;
+    end loop;
     -- Functions created before any table was distributed exist only on the
     -- coordinator: the shards' triggers call them on the workers. (After the
     -- tables: a function of a table's row type needs its table distributed.)
@@ -615,7 +667,7 @@ $$;
 -- Name: FUNCTION ledger_distribute(); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.ledger_distribute() IS 'On a Citus coordinator: distributes every table of ledger_distribution not distributed yet (rekeying it first), and makes the ledger''s functions known to the workers. Returns how many tables it distributed. Idempotent.';
+COMMENT ON FUNCTION public.ledger_distribute() IS 'On a Citus coordinator: distributes every table of ledger_distribution not distributed yet (rekeying it first), gives the views it re-creates on the way back their grants and comments, and makes the ledger''s functions known to the workers. Returns how many tables it distributed. Idempotent.';
 
 --
 -- Name: ledger_entry_hash(bytea, uuid, text, text, timestamp with time zone, text, bigint, text, bytea); Type: FUNCTION; Schema: public; Owner: -
@@ -1006,10 +1058,10 @@ $$;
 COMMENT ON FUNCTION public.principals_own_fleet() IS 'Before insert on principals: a principal given no fleet gets one of its own (id = its id, name = its name).';
 
 --
--- Name: prune_commands(interval, integer); Type: FUNCTION; Schema: public; Owner: -
+-- Name: prune_authority(text, interval, integer); Type: FUNCTION; Schema: public; Owner: -
 --
 
-CREATE FUNCTION public.prune_commands(older_than interval, max_rows integer) RETURNS integer
+CREATE FUNCTION public.prune_authority(p_authority text, older_than interval, max_rows integer) RETURNS integer
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'public', 'pg_temp'
     AS $$
@@ -1018,16 +1070,14 @@ declare
     scopes uuid[];
     keys text[];
 begin
-    if older_than < interval '1 minute' then
-        raise exception 'refusing to prune commands that finished less than a minute ago (older_than %)', older_than
-            using errcode = 'CL007';
-    end if;
     select array_agg(v.id) into ids
     from (
         select c.id
         from commands c
-        where c.finished_at < now() - older_than
-          and not exists (select 1 from holds h where h.resembles = c.id or h.command_id = c.id)
+        where c.authority_id = p_authority
+          and c.finished_at < now() - older_than
+          and not exists (select 1 from holds h
+                          where h.authority_id = p_authority and (h.resembles = c.id or h.command_id = c.id))
         order by c.id
         limit max_rows
         for update of c skip locked
@@ -1042,19 +1092,55 @@ begin
            jsonb_build_object(
                'command', to_jsonb(c),
                'history', coalesce((select jsonb_agg(to_jsonb(h) order by h.id)
-                                    from command_history h where h.command_id = c.id), '[]'::jsonb),
+                                    from command_history h
+                                    where h.authority_id = p_authority and h.command_id = c.id), '[]'::jsonb),
                'coalesced', coalesce((select jsonb_agg(to_jsonb(r) order by r.answered_at)
-                                      from coalesced_requests r where r.command_id = c.id), '[]'::jsonb))
+                                      from coalesced_requests r
+                                      where r.authority_id = p_authority and r.command_id = c.id), '[]'::jsonb))
     from commands c
-    where c.id = any(ids);
+    where c.authority_id = p_authority and c.id = any(ids);
     select array_agg(c.scope), array_agg(c.idempotency_key) into scopes, keys
     from commands c
-    where c.id = any(ids);
+    where c.authority_id = p_authority and c.id = any(ids);
     delete from command_keys k
     where (k.scope, k.idempotency_key) in (select * from unnest(scopes, keys))
       and k.command_id = any(ids);
-    delete from commands where id = any(ids);
+    delete from commands c where c.authority_id = p_authority and c.id = any(ids);
     return cardinality(ids);
+end;
+$$;
+
+--
+-- Name: FUNCTION prune_authority(p_authority text, older_than interval, max_rows integer); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.prune_authority(p_authority text, older_than interval, max_rows integer) IS 'prune_commands() for one authority: archives into pruned_commands, then deletes, at most max_rows of its commands that finished more than older_than ago (and that no hold refers to), with their history, the requests coalesced into them and their command_keys rows. Only prune_commands() calls it.';
+
+--
+-- Name: prune_commands(interval, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.prune_commands(older_than interval, max_rows integer) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+declare
+    a text;
+    pruned integer := 0;
+begin
+    if older_than < interval '1 minute' then
+        raise exception 'refusing to prune commands that finished less than a minute ago (older_than %)', older_than
+            using errcode = 'CL007';
+    end if;
+    for a in
+        select distinct c.authority_id from commands c
+        where c.finished_at < now() - older_than
+        order by 1
+    loop
+        exit when pruned >= max_rows;
+        pruned := pruned + prune_authority(a, older_than, max_rows - pruned);
+    end loop;
+    return pruned;
 end;
 $$;
 
@@ -1062,7 +1148,7 @@ $$;
 -- Name: FUNCTION prune_commands(older_than interval, max_rows integer); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.prune_commands(older_than interval, max_rows integer) IS 'Archives into pruned_commands, then deletes, at most max_rows finished commands that finished more than older_than ago (and that no hold refers to), with their history, the requests coalesced into them and their keys'' command_keys rows.';
+COMMENT ON FUNCTION public.prune_commands(older_than interval, max_rows integer) IS 'Archives into pruned_commands, then deletes, at most max_rows finished commands that finished more than older_than ago (and that no hold refers to), with their history, the requests coalesced into them and their keys'' command_keys rows; one authority at a time (prune_authority).';
 
 --
 -- Name: refuse_archive_change(); Type: FUNCTION; Schema: public; Owner: -
@@ -1757,6 +1843,7 @@ CREATE TABLE public.command_resolutions (
     at timestamp with time zone DEFAULT now() NOT NULL,
     anchor_hash bytea NOT NULL,
     hash bytea NOT NULL,
+    authority_id text NOT NULL,
     CONSTRAINT command_resolutions_evidence_length CHECK (((char_length(evidence) >= 1) AND (char_length(evidence) <= 2000))),
     CONSTRAINT command_resolutions_outcome CHECK ((outcome = ANY (ARRAY['applied'::text, 'not_applied'::text]))),
     CONSTRAINT command_resolutions_reference_length CHECK (((char_length(reference) >= 1) AND (char_length(reference) <= 200))),
@@ -1822,6 +1909,12 @@ COMMENT ON COLUMN public.command_resolutions.anchor_hash IS 'hash of the command
 --
 
 COMMENT ON COLUMN public.command_resolutions.hash IS 'SHA-256 of the resolution''s canonical text, anchor included (ledger_resolution_hash): verify recomputes it.';
+
+--
+-- Name: COLUMN command_resolutions.authority_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.command_resolutions.authority_id IS 'The authority of the command (commands.authority_id): the column the ledger is distributed by, so a resolution lives on its command''s shard. Given by the writer; the admit trigger checks the command is of it.';
 
 --
 -- Name: command_transitions; Type: TABLE; Schema: public; Owner: -
@@ -2162,6 +2255,54 @@ COMMENT ON COLUMN public.ledger_counts.source IS 'Who wrote the row: api:<proces
 COMMENT ON COLUMN public.ledger_counts.n IS 'How many in that minute from that source.';
 
 --
+-- Name: ledger_counts_by_authority; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.ledger_counts_by_authority (
+    authority_id text NOT NULL,
+    minute timestamp with time zone NOT NULL,
+    counter text NOT NULL,
+    source text NOT NULL,
+    n bigint NOT NULL
+);
+
+--
+-- Name: TABLE ledger_counts_by_authority; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.ledger_counts_by_authority IS 'On Citus: the executions, outcomes and submit-to-applied latencies of ledger_counts, counted by the shards'' history trigger (commands_record_change_row) per authority, beside its commands; folded into ledger_counts by ledger_counts_compact() once the minute is over, and read together with it. Empty on one node, where command_history''s statement-level trigger writes ledger_counts itself.';
+
+--
+-- Name: COLUMN ledger_counts_by_authority.authority_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ledger_counts_by_authority.authority_id IS 'The authority whose commands were counted.';
+
+--
+-- Name: COLUMN ledger_counts_by_authority.minute; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ledger_counts_by_authority.minute IS 'Start of the minute counted.';
+
+--
+-- Name: COLUMN ledger_counts_by_authority.counter; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ledger_counts_by_authority.counter IS 'As ledger_counts.counter: executions, applied, failed, ambiguous, latency_le_<ms>.';
+
+--
+-- Name: COLUMN ledger_counts_by_authority.source; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ledger_counts_by_authority.source IS 'pg:<backend pid> of the worker''s backend: one writer per row.';
+
+--
+-- Name: COLUMN ledger_counts_by_authority.n; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ledger_counts_by_authority.n IS 'How many in that minute from that source.';
+
+--
 -- Name: ledger_distribution; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -2379,6 +2520,13 @@ ALTER TABLE ONLY public.fleets
 
 ALTER TABLE ONLY public.holds
     ADD CONSTRAINT holds_pkey PRIMARY KEY (id);
+
+--
+-- Name: ledger_counts_by_authority ledger_counts_by_authority_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.ledger_counts_by_authority
+    ADD CONSTRAINT ledger_counts_by_authority_pkey PRIMARY KEY (authority_id, minute, counter, source);
 
 --
 -- Name: ledger_counts ledger_counts_pkey; Type: CONSTRAINT; Schema: public; Owner: -
@@ -2866,6 +3014,12 @@ GRANT UPDATE(state) ON TABLE public.commands TO ledger_api;
 GRANT UPDATE(error) ON TABLE public.commands TO ledger_api;
 
 --
+-- Name: FUNCTION prune_authority(p_authority text, older_than interval, max_rows integer); Type: ACL; Schema: public; Owner: -
+--
+
+REVOKE ALL ON FUNCTION public.prune_authority(p_authority text, older_than interval, max_rows integer) FROM PUBLIC;
+
+--
 -- Name: FUNCTION prune_commands(older_than interval, max_rows integer); Type: ACL; Schema: public; Owner: -
 --
 
@@ -3067,6 +3221,15 @@ GRANT SELECT,INSERT,UPDATE ON TABLE public.ledger_counts TO ledger_api;
 GRANT SELECT ON TABLE public.ledger_counts TO ledger_custodian;
 GRANT SELECT ON TABLE public.ledger_counts TO ledger_inspector;
 GRANT SELECT ON TABLE public.ledger_counts TO ledger_retention;
+
+--
+-- Name: TABLE ledger_counts_by_authority; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT SELECT ON TABLE public.ledger_counts_by_authority TO ledger_api;
+GRANT SELECT ON TABLE public.ledger_counts_by_authority TO ledger_custodian;
+GRANT SELECT ON TABLE public.ledger_counts_by_authority TO ledger_inspector;
+GRANT SELECT ON TABLE public.ledger_counts_by_authority TO ledger_retention;
 
 --
 -- Name: TABLE ledger_distribution; Type: ACL; Schema: public; Owner: -

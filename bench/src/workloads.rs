@@ -272,7 +272,7 @@ impl Bench {
     }
 
     /// The submit path's SQL as the API runs it: authenticate, then the
-    /// insert of `db::commands::insert_pending` (one autocommit statement).
+    /// insert of `db::record::insert_pending` (one autocommit statement).
     fn submit_sql(&self, key: &str) -> String {
         format!(
             "{auth}\n\

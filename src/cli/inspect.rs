@@ -174,7 +174,8 @@ pub(super) async fn commands(
                 None => Err(anyhow::anyhow!("no command {id}")),
                 Some(row) => {
                     let history = crate::db::commands::history(&db.pool, id).await?;
-                    let resolution = crate::db::resolutions::get(&db.pool, id).await?;
+                    let resolution =
+                        crate::db::resolutions::get(&db.pool, &row.authority_id, id).await?;
                     if output.json {
                         let mut doc = command_json(&row);
                         if let Some(r) = &resolution {

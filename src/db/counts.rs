@@ -1,6 +1,9 @@
 //! Cluster-wide counters (`ledger_counts`, migration 0017): per-minute rows
 //! added to by one writer each (an API process's flush, or the history
-//! trigger of one database backend), summed on read.
+//! trigger of one database backend), summed on read. On Citus the shards
+//! count executions and outcomes beside their commands
+//! (`ledger_counts_by_authority`, migration 0022; empty on one node), and
+//! every read sums both tables.
 
 use chrono::{DateTime, Utc};
 use sqlx::{PgExecutor, PgPool};
@@ -39,7 +42,13 @@ pub async fn add(
 /// Every counter's total since counting began.
 pub async fn totals(ex: impl PgExecutor<'_>) -> Result<BTreeMap<String, i64>, sqlx::Error> {
     let rows = sqlx::query!(
-        r#"select counter as "counter!", sum(n)::int8 as "n!" from ledger_counts group by counter"#
+        r#"
+        select counter as "counter!", sum(n)::int8 as "n!"
+        from (select counter, n from ledger_counts
+              union all
+              select counter, n from ledger_counts_by_authority) c
+        group by counter
+        "#
     )
     .fetch_all(ex)
     .await?;
@@ -64,7 +73,9 @@ pub async fn recent(
         MinuteCount,
         r#"
         select minute as "minute!", counter as "counter!", sum(n)::int8 as "n!"
-        from ledger_counts
+        from (select minute, counter, n from ledger_counts
+              union all
+              select minute, counter, n from ledger_counts_by_authority) c
         where minute >= date_trunc('minute', now()) - make_interval(mins => $1 - 1)
         group by minute, counter
         order by minute, counter
@@ -112,7 +123,7 @@ pub async fn backlog(ex: impl PgExecutor<'_>) -> Result<Vec<Backlog>, sqlx::Erro
         r#"
         select q.authority_id as "authority_id!", count(*)::int8 as "pending!",
                coalesce(extract(epoch from now() - min(c.created_at))::float8, 0) as "oldest_seconds!"
-        from command_queue q join commands c on c.id = q.id
+        from command_queue q join commands c on c.authority_id = q.authority_id and c.id = q.id
         group by q.authority_id
         order by q.authority_id
         "#

@@ -147,11 +147,13 @@ pub async fn migrate(pool: &PgPool) -> Result<(), DbError> {
     .bind(roles::OWNER)
     .fetch_one(&mut conn)
     .await?;
-    // On Citus the coordinator opens connections to the workers as the
-    // current role, and the owner does not log in: there the migrations run
-    // as the connecting login (docs/SCALING.md).
+    // On Citus the coordinator opens its connections to the workers as the
+    // current role: the roles may log in there before the owner acts.
     let citus = is_citus(&mut conn).await?;
-    if may_act_as_owner && !citus {
+    if citus {
+        roles::may_log_in_on_every_node(&mut conn).await?;
+    }
+    if may_act_as_owner {
         sqlx::raw_sql(sqlx::AssertSqlSafe(format!("set role {}", roles::OWNER)))
             .execute(&mut conn)
             .await?;
@@ -161,7 +163,8 @@ pub async fn migrate(pool: &PgPool) -> Result<(), DbError> {
         sqlx::query("select ledger_distribute()")
             .execute(&mut conn)
             .await?;
-        roles::may_log_in_on_every_node(&mut conn).await?;
+        // Setting a database's defaults is the database owner's (the login).
+        sqlx::raw_sql("reset role").execute(&mut conn).await?;
         citus_session_defaults(&mut conn).await?;
     }
     conn.close().await?;

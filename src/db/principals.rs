@@ -125,21 +125,29 @@ pub async fn ensure_principal(
     let id = Uuid::now_v7();
     let fleet_id = match fleet {
         Some(fleet) => {
-            let f = sqlx::query!(
+            let fleet_id = sqlx::query_scalar!(
                 r#"
                 insert into fleets (id, name) values ($1, $2)
                 on conflict (name) do update set name = excluded.name
-                returning id, exists (select 1 from principals p where p.id = fleets.id) as "private!"
+                returning id
                 "#,
                 Uuid::now_v7(),
                 fleet,
             )
             .fetch_one(&mut *conn)
             .await?;
-            if f.private {
+            // A principal's own fleet has its id (a separate statement: on
+            // Citus an insert may not carry a subquery).
+            let private = sqlx::query_scalar!(
+                r#"select exists (select 1 from principals where id = $1) as "private!""#,
+                fleet_id,
+            )
+            .fetch_one(&mut *conn)
+            .await?;
+            if private {
                 return Err(PrincipalError::PrivateFleet(fleet.to_owned()));
             }
-            f.id
+            fleet_id
         }
         None => sqlx::query_scalar!(
             r#"

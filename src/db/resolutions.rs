@@ -11,6 +11,8 @@ use super::CommandRow;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResolutionRow {
     pub command_id: Uuid,
+    /// The command's authority (where the resolution is kept on Citus).
+    pub authority_id: String,
     /// `applied` or `not_applied`.
     pub outcome: String,
     pub evidence: String,
@@ -27,6 +29,8 @@ pub struct ResolutionRow {
 #[derive(Debug, Clone)]
 pub struct NewResolution<'a> {
     pub command_id: Uuid,
+    /// The command's authority: the database checks the command is of it.
+    pub authority_id: &'a str,
     pub outcome: &'a str,
     pub evidence: &'a str,
     pub reference: Option<&'a str>,
@@ -54,12 +58,13 @@ pub async fn record(
     sqlx::query_as!(
         ResolutionRow,
         r#"
-        insert into command_resolutions (command_id, outcome, evidence, reference, source, actor,
-                                         anchor_hash, hash)
-        values ($1, $2, $3, $4, $5, $6, '', '')
-        returning *
+        insert into command_resolutions (command_id, authority_id, outcome, evidence, reference, source,
+                                         actor, anchor_hash, hash)
+        values ($1, $2, $3, $4, $5, $6, $7, '', '')
+        returning command_id, authority_id, outcome, evidence, reference, source, actor, at, anchor_hash, hash
         "#,
         r.command_id,
+        r.authority_id,
         r.outcome,
         r.evidence,
         r.reference,
@@ -77,14 +82,19 @@ pub async fn record(
     })
 }
 
-/// The resolution of a command, if one was recorded.
+/// The resolution of a command of `authority_id`, if one was recorded.
 pub async fn get(
     ex: impl PgExecutor<'_>,
+    authority_id: &str,
     command_id: Uuid,
 ) -> Result<Option<ResolutionRow>, sqlx::Error> {
     sqlx::query_as!(
         ResolutionRow,
-        "select * from command_resolutions where command_id = $1",
+        r#"
+        select command_id, authority_id, outcome, evidence, reference, source, actor, at, anchor_hash, hash
+        from command_resolutions where authority_id = $1 and command_id = $2
+        "#,
+        authority_id,
         command_id,
     )
     .fetch_optional(ex)
@@ -102,9 +112,11 @@ pub async fn unresolved(
         CommandRow,
         r#"
         select c.* from commands c
-        where c.id in (select command_id from command_history where to_state = 'ambiguous')
+        where c.id in (select command_id from command_history
+                       where to_state = 'ambiguous' and authority_id = $1)
           and c.state = 'ambiguous' and c.authority_id = $1
-          and not exists (select 1 from command_resolutions r where r.command_id = c.id)
+          and not exists (select 1 from command_resolutions r
+                          where r.authority_id = $1 and r.command_id = c.id)
         order by c.id
         limit $2
         "#,

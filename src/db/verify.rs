@@ -230,13 +230,12 @@ pub async fn resolutions(
     authority: Option<&str>,
     since: Option<DateTime<Utc>>,
 ) -> Result<Vec<Break>, sqlx::Error> {
+    // Each subquery names the resolution's authority and reads no set of
+    // rows a function returns, so on Citus it runs on the resolution's shard
+    // group (the archived history is searched with a JSON path: a command
+    // has one ambiguous entry, ambiguous being terminal).
     let rows = sqlx::query!(
         r#"
-        with subjects as (
-            select id, authority_id, created_at from commands
-            union all
-            select id, authority_id, created_at from pruned_commands
-        )
         select r.command_id as "command_id!",
                case
                when r.hash <> sha256(convert_to(jsonb_build_array(
@@ -246,18 +245,23 @@ pub async fn resolutions(
                    'resolution_edited: its fields do not hash to its stored hash (the resolution was edited)'
                when r.anchor_hash is distinct from coalesce(
                         (select h.hash from command_history h
-                         where h.command_id = r.command_id and h.to_state = 'ambiguous'
-                         order by h.id desc limit 1),
-                        (select e.hash from pruned_commands a
-                         cross join lateral jsonb_populate_recordset(null::command_history, a.record -> 'history') e
-                         where a.id = r.command_id and e.to_state = 'ambiguous'
-                         order by e.id desc limit 1)) then
+                         where h.authority_id = r.authority_id and h.command_id = r.command_id
+                           and h.to_state = 'ambiguous'
+                         order by h.command_id desc, h.id desc limit 1),
+                        (select decode(substr(jsonb_path_query_first(
+                                    a.record -> 'history', '$[*] ? (@.to_state == "ambiguous").hash') #>> '{}', 3),
+                                'hex')
+                         from pruned_commands a
+                         where a.authority_id = r.authority_id and a.id = r.command_id)) then
                    'resolution_unanchored: it does not chain to its command''s ambiguous history entry'
                end as problem
         from command_resolutions r
-        left join subjects s on s.id = r.command_id
-        where ($1::text is null or s.authority_id = $1)
-          and ($2::timestamptz is null or s.created_at >= $2)
+        where ($1::text is null or r.authority_id = $1)
+          and ($2::timestamptz is null
+               or exists (select 1 from commands c
+                          where c.authority_id = r.authority_id and c.id = r.command_id and c.created_at >= $2)
+               or exists (select 1 from pruned_commands a
+                          where a.authority_id = r.authority_id and a.id = r.command_id and a.created_at >= $2))
         order by r.command_id
         "#,
         authority,
@@ -281,22 +285,38 @@ pub async fn entry_hashes(
     entries: &[(Uuid, i64)],
 ) -> Result<Vec<Option<Vec<u8>>>, sqlx::Error> {
     let (commands, ids): (Vec<Uuid>, Vec<i64>) = entries.iter().copied().unzip();
-    let rows = sqlx::query!(
+    // Two statements a Citus coordinator can send to the shards (the ids
+    // as a set to match, the archive's entries as JSON), merged here.
+    let live = sqlx::query!(
         r#"
-        select d.ord as "ord!",
-               coalesce(
-                   (select h.hash from command_history h where h.id = d.entry_id and h.command_id = d.command_id),
-                   (select e.hash
-                    from pruned_commands a
-                    cross join lateral jsonb_populate_recordset(null::command_history, a.record -> 'history') e
-                    where a.id = d.command_id and e.id = d.entry_id)) as hash
-        from unnest($1::uuid[], $2::bigint[]) with ordinality as d(command_id, entry_id, ord)
-        order by d.ord
+        select h.command_id, h.id, h.hash
+        from command_history h
+        where (h.command_id, h.id) in (select * from unnest($1::uuid[], $2::bigint[]))
         "#,
         &commands,
         &ids,
     )
     .fetch_all(pool)
     .await?;
-    Ok(rows.into_iter().map(|r| r.hash).collect())
+    let archived = sqlx::query!(
+        r#"
+        select a.id as "command_id!", (e ->> 'id')::int8 as "id!",
+               decode(substr(e ->> 'hash', 3), 'hex') as hash
+        from pruned_commands a
+        cross join lateral jsonb_array_elements(a.record -> 'history') e
+        where a.id = any($1)
+        "#,
+        &commands,
+    )
+    .fetch_all(pool)
+    .await?;
+    let mut found: std::collections::HashMap<(Uuid, i64), Option<Vec<u8>>> = archived
+        .into_iter()
+        .map(|r| ((r.command_id, r.id), r.hash))
+        .collect();
+    found.extend(live.into_iter().map(|r| ((r.command_id, r.id), r.hash)));
+    Ok(entries
+        .iter()
+        .map(|key| found.get(key).cloned().flatten())
+        .collect())
 }

@@ -148,7 +148,7 @@ pub(super) async fn get_one(
     let wait = q.wait.map(|w| Duration::from_secs(w).min(state.max_wait));
     let (row, waited) = settle(&state, row, wait).await?;
     let resolution = if row.state() == CommandState::Ambiguous {
-        db::resolutions::get(&state.pool, row.id).await?
+        db::resolutions::get(&state.pool, &row.authority_id, row.id).await?
     } else {
         None
     };

@@ -124,7 +124,10 @@ async fn unresolved_ambiguous(state: &AppState, id: Uuid) -> Result<CommandRow, 
             state: row.state(),
         });
     }
-    if db::resolutions::get(&state.pool, id).await?.is_some() {
+    if db::resolutions::get(&state.pool, &row.authority_id, id)
+        .await?
+        .is_some()
+    {
         return Err(ApiError::AlreadyResolved { command_id: id });
     }
     Ok(row)
@@ -166,6 +169,7 @@ pub(super) async fn resolve(
         &state.pool,
         &NewResolution {
             command_id: id,
+            authority_id: &row.authority_id,
             outcome: &body.outcome,
             evidence: body.evidence.trim(),
             reference: body.reference.as_deref().map(str::trim),
@@ -237,6 +241,7 @@ async fn probe_one(
         &state.pool,
         &NewResolution {
             command_id: row.id,
+            authority_id: &row.authority_id,
             outcome,
             evidence: &evidence,
             reference: None,

@@ -6,7 +6,8 @@
 //!
 //! On Citus the shards' triggers send no NOTIFY (docs/SCALING.md): there
 //! the listener also wakes every waiter each [`CITUS_POLL`], and each
-//! re-reads its command by authority and id (one shard).
+//! re-reads its command by authority and id (one shard); the console's
+//! event streams, each second.
 
 use sqlx::PgPool;
 use std::collections::HashMap;
@@ -20,6 +21,10 @@ use crate::db::notify::{self, Heard, OUTCOME_CHANNEL};
 /// How often waiters re-read on Citus, where no outcome NOTIFY arrives:
 /// an outcome is seen this much later at most (half of it on average).
 pub const CITUS_POLL: Duration = Duration::from_millis(200);
+
+/// On Citus, the console's event streams are woken every this many polls
+/// (each second), as if a command had finished.
+const STREAM_POLLS: u32 = 5;
 
 /// The registry of waiters, by command id.
 #[derive(Debug, Clone, Default)]
@@ -91,6 +96,7 @@ impl Waiters {
             // Asked once the listener has connected (the database is up then).
             let mut citus = None;
             let mut poll = tokio::time::interval(CITUS_POLL);
+            let mut polls: u32 = 0;
             poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tokio::select! {
@@ -110,7 +116,16 @@ impl Waiters {
                             waiters.wake_all();
                         }
                     },
-                    _ = poll.tick(), if citus == Some(true) => waiters.wake_waiting(),
+                    _ = poll.tick(), if citus == Some(true) => {
+                        polls += 1;
+                        // The console's streams too, less often (each reads
+                        // a snapshot of the counters when woken).
+                        if polls.is_multiple_of(STREAM_POLLS) {
+                            waiters.wake_all();
+                        } else {
+                            waiters.wake_waiting();
+                        }
+                    }
                 }
             }
         })

@@ -238,26 +238,6 @@ fn sha2_of(s: &str) -> Vec<u8> {
     sha2::Sha256::digest(s.as_bytes()).to_vec()
 }
 
-/// A principal in a fleet of its own, made the way `token create` makes one
-/// (the fleet first: on Citus both are reference tables, and a trigger may
-/// not write one from another).
-async fn principal(pool: &sqlx::PgPool, name: &str) -> Uuid {
-    let id: Uuid = sqlx::query_scalar(
-        "insert into fleets (id, name) values (gen_random_uuid(), $1) returning id",
-    )
-    .bind(name)
-    .fetch_one(pool)
-    .await
-    .unwrap();
-    sqlx::query("insert into principals (id, name, role, fleet_id) values ($1, $2, 'device', $1)")
-        .bind(id)
-        .bind(name)
-        .execute(pool)
-        .await
-        .unwrap();
-    id
-}
-
 /// Inserts every row from a task of its own, all at once.
 async fn all_at_once(
     group: &GroupCommit,
@@ -281,8 +261,8 @@ async fn all_at_once(
 #[tokio::test]
 async fn concurrent_submissions_share_a_commit_and_each_keeps_its_actor() {
     let pool = fresh_pool().await;
-    let a = principal(&pool, "dev-a").await;
-    let b = principal(&pool, "dev-b").await;
+    let a = crate::harness::device_principal(&pool, "dev-a").await;
+    let b = crate::harness::device_principal(&pool, "dev-b").await;
     // One flusher: whatever arrives while it writes goes in its next statement.
     let group = GroupCommit::spawn(pool.clone(), 1, 256);
     let args = json!({"n": 1});
@@ -323,7 +303,7 @@ async fn concurrent_submissions_share_a_commit_and_each_keeps_its_actor() {
 #[tokio::test]
 async fn one_bad_row_never_fails_its_neighbours() {
     let pool = fresh_pool().await;
-    let a = principal(&pool, "dev-a").await;
+    let a = crate::harness::device_principal(&pool, "dev-a").await;
     let group = GroupCommit::spawn(pool.clone(), 1, 256);
     let good = json!({"n": 1});
     // PostgreSQL cannot store U+0000 in jsonb: this row fails any statement it is in.

@@ -103,6 +103,16 @@ pub(crate) fn citus() -> bool {
     std::env::var("TEST_CITUS").is_ok_and(|v| v == "1")
 }
 
+/// For a test that checks something only one node has: on Citus it says
+/// why it does not run there and returns `true` (the caller returns). The
+/// reasons are listed in docs/SCALING.md.
+pub(crate) fn one_node_only(why: &str) -> bool {
+    if citus() {
+        eprintln!("not run on Citus: {why}");
+    }
+    citus()
+}
+
 /// The admin URL with another host and port (a Citus worker's).
 fn with_node(url: &str, host: &str, port: i32) -> String {
     let (scheme, rest) = url.split_once("://").unwrap_or(("postgres", url));
@@ -621,4 +631,14 @@ pub(crate) fn refund_policy(
         },
     );
     policies
+}
+
+/// A device principal in a fleet of its own, made as `token create` makes
+/// one (its fleet first: on Citus both are reference tables, and a trigger
+/// of one may not write the other); the one of that name if it exists.
+pub(crate) async fn device_principal(pool: &PgPool, name: &str) -> uuid::Uuid {
+    let mut conn = pool.acquire().await.unwrap();
+    db::principals::ensure_principal(&mut conn, name, Role::Device, None)
+        .await
+        .unwrap()
 }

@@ -124,7 +124,8 @@ async fn prune_archives_and_removes_only_finished_commands_past_the_window() {
     );
     assert!(exists(&app, &live).await, "live: kept, however old");
     let orphans: i64 = sqlx::query_scalar(
-        "select count(*) from command_history h where not exists (select 1 from commands c where c.id = h.command_id)",
+        "select count(*) from command_history h \
+         where not exists (select 1 from commands c where c.authority_id = h.authority_id and c.id = h.command_id)",
     )
     .fetch_one(&app.pool)
     .await

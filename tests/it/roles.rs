@@ -19,12 +19,7 @@ fn sqlstate(e: &sqlx::Error) -> String {
 /// A principal, a pending command and a cancelled one, written by a
 /// superuser (the triggers still write their history).
 async fn seed(admin: &PgPool) -> (uuid::Uuid, uuid::Uuid, uuid::Uuid) {
-    let principal: uuid::Uuid = sqlx::query_scalar(
-        "insert into principals (id, name, role) values (gen_random_uuid(), 'kiosk', 'device') returning id",
-    )
-    .fetch_one(admin)
-    .await
-    .unwrap();
+    let principal = crate::harness::device_principal(admin, "kiosk").await;
     let mut ids = Vec::new();
     for key in ["live", "done"] {
         let id: uuid::Uuid = sqlx::query_scalar(

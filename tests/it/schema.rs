@@ -9,14 +9,7 @@ use std::collections::BTreeSet;
 
 /// A principal and a pending command, inserted by hand.
 async fn insert_command(pool: &PgPool, key: &str) -> uuid::Uuid {
-    let principal: uuid::Uuid = sqlx::query_scalar(
-        "insert into principals (id, name, role) values (gen_random_uuid(), 'p-' || $1, 'device') \
-         on conflict (name) do update set name = excluded.name returning id",
-    )
-    .bind(key)
-    .fetch_one(pool)
-    .await
-    .unwrap();
+    let principal = crate::harness::device_principal(pool, &format!("p-{key}")).await;
     sqlx::query_scalar(
         "insert into commands (id, scope, idempotency_key, request_digest, digest_version, kind, authority_id, args, canonical) \
          values (gen_random_uuid(), $1, $2, sha256($2::bytea), 1, 'refund', 'payments', '{}', '{}') returning id",
@@ -152,7 +145,14 @@ async fn identity_columns_are_immutable_and_live_rows_cannot_be_deleted() {
         "update commands set pinned_generation = 3 where id = $1",
     ] {
         let err = sqlx::query(edit).bind(id).execute(&pool).await.unwrap_err();
-        assert_eq!(sqlstate(&err), "CL003", "{edit}: {err}");
+        // On Citus the distribution column cannot change at all: Citus
+        // refuses the statement before the guard sees it.
+        let expected = if crate::harness::citus() && edit.contains("authority_id") {
+            "0A000"
+        } else {
+            "CL003"
+        };
+        assert_eq!(sqlstate(&err), expected, "{edit}: {err}");
     }
     let err = sqlx::query("delete from commands where id = $1")
         .bind(id)
@@ -223,10 +223,13 @@ async fn every_change_is_in_the_history_and_the_history_cannot_be_rewritten() {
     let id = command_in(&pool, "audited", State::Prepared).await;
     // An operator names themself and a reason for a change typed by hand.
     let mut tx = pool.begin().await.unwrap();
-    sqlx::query("select set_config('command_ledger.actor', 'operator:alice', true), set_config('command_ledger.reason', 'customer called', true)")
-        .execute(&mut *tx)
-        .await
-        .unwrap();
+    sqlx::raw_sql(
+        "set local command_ledger.actor = 'operator:alice'; \
+         set local command_ledger.reason = 'customer called'",
+    )
+    .execute(&mut *tx)
+    .await
+    .unwrap();
     sqlx::query("update commands set state = 'cancelled' where id = $1")
         .bind(id)
         .execute(&mut *tx)
@@ -495,7 +498,7 @@ async fn one_statement_changing_many_rows_audits_and_announces_each_row() {
     listener.listen("command_ledger_outcome").await.unwrap();
 
     let mut tx = pool.begin().await.unwrap();
-    sqlx::query("select set_config('command_ledger.actor', 'custodian:batch', true)")
+    sqlx::raw_sql("set local command_ledger.actor = 'custodian:batch'")
         .execute(&mut *tx)
         .await
         .unwrap();
@@ -532,6 +535,11 @@ async fn one_statement_changing_many_rows_audits_and_announces_each_row() {
         .collect();
     expected.sort();
     assert_eq!(entries, expected);
+    if crate::harness::citus() {
+        // The shards send no outcome notification (docs/SCALING.md: waiters
+        // poll there); the audit above is the part that holds on Citus.
+        return;
+    }
 
     let mut announced = BTreeSet::new();
     while announced.len() < 4 {
@@ -559,6 +567,10 @@ const TRUNCATE_ALLOWED: &[(&str, &str)] = &[
     (
         "ledger_counts",
         "statistics (request and execution counts per minute), not commands: emptying it resets the counters and loses no command or history",
+    ),
+    (
+        "ledger_counts_by_authority",
+        "statistics, as ledger_counts (the shards' execution counts on Citus; empty on one node): emptying it loses no command or history",
     ),
     (
         "ledger_distribution",

@@ -50,9 +50,9 @@ fn breaks(doc: &Value) -> Vec<(String, String, Option<i64>)> {
 /// 1; of those a third stop there (and are adopted by generation 2), a
 /// third are applied, a third cancelled 40 days ago (prunable).
 async fn ledger(pool: &PgPool, n: i64) {
+    crate::harness::device_principal(pool, "kiosk").await;
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "insert into principals (id, name, role) values (gen_random_uuid(), 'kiosk', 'device');
-         insert into commands (id, scope, idempotency_key, request_digest, digest_version, kind,
+        "insert into commands (id, scope, idempotency_key, request_digest, digest_version, kind,
                                authority_id, args, canonical)
          select gen_random_uuid(), (select id from principals), 'k-' || g, sha256(g::text::bytea), 2,
                 'refund', case when g % 2 = 0 then 'payments' else 'mail' end,
