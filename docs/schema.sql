@@ -2202,7 +2202,7 @@ CREATE VIEW public.holds_awaiting_decision AS
    FROM (((public.holds h
      LEFT JOIN public.principals p ON ((p.id = h.scope)))
      LEFT JOIN public.fleets f ON ((f.id = h.scope)))
-     JOIN public.commands c ON ((c.id = h.resembles)))
+     JOIN public.commands c ON (((c.authority_id = h.authority_id) AND (c.id = h.resembles))))
   WHERE (h.state = 'open'::text)
   ORDER BY h.created_at;
 

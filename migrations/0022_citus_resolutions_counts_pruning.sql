@@ -364,7 +364,20 @@ comment on function ledger_distribute() is
     'gives the views it re-creates on the way back their grants and comments, and makes the ledger''s functions '
     'known to the workers. Returns how many tables it distributed. Idempotent.';
 
--- A ledger distributed before this migration: the view lost both already.
+-- The view joins each hold to the command it resembles by authority and id
+-- (a hold is its command's authority's), so that on Citus the join stays
+-- on one shard group; a ledger distributed before this migration had lost
+-- its grants and comment, given back here.
+create or replace view holds_awaiting_decision as
+select h.id, h.kind, h.authority_id, h.run_id, h.created_at, now() - h.created_at as waiting_for,
+       h.resembles, c.state as resembles_state, coalesce(p.name, f.name) as principal
+from holds h
+left join principals p on p.id = h.scope
+left join fleets f on f.id = h.scope
+join commands c on c.authority_id = h.authority_id and c.id = h.resembles
+where h.state = 'open'
+order by h.created_at;
+
 grant select on holds_awaiting_decision to ledger_api, ledger_custodian, ledger_inspector, ledger_retention;
 comment on view holds_awaiting_decision is
     'Open holds, oldest first, with the command each resembles and the principal (or fleet) whose scope holds them.';

@@ -112,16 +112,29 @@ pub async fn set_logins(
 /// extension, the `ALTER ROLE` reaches every node. A role without a password
 /// still cannot log in where the server asks for one: give it one with
 /// [`set_login`] (or the workers a `pg_dist_authinfo` entry).
+///
+/// Only the roles that may not log in yet are altered, one process at a
+/// time (every process migrates as it starts, and PostgreSQL refuses two
+/// concurrent changes of one role: "tuple concurrently updated").
 pub async fn may_log_in_on_every_node(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
-    for role in ServiceRole::ALL {
-        sqlx::raw_sql(AssertSqlSafe(format!(
-            "alter role {} login",
-            ident(role.name())
-        )))
-        .execute(&mut *conn)
+    use sqlx::Connection as _;
+    let mut tx = conn.begin().await?;
+    sqlx::query("select pg_advisory_xact_lock(7242032)")
+        .execute(&mut *tx)
         .await?;
+    let names: Vec<&str> = ServiceRole::ALL.iter().map(|r| r.name()).collect();
+    let locked_out: Vec<String> = sqlx::query_scalar(
+        "select rolname::text from pg_roles where rolname = any($1) and not rolcanlogin",
+    )
+    .bind(&names)
+    .fetch_all(&mut *tx)
+    .await?;
+    for name in locked_out {
+        sqlx::raw_sql(AssertSqlSafe(format!("alter role {} login", ident(&name))))
+            .execute(&mut *tx)
+            .await?;
     }
-    Ok(())
+    tx.commit().await
 }
 
 /// A pool acting as `role`: through `url` when it is given (a login of its

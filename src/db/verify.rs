@@ -105,7 +105,7 @@ pub async fn chains(
                    h.reason, h.row_digest, h.prev_hash, h.hash
             from command_history h
             where ($1::text is null and $2::timestamptz is null)
-               or exists (select 1 from commands c where c.id = h.command_id
+               or exists (select 1 from commands c where c.authority_id = h.authority_id and c.id = h.command_id
                           and ($1::text is null or c.authority_id = $1)
                           and ($2::timestamptz is null or c.created_at >= $2))
             union all

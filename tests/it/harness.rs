@@ -642,3 +642,48 @@ pub(crate) async fn device_principal(pool: &PgPool, name: &str) -> uuid::Uuid {
         .await
         .unwrap()
 }
+
+/// Runs `sql` as the superuser with the ledger's triggers off, as an
+/// attacker with the superuser's password (or a restored, edited backup)
+/// would: on one node through `session_replication_role`; on Citus, which
+/// does not carry that setting to the shards' sessions, by disabling the
+/// triggers of the ledger's tables in the same transaction.
+pub(crate) async fn tamper(pool: &PgPool, sql: &str) {
+    const TABLES: &[&str] = &[
+        "commands",
+        "command_history",
+        "pruned_commands",
+        "command_resolutions",
+        "command_queue",
+        "command_in_flight",
+        "coalesced_requests",
+    ];
+    let mut tx = pool.begin().await.unwrap();
+    // One statement per message: Citus sends a DDL statement's whole
+    // message on to the workers.
+    let statements: Vec<String> = if citus() {
+        let toggle = |how: &str| {
+            TABLES
+                .iter()
+                .map(move |t| format!("alter table {t} {how} trigger all"))
+                .collect::<Vec<_>>()
+        };
+        std::iter::once("set local citus.enable_unsafe_triggers = on".to_owned())
+            .chain(toggle("disable"))
+            .chain(std::iter::once(sql.to_owned()))
+            .chain(toggle("enable"))
+            .collect()
+    } else {
+        vec![
+            "set local session_replication_role = replica".to_owned(),
+            sql.to_owned(),
+        ]
+    };
+    for statement in statements {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(statement))
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+    }
+    tx.commit().await.unwrap();
+}

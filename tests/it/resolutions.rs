@@ -249,14 +249,11 @@ async fn an_operator_records_what_the_provider_said_and_the_command_stays_ambigu
     // verify recomputes it; an edit behind the triggers' back is named.
     let verify = command_ledger::db::verify::resolutions;
     assert_eq!(verify(&s.pool, None, None).await.unwrap(), vec![]);
-    sqlx::query("alter table command_resolutions disable trigger command_resolutions_append_only")
-        .execute(&s.pool)
-        .await
-        .unwrap();
-    sqlx::query("update command_resolutions set outcome = 'not_applied'")
-        .execute(&s.pool)
-        .await
-        .unwrap();
+    crate::harness::tamper(
+        &s.pool,
+        "update command_resolutions set outcome = 'not_applied'",
+    )
+    .await;
     let breaks = verify(&s.pool, None, None).await.unwrap();
     assert_eq!(breaks.len(), 1, "{breaks:?}");
     assert_eq!(breaks[0].kind, "resolution_edited");
