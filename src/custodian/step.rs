@@ -265,8 +265,8 @@ impl Custodian {
         ids: &[Uuid],
         report: &mut StepReport,
     ) {
-        let states = match db::lifecycle::states(&self.pool, ids, authority).await {
-            Ok(s) => s,
+        let rows = match db::lifecycle::reread(&self.pool, ids, authority).await {
+            Ok(rows) => rows,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot re-read after an unknown commit; will retry");
                 self.limbo.lock().expect("limbo lock").push((
@@ -277,15 +277,23 @@ impl Custodian {
                 return;
             }
         };
-        let done: Vec<Done> = states
+        let ours = |row: &CommandRow| row.authority_generation == Some(generation);
+        // Still prepared: the start did not commit for them (on Citus, a
+        // serialization failure at the worker's commit reads as unknown).
+        // No effect was attempted; the next turn starts them.
+        let again: Vec<CommandRow> = rows
+            .iter()
+            .filter(|row| row.state() == State::Prepared && ours(row))
+            .cloned()
+            .collect();
+        self.adopted.lock().expect("adopted lock").extend(again);
+        let done: Vec<Done> = rows
             .into_iter()
-            .filter(|(_, state, g)| {
-                state == State::EffectStarted.as_str() && *g == Some(generation)
-            })
-            .map(|(id, _, _)| Done {
+            .filter(|row| row.state() == State::EffectStarted && ours(row))
+            .map(|row| Done {
                 authority: authority.to_owned(),
                 generation,
-                id,
+                id: row.id,
                 outcome: EffectOutcome::not_dispatched(
                     "the effect_started commit was not confirmed; never dispatched",
                 ),
@@ -388,15 +396,15 @@ impl Custodian {
                 Err(TxError::CommitUnknown(e)) => {
                     tracing::warn!(authority, generation, error = %e, "outcome commit unknown; re-reading");
                     let ids: Vec<Uuid> = outcomes.iter().map(|(id, _)| *id).collect();
-                    let states = db::lifecycle::states(&self.pool, &ids, authority).await?;
-                    let done: Vec<Uuid> = states
+                    let rows = db::lifecycle::reread(&self.pool, &ids, authority).await?;
+                    let done: Vec<Uuid> = rows
                         .into_iter()
-                        .filter(|(id, state, _)| {
+                        .filter(|row| {
                             outcomes
                                 .iter()
-                                .any(|(o, outcome)| o == id && outcome.state().as_str() == state)
+                                .any(|(o, outcome)| *o == row.id && outcome.state() == row.state())
                         })
-                        .map(|(id, _, _)| id)
+                        .map(|row| row.id)
                         .collect();
                     if done.len() == outcomes.len() {
                         return Ok(done);

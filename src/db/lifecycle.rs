@@ -192,22 +192,19 @@ pub async fn record(
     .await
 }
 
-/// The current state and generation of some commands of `authority` (after
-/// a commit whose outcome is unknown).
-pub async fn states(
+/// Some commands of `authority` as they are now (after a commit whose
+/// outcome is unknown).
+pub async fn reread(
     ex: impl PgExecutor<'_>,
     ids: &[Uuid],
     authority: &str,
-) -> Result<Vec<(Uuid, String, Option<i64>)>, sqlx::Error> {
-    let rows = sqlx::query!(
-        "select id, state, authority_generation from commands where authority_id = $2 and id = any($1)",
+) -> Result<Vec<CommandRow>, sqlx::Error> {
+    sqlx::query_as!(
+        CommandRow,
+        "select * from commands where authority_id = $2 and id = any($1)",
         ids,
         authority,
     )
     .fetch_all(ex)
-    .await?;
-    Ok(rows
-        .into_iter()
-        .map(|r| (r.id, r.state, r.authority_generation))
-        .collect())
+    .await
 }

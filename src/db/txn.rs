@@ -103,6 +103,19 @@ fn is_retryable(e: &sqlx::Error) -> bool {
         .is_some_and(|code| code == "40001" || code == "40P01")
 }
 
+/// A Citus coordinator's answer when a worker's COMMIT failed: a
+/// serialization failure found at the worker's commit, but as well a
+/// connection lost with the COMMIT in flight, which Citus cannot tell apart
+/// ("we will often not know whether the commit has succeeded",
+/// `FinishRemoteTransactionCommit` in its remote_transaction.c). So the
+/// outcome is unknown, never a failure to act on.
+fn is_citus_commit_failure(e: &sqlx::Error) -> bool {
+    e.as_database_error().is_some_and(|d| {
+        d.message()
+            .starts_with("could not commit transaction for shard")
+    })
+}
+
 fn jitter(attempt: u32) -> Duration {
     let base_ms = 2u64 << attempt.min(6);
     let random = getrandom::u64().unwrap_or(0x9e37_79b9_7f4a_7c15);
@@ -194,6 +207,7 @@ impl<'a> Retrying<'a> {
                 self.conflict(&e).await;
                 Ok(None)
             }
+            Err(e) if is_citus_commit_failure(&e) => Err(TxError::CommitUnknown(e)),
             Err(e) if e.as_database_error().is_some() => Err(TxError::Failed(e)),
             Err(e) => Err(TxError::CommitUnknown(e)),
         }
