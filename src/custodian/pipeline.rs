@@ -192,6 +192,10 @@ impl Custodian {
             );
             recorder.abort();
         }
+        // What an unconfirmed commit or an outage left (outcomes not yet
+        // written, starts not yet closed): one more try while the leases
+        // are still ours, so recovery need not guess about them later.
+        self.retry_leftovers().await;
         self.release_leases().await;
         Ok(())
     }
