@@ -80,7 +80,7 @@ struct Args {
     /// A smoke run: tiny sizes and 2 s points, to check the harness works.
     #[arg(long)]
     quick: bool,
-    /// Run only these workloads (w1, w2, w3, w5, w7, w3batch, w8, w3b, w6, memory, w4); the
+    /// Run only these workloads (w1, w1counts, w2, w3, w5, w7, w3batch, w8, w3b, w6, memory, w4); the
     /// baselines always run. For quick experiments: the targets of the
     /// workloads left out read as not met.
     #[arg(long, value_delimiter = ',')]
@@ -189,6 +189,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
         w1 = bench.w1(&args.clients).await?;
         println!("W1: {w1}");
     }
+    let mut w1_counts = serde_json::Value::Null;
+    if want("w1counts") {
+        let most = args.clients.iter().copied().max().unwrap_or(64);
+        w1_counts = bench.w1_counts(most).await?;
+        println!("W1 with and without the counting trigger: {w1_counts}");
+    }
     let mut w2 = serde_json::Value::Null;
     if want("w2") {
         w2 = bench.w2().await?;
@@ -275,6 +281,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         "seconds_per_point": args.seconds,
         "baselines": {"before": before, "after": after},
         "w1": w1,
+        "w1_counts": w1_counts,
         "w2": w2,
         "w3": w3,
         "w3b": w3b,

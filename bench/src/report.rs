@@ -391,6 +391,20 @@ pub(crate) fn markdown(r: &Value) -> String {
             p["serialization_retries"],
         );
     }
+    let c = &r["w1_counts"];
+    if !c.is_null() {
+        let _ = writeln!(
+            md,
+            "\n**The counters on the submit path** (W1 at {} clients, the history's counting trigger \
+             on, off, off, on): {} and {} req/s counting, {} and {} not; counting / not = {:.3}.",
+            c["clients"],
+            n(&c["counting_rps"][0]),
+            n(&c["counting_rps"][1]),
+            n(&c["not_counting_rps"][0]),
+            n(&c["not_counting_rps"][1]),
+            f(&c["ratio"]),
+        );
+    }
     let b = &r["w3b"];
     let _ = writeln!(
         md,

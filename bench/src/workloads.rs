@@ -282,7 +282,7 @@ impl Bench {
              select gen_random_uuid(), '{scope}', {key}, sha256(random()::text::bytea), 2, 'noop', \
              'pgbench', null, '{ARGS}'::jsonb, '{ARGS}'::jsonb, null, null, sha256(random()::text::bytea), \
              '{{}}', null from (select set_config('command_ledger.actor', 'principal' || chr(58) || 'bench', true)) as ctx \
-             on conflict (scope, idempotency_key) do nothing returning *;\n",
+             on conflict on constraint commands_scope_key_unique do nothing returning *;\n",
             auth = self.auth_sql(),
             scope = self.scope,
         )
@@ -326,6 +326,48 @@ impl Bench {
     }
 
     // ---- W1 --------------------------------------------------------------
+
+    /// What the ledger's counters (migration 0017) cost the submit path: W1
+    /// at `clients`, with the history's counting trigger on, off, off, on
+    /// (each after a second of warm-up). The API's request counts are added
+    /// to `ledger_counts` once a second throughout (one statement a second,
+    /// whatever the load); the trigger is what runs in every submission's
+    /// own transaction.
+    pub(crate) async fn w1_counts(&self, clients: usize) -> anyhow::Result<Value> {
+        let body = body("bench-w1c");
+        let (mut on, mut off) = (Vec::new(), Vec::new());
+        for (i, counting) in [true, false, false, true].into_iter().enumerate() {
+            self.set_counting(counting).await?;
+            let warm = Keys::Unique {
+                prefix: format!("w1cw-{i}"),
+            };
+            load::closed_loop(&self.target, clients, Duration::from_secs(1), &warm, body).await;
+            let keys = Keys::Unique {
+                prefix: format!("w1c-{i}"),
+            };
+            let r = load::closed_loop(&self.target, clients, self.point, &keys, body).await;
+            if counting { &mut on } else { &mut off }.push(r.rps());
+        }
+        self.set_counting(true).await?;
+        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+        Ok(json!({
+            "clients": clients,
+            "counting_rps": on,
+            "not_counting_rps": off,
+            "ratio": mean(&on) / mean(&off).max(f64::MIN_POSITIVE),
+        }))
+    }
+
+    async fn set_counting(&self, on: bool) -> anyhow::Result<()> {
+        let how = if on { "enable" } else { "disable" };
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "alter table command_history {how} trigger command_history_counts"
+        )))
+        .execute(self.pool())
+        .await
+        .context("switching the counting trigger (the bench's login must own command_history or be a superuser)")?;
+        Ok(())
+    }
 
     pub(crate) async fn w1(&self, clients: &[usize]) -> anyhow::Result<Value> {
         let body = body("bench-w1");
@@ -821,10 +863,14 @@ impl Bench {
         for authority in authorities {
             for chunk in ids(per_authority).chunks(10_000) {
                 sqlx::query(
+                    // `on conflict`: fresh ids never conflict, but without it Citus
+                    // runs the insert as a COPY, which it refuses under row-level
+                    // security (the API role's insert policy).
                     "insert into commands (id, scope, idempotency_key, request_digest, digest_version, \
                      kind, authority_id, args, canonical, intent_digest) \
                      select id, $2, 'burn-' || id::text, sha256(id::text::bytea), 2, 'noop', $4, \
-                     $3::jsonb, $3::jsonb, sha256(id::text::bytea) from unnest($1::uuid[]) as id",
+                     $3::jsonb, $3::jsonb, sha256(id::text::bytea) from unnest($1::uuid[]) as id \
+                     on conflict do nothing",
                 )
                 .bind(chunk)
                 .bind(self.scope)
