@@ -1065,10 +1065,10 @@ impl Bench {
     }
 
     /// The plan of the custodian's claim statement, as PostgreSQL would run
-    /// it now.
+    /// it now for the custodian (a generic plan).
     async fn claim_plan(&self, authority: &str, batch: i64) -> anyhow::Result<String> {
         let rows =
-            db::lifecycle::explain_claim(self.pool(), &[authority.to_owned()], batch).await?;
+            db::lifecycle::explain_claim(self.pool(), &[authority.to_owned()], batch, true).await?;
         Ok(rows.join("\n"))
     }
 }

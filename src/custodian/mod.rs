@@ -157,6 +157,26 @@ impl Custodian {
         &self.stats
     }
 
+    /// Whether the database is a Citus coordinator (asked once).
+    async fn on_citus(&self) -> Result<bool, CustodianError> {
+        Ok(*self
+            .citus
+            .get_or_try_init(|| crate::db::is_citus(&self.pool))
+            .await?)
+    }
+
+    /// The `SET LOCAL`s of the claim, start and record transactions: who
+    /// acts and, on one node, one plan for every authority
+    /// ([`crate::db::txn::GENERIC_PLANS`]; Citus cannot run these statements from a
+    /// generic plan, and plans each for its shard anyway).
+    async fn transition_settings(&self) -> Result<Vec<(&'static str, &str)>, CustodianError> {
+        let mut settings = vec![(crate::db::txn::ACTOR, self.actor.as_str())];
+        if !self.on_citus().await? {
+            settings.push(crate::db::txn::GENERIC_PLANS);
+        }
+        Ok(settings)
+    }
+
     /// The leases still valid by the local clock, by authority.
     pub fn held(&self) -> HashMap<String, HeldLease> {
         self.leases.valid()

@@ -77,10 +77,7 @@ impl Custodian {
         let look_for_stale = self.stale_pass_due();
         // One statement for every authority on one node; on Citus one per
         // authority (each on its own shard), until `limit` is reached.
-        let citus = *self
-            .citus
-            .get_or_try_init(|| db::is_citus(&self.pool))
-            .await?;
+        let citus = self.on_citus().await?;
         let groups: Vec<Vec<String>> = if citus {
             let mut ids = ids;
             ids.sort();
@@ -134,12 +131,13 @@ impl Custodian {
         limit: i64,
         look_for_stale: bool,
     ) -> Result<Vec<CommandRow>, CustodianError> {
-        let mut retry = txn::Retrying::new(
+        let settings = self.transition_settings().await?;
+        let mut retry = txn::Retrying::with_settings(
             &self.pool,
             &self.stats.serialization_retries,
             "claim",
             self.config.claim_isolation,
-            &self.actor,
+            &settings,
         );
         loop {
             let mut tx = retry.begin().await?;
@@ -191,13 +189,13 @@ impl Custodian {
         report: &mut StepReport,
     ) -> Result<Vec<Started>, CustodianError> {
         let holder = &self.config.holder;
-        let actor = &self.actor;
-        let mut retry = txn::Retrying::new(
+        let settings = self.transition_settings().await?;
+        let mut retry = txn::Retrying::with_settings(
             &self.pool,
             &self.stats.serialization_retries,
             "start",
             self.config.isolation,
-            actor,
+            &settings,
         );
         let result = loop {
             let mut tx = match retry.begin().await {
@@ -380,12 +378,13 @@ impl Custodian {
         generation: i64,
         outcomes: &[(Uuid, EffectOutcome)],
     ) -> Result<Vec<Uuid>, CustodianError> {
-        let mut retry = txn::Retrying::new(
+        let settings = self.transition_settings().await?;
+        let mut retry = txn::Retrying::with_settings(
             &self.pool,
             &self.stats.serialization_retries,
             "record",
             self.config.isolation,
-            &self.actor,
+            &settings,
         );
         loop {
             let mut tx = retry.begin().await?;

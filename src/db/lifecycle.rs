@@ -46,24 +46,44 @@ pub async fn claim(
 /// The claim statement's text, as [`claim`] runs it.
 const CLAIM_SQL: &str = include_str!("sql/claim.sql");
 
-/// PostgreSQL's plan for [`claim`] with these arguments, as it would run it
-/// now (`explain (costs off)`, one line per row), without claiming anything:
-/// the benchmark reports it to show the claim does not scan finished rows.
+/// PostgreSQL's plan for [`claim`] with these arguments, as it would run
+/// it now (`explain (costs off)`, one line per row), without claiming
+/// anything: the benchmark reports it to show the claim does not scan
+/// finished rows. `generic` plans it as the custodian runs it, once for
+/// every authority ([`super::txn::GENERIC_PLANS`]); without it, the plan
+/// PostgreSQL would choose for these authorities' statistics.
 pub async fn explain_claim(
-    ex: impl PgExecutor<'_>,
+    pool: &sqlx::PgPool,
     authorities: &[String],
     limit: i64,
+    generic: bool,
 ) -> Result<Vec<String>, sqlx::Error> {
-    sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-        "explain (costs off) {CLAIM_SQL}"
+    let mut tx = pool.begin().await?;
+    if generic {
+        let (name, value) = super::txn::GENERIC_PLANS;
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("set local {name} = {value}")))
+            .execute(&mut *tx)
+            .await?;
+    }
+    // A named prepared statement, planned the way `plan_cache_mode` says,
+    // as the custodian's statement is; the arguments become literals.
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "prepare ledger_explain_claim(text[], text, bigint, float8, boolean) as {CLAIM_SQL}"
     )))
-    .bind(authorities)
-    .bind("explain:nobody")
-    .bind(limit)
-    .bind(10.0f64)
-    .bind(true)
-    .fetch_all(ex)
-    .await
+    .execute(&mut *tx)
+    .await?;
+    let list = authorities
+        .iter()
+        .map(|a| super::roles::literal(a))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let plan = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "explain (costs off) execute ledger_explain_claim(array[{list}]::text[], 'explain:nobody', {limit}, 10.0, true)"
+    )))
+    .fetch_all(&mut *tx)
+    .await?;
+    tx.rollback().await?;
+    Ok(plan)
 }
 
 /// The current generation of `authority` adopts its `prepared` rows bound to
