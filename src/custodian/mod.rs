@@ -165,7 +165,7 @@ impl Custodian {
             .await?)
     }
 
-    /// The `SET LOCAL`s of the claim, start and record transactions: who
+    /// The `SET LOCAL`s of the claim, adopt, start and record transactions: who
     /// acts and, on one node, one plan for every authority
     /// ([`crate::db::txn::GENERIC_PLANS`]; Citus cannot run these statements from a
     /// generic plan, and plans each for its shard anyway).

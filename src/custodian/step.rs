@@ -447,9 +447,15 @@ impl Custodian {
         authority: &str,
         generation: i64,
     ) -> Result<(), CustodianError> {
+        let begin = txn::begin_statement(
+            txn::Isolation::ReadCommitted,
+            &self.transition_settings().await?,
+        );
         loop {
-            let mut tx =
-                txn::begin_as(&self.pool, txn::Isolation::ReadCommitted, &self.actor).await?;
+            let mut tx = self
+                .pool
+                .begin_with(sqlx::AssertSqlSafe(begin.clone()))
+                .await?;
             let rows = db::lifecycle::adopt_prepared(
                 &mut *tx,
                 authority,

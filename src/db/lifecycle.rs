@@ -66,9 +66,12 @@ pub async fn explain_claim(
             .await?;
     }
     // A named prepared statement, planned the way `plan_cache_mode` says,
-    // as the custodian's statement is; the arguments become literals.
+    // as the custodian's statement is; the arguments become literals. A
+    // prepared statement outlives the transaction: it is deallocated here,
+    // and its name is this call's own.
+    let name = format!("ledger_explain_claim_{}", Uuid::now_v7().simple());
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "prepare ledger_explain_claim(text[], text, bigint, float8, boolean) as {CLAIM_SQL}"
+        "prepare {name}(text[], text, bigint, float8, boolean) as {CLAIM_SQL}"
     )))
     .execute(&mut *tx)
     .await?;
@@ -78,10 +81,13 @@ pub async fn explain_claim(
         .collect::<Vec<_>>()
         .join(", ");
     let plan = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-        "explain (costs off) execute ledger_explain_claim(array[{list}]::text[], 'explain:nobody', {limit}, 10.0, true)"
+        "explain (costs off) execute {name}(array[{list}]::text[], 'explain:nobody', {limit}, 10.0, true)"
     )))
     .fetch_all(&mut *tx)
     .await?;
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("deallocate {name}")))
+        .execute(&mut *tx)
+        .await?;
     tx.rollback().await?;
     Ok(plan)
 }

@@ -60,8 +60,9 @@ pub const ACTORS: &str = "command_ledger.actors";
 pub const REASON: &str = "command_ledger.reason";
 
 /// Plan a prepared statement once for every value of its parameters
-/// (`plan_cache_mode = force_generic_plan`), for the claim: its custom plan
-/// for one authority follows that authority's statistics, and an authority
+/// (`plan_cache_mode = force_generic_plan`), for the custodian's claim,
+/// adopt, start and record on one node: a custom plan for one authority
+/// follows that authority's statistics, and an authority
 /// that was small or absent at the last ANALYZE and has a backlog now is
 /// planned as a scan of all its commands per claimed row (seen: claims of
 /// 128 rows taking 2 to 5 s behind a backlog of 10^4, ten times fewer

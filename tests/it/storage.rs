@@ -311,6 +311,14 @@ async fn the_claim_reaches_each_command_by_its_key_whatever_the_authority_s_stat
     let generic = db::lifecycle::explain_claim(&pool, &authorities, 128, true)
         .await
         .unwrap();
+    // Asked again on the same connections (its prepared statement does not
+    // outlive the call), the plan is the same.
+    for _ in 0..3 {
+        let again = db::lifecycle::explain_claim(&pool, &authorities, 128, true)
+            .await
+            .unwrap();
+        assert_eq!(again, generic);
+    }
     assert!(
         !scans_an_authority(&generic),
         "the custodian's plan reaches each command by its key:\n{}",
