@@ -1005,13 +1005,20 @@ impl Bench {
     /// to prepared, effect_started and applied as `ledger_custodian`, a
     /// statement per step for each chunk, so that the triggers write and
     /// chain every history entry (no claim, lease or effect: preloading only).
+    /// One worker per core, each with its own two connections: a command's
+    /// chain is its own, so workers on disjoint ids never wait for each other
+    /// except on the authority's counter row at commit.
     async fn preload_terminal(&self, n: usize) -> anyhow::Result<()> {
+        let workers = std::thread::available_parallelism()
+            .map_or(1, |p| p.get())
+            .max(1);
+        let connections = u32::try_from(workers).unwrap_or(u32::MAX);
         let api = self
             .db
             .role_pool(
                 ServiceRole::Api,
                 None,
-                1,
+                connections,
                 "ledger-bench-preload",
                 db::ACQUIRE_TIMEOUT,
             )
@@ -1021,47 +1028,34 @@ impl Bench {
             .role_pool(
                 ServiceRole::Custodian,
                 None,
-                1,
+                connections,
                 "ledger-bench-preload",
                 db::ACQUIRE_TIMEOUT,
             )
             .await?;
-        for chunk in ids(n).chunks(10_000) {
-            sqlx::query(
-                "insert into commands (id, scope, idempotency_key, request_digest, digest_version, \
-                 kind, authority_id, args, canonical, intent_digest) \
-                 select id, $2, 'old-' || id::text, sha256(id::text::bytea), 2, 'noop', 'old', \
-                 $3::jsonb, $3::jsonb, sha256(id::text::bytea) \
-                 from unnest($1::uuid[]) as id, set_config('command_ledger.actor', 'bench:preload', true)",
-            )
-            .bind(chunk)
-            .bind(self.scope)
-            .bind(ARGS)
-            .execute(&api)
-            .await
-            .context("preloading: inserting pending commands as ledger_api")?;
-            for (to, generation, result) in [
-                ("prepared", Some(1i64), None),
-                ("effect_started", Some(1), None),
-                ("applied", Some(1), Some("{}")),
-            ] {
-                sqlx::query(
-                    "update commands c set state = $2, authority_generation = $3, result = $4::jsonb \
-                     from (select set_config('command_ledger.actor', 'bench:preload', true)) as ctx \
-                     where c.id = any($1)",
-                )
-                .bind(chunk)
-                .bind(to)
-                .bind(generation)
-                .bind(result)
-                .execute(&custodian)
-                .await
-                .with_context(|| format!("preloading: moving commands to {to} as ledger_custodian"))?;
+        let started = Instant::now();
+        let mut tasks = tokio::task::JoinSet::new();
+        for w in 0..workers {
+            let share = n / workers + usize::from(w < n % workers);
+            tasks.spawn(preload_share(
+                api.clone(),
+                custodian.clone(),
+                self.scope,
+                share,
+            ));
+        }
+        let mut outcome = Ok(());
+        while let Some(done) = tasks.join_next().await {
+            if let Err(e) = done.map_err(anyhow::Error::from).and_then(|r| r) {
+                tasks.abort_all();
+                outcome = outcome.and(Err(e));
             }
         }
         api.close().await;
         custodian.close().await;
-        Ok(())
+        let seconds = started.elapsed().as_secs_f64();
+        tracing::info!(rows = n, workers, seconds, "preloaded terminal commands");
+        outcome
     }
 
     /// The plan of the custodian's claim statement, as PostgreSQL would run
@@ -1103,6 +1097,53 @@ async fn record_known(target: &Target, keys: &[String], body: &'static str) -> a
 }
 
 /// Time-ordered ids, as the API makes them.
+/// One preload worker's share: chunks of 10,000 commands, each inserted
+/// pending and then moved through prepared and effect_started to applied.
+async fn preload_share(
+    api: PgPool,
+    custodian: PgPool,
+    scope: Uuid,
+    n: usize,
+) -> anyhow::Result<()> {
+    let mut left = n;
+    while left > 0 {
+        let chunk = ids(left.min(10_000));
+        left -= chunk.len();
+        sqlx::query(
+            "insert into commands (id, scope, idempotency_key, request_digest, digest_version, \
+             kind, authority_id, args, canonical, intent_digest) \
+             select id, $2, 'old-' || id::text, sha256(id::text::bytea), 2, 'noop', 'old', \
+             $3::jsonb, $3::jsonb, sha256(id::text::bytea) \
+             from unnest($1::uuid[]) as id, set_config('command_ledger.actor', 'bench:preload', true)",
+        )
+        .bind(&chunk)
+        .bind(scope)
+        .bind(ARGS)
+        .execute(&api)
+        .await
+        .context("preloading: inserting pending commands as ledger_api")?;
+        for (to, generation, result) in [
+            ("prepared", Some(1i64), None),
+            ("effect_started", Some(1), None),
+            ("applied", Some(1), Some("{}")),
+        ] {
+            sqlx::query(
+                "update commands c set state = $2, authority_generation = $3, result = $4::jsonb \
+                 from (select set_config('command_ledger.actor', 'bench:preload', true)) as ctx \
+                 where c.id = any($1)",
+            )
+            .bind(&chunk)
+            .bind(to)
+            .bind(generation)
+            .bind(result)
+            .execute(&custodian)
+            .await
+            .with_context(|| format!("preloading: moving commands to {to} as ledger_custodian"))?;
+        }
+    }
+    Ok(())
+}
+
 fn ids(n: usize) -> Vec<Uuid> {
     (0..n).map(|_| Uuid::now_v7()).collect()
 }
