@@ -340,6 +340,7 @@ begin
                     order by h.command_id desc, h.id desc limit 1) as prev_hash
             from paired p
             where p.to_state <> p.from_state or p.to_generation is distinct from p.from_generation
+            offset 0 -- evaluated once per row: see the head of this file
         ) e
         order by e.id
     )
@@ -389,7 +390,7 @@ $$;
 -- Name: FUNCTION commands_record_changes(); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.commands_record_changes() IS 'After each update statement on commands (one node): a chained history entry for every row whose state or authority generation changed, the rows that left pending out of command_queue, the claimed ones into command_in_flight until terminal, and a NOTIFY command_ledger_outcome for each that became terminal. Old and new rows are paired by grouping, never by a join of the transition tables, and the two small tables are changed by key: linear in the rows changed, whatever the statistics (0023).';
+COMMENT ON FUNCTION public.commands_record_changes() IS 'After each update statement on commands (one node): a chained history entry for every row whose state or authority generation changed, the rows that left pending out of command_queue, the claimed ones into command_in_flight until terminal, and a NOTIFY command_ledger_outcome for each that became terminal. Old and new rows are paired by grouping, never by a join of the transition tables, and the two small tables are changed by key: linear in the rows changed, whatever the statistics (0023). Each entry''s row digest and previous hash are computed once (0025).';
 
 --
 -- Name: commands_record_insert_row(); Type: FUNCTION; Schema: public; Owner: -
@@ -442,6 +443,7 @@ begin
                ledger_row_digest(n::commands) as row_digest
         from new_rows n
         left join ledger_actors() a on a.command_id = n.id
+        offset 0 -- evaluated once per row: see the head of this file
     ) e
     order by e.id;
 
@@ -455,7 +457,7 @@ $$;
 -- Name: FUNCTION commands_record_inserts(); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.commands_record_inserts() IS 'After each insert statement on commands: each new command''s first history entry (the head of its hash chain) and its place in command_queue.';
+COMMENT ON FUNCTION public.commands_record_inserts() IS 'After each insert statement on commands: each new command''s first history entry (the head of its hash chain, its row digest computed once: 0025) and its place in command_queue.';
 
 --
 -- Name: commands_retry_of_immutable(); Type: FUNCTION; Schema: public; Owner: -

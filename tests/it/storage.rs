@@ -550,3 +550,52 @@ async fn a_statement_moving_thousands_of_commands_keeps_its_bookkeeping_linear()
     assert_eq!(reports.len(), 9_000);
     assert!(reports.iter().all(|r| r.breaks.is_empty()));
 }
+
+/// The statement trigger looks each changed command's last history entry up
+/// once, not once per place its hash is used. Before 0025 PostgreSQL
+/// flattened the subquery that computes an entry's previous hash and row
+/// digest into the select that uses each of them twice, and evaluated both
+/// twice per entry: 100 scans of the history index for 50 rows. The row
+/// digest (a JSON text of every column, then SHA-256) was computed twice
+/// with it; it is an inlined SQL function, so the index scans are what can
+/// be counted. The chains stay those verify recomputes.
+#[tokio::test]
+async fn a_transition_looks_up_each_commands_last_entry_once() {
+    if crate::harness::one_node_only(
+        "on Citus the row-level trigger looks the entry up once into a variable (0019)",
+    ) {
+        return;
+    }
+    let pool = fresh_pool().await;
+    let ids = insert_commands(&pool, "payments", 50).await;
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::query(
+        "update commands set state = 'prepared', authority_generation = 1 where id = any($1)",
+    )
+    .bind(&ids)
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    let (scans, entries): (i64, i64) = sqlx::query_as(
+        "select pg_stat_get_xact_numscans('command_history_command_idx'::regclass), \
+                pg_stat_get_xact_tuples_inserted('command_history'::regclass)",
+    )
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(entries, 50);
+    assert_eq!(
+        scans, 50,
+        "one look-up of the previous entry per entry written"
+    );
+    let reports = db::verify::chains(&pool, Some("payments"), None)
+        .await
+        .unwrap();
+    assert_eq!(reports.len(), 50);
+    assert!(
+        reports
+            .iter()
+            .all(|r| r.breaks.is_empty() && r.entries == 2)
+    );
+}
