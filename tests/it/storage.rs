@@ -176,6 +176,12 @@ async fn a_transition_is_a_hot_update() {
     let pool = fresh_pool().await;
     let ids = insert_commands(&pool, "payments", 50).await;
     let mut tx = pool.begin().await.unwrap();
+    let counts = "select pg_stat_get_xact_tuples_updated('commands'::regclass), \
+                  pg_stat_get_xact_tuples_hot_updated('commands'::regclass)";
+    // PostgreSQL 15 keeps a backend's counts until it reports them, so the
+    // transaction's own are the difference.
+    let (updated_before, hot_before): (i64, i64) =
+        sqlx::query_as(counts).fetch_one(&mut *tx).await.unwrap();
     sqlx::query(
         "update commands set state = 'prepared', authority_generation = 1 where id = any($1)",
     )
@@ -183,14 +189,9 @@ async fn a_transition_is_a_hot_update() {
     .execute(&mut *tx)
     .await
     .unwrap();
-    let (updated, hot): (i64, i64) = sqlx::query_as(
-        "select pg_stat_get_xact_tuples_updated('commands'::regclass), \
-                pg_stat_get_xact_tuples_hot_updated('commands'::regclass)",
-    )
-    .fetch_one(&mut *tx)
-    .await
-    .unwrap();
+    let (updated, hot): (i64, i64) = sqlx::query_as(counts).fetch_one(&mut *tx).await.unwrap();
     tx.rollback().await.unwrap();
+    let (updated, hot) = (updated - updated_before, hot - hot_before);
     assert_eq!(updated, 50);
     // In one transaction nothing can be pruned, so a row updates in place
     // only if its page has room for one more version of it. At fillfactor
@@ -569,6 +570,12 @@ async fn a_transition_looks_up_each_commands_last_entry_once() {
     let pool = fresh_pool().await;
     let ids = insert_commands(&pool, "payments", 50).await;
     let mut tx = pool.begin().await.unwrap();
+    let counts = "select pg_stat_get_xact_numscans('command_history_command_idx'::regclass), \
+                  pg_stat_get_xact_tuples_inserted('command_history'::regclass)";
+    // PostgreSQL 15 keeps a backend's counts until it reports them, so the
+    // transaction's own are the difference.
+    let (scans_before, entries_before): (i64, i64) =
+        sqlx::query_as(counts).fetch_one(&mut *tx).await.unwrap();
     sqlx::query(
         "update commands set state = 'prepared', authority_generation = 1 where id = any($1)",
     )
@@ -576,14 +583,9 @@ async fn a_transition_looks_up_each_commands_last_entry_once() {
     .execute(&mut *tx)
     .await
     .unwrap();
-    let (scans, entries): (i64, i64) = sqlx::query_as(
-        "select pg_stat_get_xact_numscans('command_history_command_idx'::regclass), \
-                pg_stat_get_xact_tuples_inserted('command_history'::regclass)",
-    )
-    .fetch_one(&mut *tx)
-    .await
-    .unwrap();
+    let (scans, entries): (i64, i64) = sqlx::query_as(counts).fetch_one(&mut *tx).await.unwrap();
     tx.commit().await.unwrap();
+    let (scans, entries) = (scans - scans_before, entries - entries_before);
     assert_eq!(entries, 50);
     assert_eq!(
         scans, 50,
