@@ -480,6 +480,44 @@ pub(crate) fn markdown(r: &Value) -> String {
             n(&p["e2e_p99_ms"]),
         );
     }
+    let _ = writeln!(
+        md,
+        "\n**W4's end-to-end point, per command applied** (blocks read from outside shared \
+         buffers, and the time reading them with `track_io_timing`; full-page images in the \
+         WAL; buffers a backend wrote itself to find a free one):\n\n\
+         | terminal rows | WAL bytes | full-page images | blocks read | read ms | backend writes | checkpoints | most read |\n|---|---|---|---|---|---|---|---|"
+    );
+    for p in r["w4"].as_array().into_iter().flatten() {
+        let io = &p["e2e_io_per_command"];
+        let most = io["blocks_read_by_relation"]
+            .as_array()
+            .map(|m| {
+                m.iter()
+                    .take(3)
+                    .map(|r| {
+                        format!(
+                            "{} {:.2}",
+                            r["relation"].as_str().unwrap_or("?"),
+                            f(&r["blocks"])
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+            .unwrap_or_default();
+        let _ = writeln!(
+            md,
+            "| {} | {} | {:.3} | {:.2} | {:.3} | {:.3} | {} | {} |",
+            p["rows"],
+            n(&p["e2e_wal_bytes_per_command"]),
+            f(&io["wal_full_page_images"]),
+            f(&io["blocks_read"]),
+            f(&io["read_ms"]),
+            f(&io["backend_writes"]),
+            io["checkpoints"],
+            most,
+        );
+    }
     let mem = &r["memory"];
     let _ = writeln!(
         md,

@@ -475,6 +475,51 @@ impl Bench {
         })
     }
 
+    /// Where the cluster's reads and writes went, for a profile of one
+    /// point (read right after [`Self::wal`], which lets the statistics
+    /// settle). Block reads are reads from outside shared buffers (the
+    /// kernel's page cache or the disk); their time is counted only while
+    /// `track_io_timing` is on, as W4 turns it on.
+    async fn io(&self) -> anyhow::Result<Io> {
+        let row = sqlx::query(
+            "select (select wal_fpi::float8 from pg_stat_wal) as fpi, \
+             d.blks_read::float8 as blks_read, d.blks_hit::float8 as blks_hit, \
+             d.blk_read_time::float8 as read_ms, d.blk_write_time::float8 as write_ms, \
+             (select (checkpoints_timed + checkpoints_req)::float8 from pg_stat_bgwriter) as checkpoints, \
+             (select buffers_backend::float8 from pg_stat_bgwriter) as backend_writes \
+             from pg_stat_database d where d.datname = current_database()",
+        )
+        .fetch_one(self.pool())
+        .await?;
+        // Per table and per index: blocks read from outside shared buffers.
+        let relations = sqlx::query(
+            "select relname::text as name, heap_blks_read::float8 as blocks \
+             from pg_statio_user_tables \
+             union all \
+             select indexrelname::text, idx_blks_read::float8 from pg_statio_user_indexes",
+        )
+        .fetch_all(self.pool())
+        .await?
+        .into_iter()
+        .map(|r| {
+            (
+                r.get("name"),
+                r.get::<Option<f64>, _>("blocks").unwrap_or(0.0),
+            )
+        })
+        .collect();
+        Ok(Io {
+            fpi: row.get("fpi"),
+            blks_read: row.get("blks_read"),
+            blks_hit: row.get("blks_hit"),
+            read_ms: row.get("read_ms"),
+            write_ms: row.get("write_ms"),
+            checkpoints: row.get("checkpoints"),
+            backend_writes: row.get("backend_writes"),
+            relations,
+        })
+    }
+
     // ---- W3 / W3b / W5 -----------------------------------------------------
 
     async fn custodian(
@@ -614,10 +659,12 @@ impl Bench {
         };
         submit(format!("{authority}-warm"), Duration::from_secs(1)).await;
         let wal_before = self.wal().await?;
+        let io_before = self.io().await?;
         let t0 = self.db_now().await?;
         let r = submit(authority.to_owned(), self.point).await;
         let t1 = self.db_now().await?;
         let wal_after = self.wal().await?;
+        let io_after = self.io().await?;
         // What the custodian finished in the window, whenever it was
         // submitted, and how long each of those took from submit to applied.
         let row = sqlx::query(
@@ -652,6 +699,7 @@ impl Bench {
             "wal_syncs_per_command": (wal_after.syncs - wal_before.syncs) / commands,
             "commits_per_command": (wal_after.commits - wal_before.commits) / commands,
             "wal_bytes_per_command": (wal_after.bytes - wal_before.bytes) / commands,
+            "io_per_command": io_after.per_command(&io_before, commands),
             "transitions": transitions,
             "serialization_retries": retries,
             "retries_per_1000_transitions": retries as f64 * 1000.0 / transitions.max(1) as f64,
@@ -963,6 +1011,39 @@ impl Bench {
     // ---- W4 ------------------------------------------------------------------
 
     pub(crate) async fn w4(&self, sizes: &[usize], batch: i64) -> anyhow::Result<Value> {
+        // Time the reads of W4's points (its profile), and only W4's: it
+        // runs last, and the setting is put back when it ends.
+        let timing = self.io_timing(true).await;
+        let out = self.w4_points(sizes, batch).await;
+        if timing {
+            self.io_timing(false).await;
+        }
+        out
+    }
+
+    /// Turns `track_io_timing` on or back to its default for the whole
+    /// cluster; false when this login may not (a server of one's own given
+    /// by `BENCH_DATABASE_URL`), and then the read times stay zero.
+    async fn io_timing(&self, on: bool) -> bool {
+        let set = if on {
+            "alter system set track_io_timing = on"
+        } else {
+            "alter system reset track_io_timing"
+        };
+        let done = async {
+            sqlx::raw_sql(set).execute(self.pool()).await?;
+            sqlx::raw_sql("select pg_reload_conf()")
+                .execute(self.pool())
+                .await
+        }
+        .await;
+        if let Err(e) = &done {
+            tracing::warn!(error = %e, "could not change track_io_timing; W4's read times stay zero");
+        }
+        done.is_ok()
+    }
+
+    async fn w4_points(&self, sizes: &[usize], batch: i64) -> anyhow::Result<Value> {
         let mut out = Vec::new();
         let mut loaded = 0usize;
         for &size in sizes {
@@ -994,6 +1075,8 @@ impl Bench {
                 "e2e_submit_rps": e2e["submit_rps"],
                 "e2e_submit_errors": e2e["submit_errors"],
                 "e2e_p99_ms": e2e["p99_ms"],
+                "e2e_wal_bytes_per_command": e2e["wal_bytes_per_command"],
+                "e2e_io_per_command": e2e["io_per_command"],
                 "claim_plan": plan,
             }));
         }
@@ -1064,6 +1147,60 @@ impl Bench {
         let rows =
             db::lifecycle::explain_claim(self.pool(), &[authority.to_owned()], batch, true).await?;
         Ok(rows.join("\n"))
+    }
+}
+
+/// The cluster's I/O counters at one moment ([`Bench::io`]).
+#[derive(Debug, Clone)]
+struct Io {
+    /// Full-page images written to the WAL.
+    fpi: f64,
+    /// Blocks this database read from outside shared buffers, and found in them.
+    blks_read: f64,
+    blks_hit: f64,
+    /// Time spent reading and writing data blocks (with `track_io_timing`).
+    read_ms: f64,
+    write_ms: f64,
+    checkpoints: f64,
+    /// Dirty buffers a backend had to write itself to find a free one.
+    backend_writes: f64,
+    /// Blocks read from outside shared buffers, per table and index.
+    relations: std::collections::BTreeMap<String, f64>,
+}
+
+impl Io {
+    /// What happened since `before`, per command (the checkpoints as a
+    /// count), with the relations that read the most.
+    fn per_command(&self, before: &Io, commands: f64) -> Value {
+        let per = |after: f64, before: f64| (after - before) / commands;
+        let mut reads: Vec<(&String, f64)> = self
+            .relations
+            .iter()
+            .map(|(name, blocks)| {
+                (
+                    name,
+                    blocks - before.relations.get(name).copied().unwrap_or(0.0),
+                )
+            })
+            .filter(|(_, blocks)| *blocks > 0.0)
+            .collect();
+        reads.sort_by(|a, b| b.1.total_cmp(&a.1));
+        // Most first (an array: a JSON object's keys come back sorted).
+        let top: Vec<Value> = reads
+            .into_iter()
+            .take(8)
+            .map(|(name, blocks)| json!({"relation": name, "blocks": blocks / commands}))
+            .collect();
+        json!({
+            "wal_full_page_images": per(self.fpi, before.fpi),
+            "blocks_read": per(self.blks_read, before.blks_read),
+            "blocks_hit": per(self.blks_hit, before.blks_hit),
+            "read_ms": per(self.read_ms, before.read_ms),
+            "write_ms": per(self.write_ms, before.write_ms),
+            "backend_writes": per(self.backend_writes, before.backend_writes),
+            "checkpoints": self.checkpoints - before.checkpoints,
+            "blocks_read_by_relation": top,
+        })
     }
 }
 
