@@ -482,13 +482,22 @@ pub(crate) fn markdown(r: &Value) -> String {
     }
     let _ = writeln!(
         md,
-        "\n**W4's end-to-end point, per command applied** (blocks read from outside shared \
-         buffers, and the time reading them with `track_io_timing`; full-page images in the \
-         WAL; buffers a backend wrote itself to find a free one):\n\n\
-         | terminal rows | WAL bytes | full-page images | blocks read | read ms | backend writes | checkpoints | most read |\n|---|---|---|---|---|---|---|---|"
+        "\n**W4's points, per command submitted (submit) or applied (end to end)**, each \
+         point right after a `CHECKPOINT` (blocks read from outside shared buffers, and the \
+         time reading them with `track_io_timing`; full-page images in the WAL; buffers a \
+         backend wrote itself to find a free one):\n\n\
+         | terminal rows | point | WAL bytes | full-page images | blocks read | read ms | backend writes | checkpoints | most read |\n|---|---|---|---|---|---|---|---|---|"
     );
-    for p in r["w4"].as_array().into_iter().flatten() {
-        let io = &p["e2e_io_per_command"];
+    let points = r["w4"].as_array().into_iter().flatten().flat_map(|p| {
+        [("submit", "submit"), ("end to end", "e2e")]
+            .into_iter()
+            .map(move |(point, prefix)| (p, point, prefix))
+    });
+    for (p, point, prefix) in points {
+        let io = &p[format!("{prefix}_io_per_command")];
+        if io.is_null() {
+            continue;
+        }
         let most = io["blocks_read_by_relation"]
             .as_array()
             .map(|m| {
@@ -507,9 +516,9 @@ pub(crate) fn markdown(r: &Value) -> String {
             .unwrap_or_default();
         let _ = writeln!(
             md,
-            "| {} | {} | {:.3} | {:.2} | {:.3} | {:.3} | {} | {} |",
+            "| {} | {point} | {} | {:.3} | {:.2} | {:.3} | {:.3} | {} | {} |",
             p["rows"],
-            n(&p["e2e_wal_bytes_per_command"]),
+            n(&p[format!("{prefix}_wal_bytes_per_command")]),
             f(&io["wal_full_page_images"]),
             f(&io["blocks_read"]),
             f(&io["read_ms"]),

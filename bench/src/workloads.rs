@@ -1021,6 +1021,13 @@ impl Bench {
         out
     }
 
+    /// A `CHECKPOINT`, or a warning when this login may not ask for one.
+    async fn checkpoint(&self) {
+        if let Err(e) = sqlx::raw_sql("checkpoint").execute(self.pool()).await {
+            tracing::warn!(error = %e, "could not checkpoint before a W4 point");
+        }
+    }
+
     /// Turns `track_io_timing` on or back to its default for the whole
     /// cluster; false when this login may not (a server of one's own given
     /// by `BENCH_DATABASE_URL`), and then the read times stay zero.
@@ -1062,7 +1069,18 @@ impl Bench {
             let keys = Keys::Unique {
                 prefix: format!("w4-submit-{size}"),
             };
+            // Each point starts right after a checkpoint, so that none
+            // falls inside one point and not another: the writes of the
+            // first changes to each page after it (full-page images) are
+            // in every point alike.
+            self.checkpoint().await;
+            let wal_before = self.wal().await?;
+            let io_before = self.io().await?;
             let r = load::closed_loop(&self.target, CLIENTS, self.point, &keys, body).await;
+            let wal_after = self.wal().await?;
+            let io_after = self.io().await?;
+            let submitted = (r.ok as f64).max(1.0);
+            self.checkpoint().await;
             let e2e = self
                 .end_to_end(&format!("w4-{size}"), batch, Txns::service())
                 .await?;
@@ -1071,6 +1089,8 @@ impl Bench {
                 "rows": size,
                 "submit_rps": r.rps(),
                 "submit_p99_ms": r.ms(0.99),
+                "submit_wal_bytes_per_command": (wal_after.bytes - wal_before.bytes) / submitted,
+                "submit_io_per_command": io_after.per_command(&io_before, submitted),
                 "e2e_applied_per_s": e2e["applied_per_s"],
                 "e2e_submit_rps": e2e["submit_rps"],
                 "e2e_submit_errors": e2e["submit_errors"],
