@@ -861,7 +861,7 @@ CREATE TABLE public.commands (
     CONSTRAINT commands_result_only_when_applied CHECK (((result IS NULL) OR (state = 'applied'::text))),
     CONSTRAINT commands_state_known CHECK ((state = ANY (ARRAY['pending'::text, 'prepared'::text, 'effect_started'::text, 'applied'::text, 'failed'::text, 'ambiguous'::text, 'cancelled'::text, 'expired'::text])))
 )
-WITH (fillfactor='50');
+WITH (fillfactor='40');
 
 --
 -- Name: TABLE commands; Type: COMMENT; Schema: public; Owner: -
