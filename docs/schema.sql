@@ -1005,7 +1005,7 @@ COMMENT ON COLUMN public.commands.intent_epoch IS 'For commands admitted under t
 -- Name: COLUMN commands.retry_of; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON COLUMN public.commands.retry_of IS 'The command of the same intent this one retries: that one ended failed, expired or cancelled with nothing done, and the kind releases such intents (on_failure = release). Null otherwise. Not a foreign key: the retried command may be pruned first.';
+COMMENT ON COLUMN public.commands.retry_of IS 'The command of the same intent this one retries: that one ended with nothing done (failed, expired, cancelled, or ambiguous and resolved not_applied), and the kind releases such intents (on_failure = release). Null otherwise. Not a foreign key: the retried command may be pruned first.';
 
 --
 -- Name: CONSTRAINT commands_state_known ON commands; Type: COMMENT; Schema: public; Owner: -

@@ -338,6 +338,8 @@ pub struct LatestIntent {
     pub max_epoch: i32,
     /// Its state now.
     pub state: String,
+    /// It is `ambiguous` and a resolution says the effect did not happen.
+    pub resolved_not_applied: bool,
 }
 
 pub async fn latest_by_intent(
@@ -355,7 +357,11 @@ pub async fn latest_by_intent(
                extract(epoch from now() - c.created_at)::float8 as "age_seconds!",
                (select coalesce(max(e.intent_epoch), 0) from commands e
                 where e.authority_id = $2 and e.scope = $1 and e.intent_digest = $3) as "max_epoch!",
-               c.state
+               c.state,
+               (c.state = 'ambiguous' and exists (
+                    select 1 from command_resolutions s
+                    where s.authority_id = $2 and s.command_id = c.id
+                      and s.outcome = 'not_applied')) as "resolved_not_applied!"
         from commands c
         left join coalesced_requests r
                on r.authority_id = c.authority_id and r.scope = $1 and r.request_digest = $4

@@ -170,7 +170,6 @@ pub enum IntentVerdict {
 pub fn intent_verdict(latest: Option<Latest>, policy: &KindPolicy) -> IntentVerdict {
     match latest {
         None => IntentVerdict::New { epoch: 1 },
-        Some(l) if l.age > policy.horizon => IntentVerdict::New { epoch: l.epoch + 1 },
         // A released failure: the same run asking again still sees the
         // failure it saw; anyone else (or a request naming no run) retries.
         Some(l)
@@ -180,6 +179,12 @@ pub fn intent_verdict(latest: Option<Latest>, policy: &KindPolicy) -> IntentVerd
         {
             IntentVerdict::Retry { epoch: l.epoch + 1 }
         }
+        // The same run asking again is the same command however late: the
+        // horizon only decides what another run's copy of the intent gets.
+        Some(l) if l.same_request && l.run_named => IntentVerdict::Same,
+        // A request naming no run cannot be told from a new one of the same
+        // intent: after the horizon it is new again.
+        Some(l) if l.age > policy.horizon => IntentVerdict::New { epoch: l.epoch + 1 },
         Some(l) if l.same_request || l.age <= policy.window => IntentVerdict::Same,
         Some(l) => match policy.near_duplicate {
             NearDuplicate::Hold => IntentVerdict::Held,
@@ -346,16 +351,45 @@ mod tests {
     }
 
     #[test]
-    fn a_retry_of_the_same_run_is_the_same_command_until_the_horizon() {
+    fn a_retry_of_the_same_run_is_the_same_command_however_late() {
         let p = KindPolicy::default();
+        for hours in [1, 24, 25, 24 * 365] {
+            assert_eq!(
+                intent_verdict(latest(true, hours * 3600, 1), &p),
+                IntentVerdict::Same,
+                "{hours} h later"
+            );
+        }
+        // A short horizon (the outside run's `refund_h`) changes nothing.
+        let short = KindPolicy {
+            window: Duration::from_secs(1),
+            horizon: Duration::from_secs(4),
+            ..KindPolicy::default()
+        };
         assert_eq!(
-            intent_verdict(latest(true, 3600, 1), &p),
+            intent_verdict(latest(true, 6, 1), &short),
             IntentVerdict::Same
         );
+    }
+
+    #[test]
+    fn after_the_horizon_another_run_or_a_request_naming_no_run_is_new_again() {
+        let p = KindPolicy::default();
         assert_eq!(
-            intent_verdict(latest(true, 25 * 3600, 1), &p),
+            intent_verdict(latest(false, 25 * 3600, 1), &p),
             IntentVerdict::New { epoch: 2 }
         );
+        let unnamed = Some(Latest {
+            run_named: false,
+            ..latest(true, 25 * 3600, 3).unwrap()
+        });
+        assert_eq!(intent_verdict(unnamed, &p), IntentVerdict::New { epoch: 4 });
+        // Within the horizon a request naming no run is the same command.
+        let unnamed = Some(Latest {
+            run_named: false,
+            ..latest(true, 3600, 1).unwrap()
+        });
+        assert_eq!(intent_verdict(unnamed, &p), IntentVerdict::Same);
     }
 
     #[test]
@@ -422,5 +456,53 @@ mod tests {
             disposition(Some(&RequestDigest([7; 32])), &RequestDigest(other)),
             Disposition::Conflict
         );
+    }
+}
+
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn any_policy() -> impl Strategy<Value = KindPolicy> {
+        (
+            0u64..100_000,
+            0u64..10_000_000,
+            prop_oneof![
+                Just(NearDuplicate::Hold),
+                Just(NearDuplicate::Allow),
+                Just(NearDuplicate::Reject)
+            ],
+            prop_oneof![Just(OnFailure::Release), Just(OnFailure::Replay)],
+        )
+            .prop_map(|(window, horizon, near_duplicate, on_failure)| KindPolicy {
+                window: Duration::from_secs(window),
+                horizon: Duration::from_secs(horizon),
+                near_duplicate,
+                on_failure,
+                ..KindPolicy::default()
+            })
+    }
+
+    proptest! {
+        /// Whatever the kind's window, horizon and near-duplicate rule, and
+        /// however late: the same run's same request never records a second
+        /// command of an intent it was answered for.
+        #[test]
+        fn the_same_runs_retry_never_records_a_second_command(
+            policy in any_policy(),
+            age in 0u64..100_000_000,
+            epoch in 1u32..1_000,
+            nothing_done: bool,
+        ) {
+            let latest = Latest {
+                same_request: true,
+                age: Duration::from_secs(age),
+                epoch,
+                nothing_done,
+                run_named: true,
+            };
+            prop_assert_eq!(intent_verdict(Some(latest), &policy), IntentVerdict::Same);
+        }
     }
 }

@@ -3,15 +3,23 @@
 //! `{"amount_minor", "currency"}` in ISO 4217 minor units, e-mail addresses
 //! are lowercased, numbers take one form, and the rules that fired are
 //! listed with their paths. Ambiguous money (no currency anywhere) is an
-//! error, never a guess. Object keys are sorted when the form is serialised
+//! error, never a guess. Since version 3, every string and object key is
+//! first brought to Unicode NFC, so `"José"` typed on one platform and on
+//! another is one name. Object keys are sorted when the form is serialised
 //! (`digest::canonical_json`).
 
 use serde_json::{Map, Number, Value};
+use unicode_normalization::{UnicodeNormalization, is_nfc};
 
 use super::money::{minor_units, parse_money};
 
-/// Version of these rules; stored with every command's digest.
-pub const CANONICALIZER_VERSION: i16 = 2;
+/// Version of these rules; stored with every command's digest. Version 2
+/// is version 3 without the NFC pass: for args whose text is already in
+/// NFC (all ASCII, and what most platforms send) both give the same form.
+pub const CANONICALIZER_VERSION: i16 = 3;
+
+/// The first version that brings strings and keys to Unicode NFC.
+pub const NFC_SINCE: i16 = 3;
 
 /// Field names dropped wherever they appear (compared case-, `_`- and `-`-insensitively).
 pub const DEFAULT_VOLATILE: &[&str] = &["request_id", "idempotency_key", "timestamp", "trace_id"];
@@ -86,15 +94,76 @@ pub enum CanonError {
     },
     #[error("{path}: amount out of range")]
     OutOfRange { path: String },
+    #[error(
+        "{path}: two fields of one object have the same name once written in Unicode NFC; send one"
+    )]
+    DuplicateKey { path: String },
 }
 
-/// Canonicalizes `args` under `policy`.
+/// Canonicalizes `args` under `policy`, at the current version.
 pub fn canonicalize(args: &Value, policy: &Policy) -> Result<Canonical, CanonError> {
+    canonicalize_at(args, policy, CANONICALIZER_VERSION)
+}
+
+/// Canonicalizes `args` under the rules of `version` (2 or later), so that a
+/// request can be compared with a command recorded under an older version.
+pub fn canonicalize_at(
+    args: &Value,
+    policy: &Policy,
+    version: i16,
+) -> Result<Canonical, CanonError> {
     let mut rules = Vec::new();
-    let value = walk(args, "", policy, &mut rules)?;
+    let value = if version >= NFC_SINCE {
+        let normalized = nfc(args, "", &mut rules)?;
+        walk(&normalized, "", policy, &mut rules)?
+    } else {
+        walk(args, "", policy, &mut rules)?
+    };
     rules.sort();
     rules.dedup();
     Ok(Canonical { value, rules })
+}
+
+/// Every string and object key in Unicode NFC (`nfc@path` where one
+/// changed). Two keys of one object that become the same are refused: which
+/// one was meant cannot be known.
+fn nfc(value: &Value, path: &str, rules: &mut Vec<String>) -> Result<Value, CanonError> {
+    let composed = |s: &str| -> Option<String> { (!is_nfc(s)).then(|| s.nfc().collect()) };
+    Ok(match value {
+        Value::String(s) => match composed(s) {
+            Some(c) => {
+                rules.push(format!("nfc@{}", display(path)));
+                Value::String(c)
+            }
+            None => value.clone(),
+        },
+        Value::Array(items) => Value::Array(
+            items
+                .iter()
+                .enumerate()
+                .map(|(i, v)| nfc(v, &format!("{path}/{i}"), rules))
+                .collect::<Result<_, _>>()?,
+        ),
+        Value::Object(map) => {
+            let mut out = Map::new();
+            for (key, v) in map {
+                let (key, changed) = match composed(key) {
+                    Some(c) => (c, true),
+                    None => (key.clone(), false),
+                };
+                let child = format!("{path}/{key}");
+                if changed {
+                    rules.push(format!("nfc@{child}"));
+                }
+                let v = nfc(v, &child, rules)?;
+                if out.insert(key, v).is_some() {
+                    return Err(CanonError::DuplicateKey { path: child });
+                }
+            }
+            Value::Object(out)
+        }
+        other => other.clone(),
+    })
 }
 
 fn norm(name: &str) -> String {

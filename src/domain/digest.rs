@@ -6,7 +6,7 @@
 
 use serde_json::{Map, Value};
 
-use super::canonical::{CanonError, Policy, canonicalize};
+use super::canonical::{CanonError, Policy, canonicalize_at};
 use sha2::{Digest as _, Sha256};
 use std::fmt;
 
@@ -15,6 +15,9 @@ pub const DIGEST_VERSION: i16 = super::canonical::CANONICALIZER_VERSION;
 
 // Domain separation: a digest of one form can never equal a digest of
 // another form, or of some other use of SHA-256 over the same bytes.
+// Versions 2 and 3 share the contexts: they differ only in the NFC pass,
+// so a request whose text is already NFC has the same digests under both,
+// and commands recorded under 2 keep meeting their copies.
 const V1_CONTEXT: &[u8] = b"command-ledger/request/v1\n";
 const REQUEST_CONTEXT: &[u8] = b"command-ledger/request/v2\n";
 const INTENT_CONTEXT: &[u8] = b"command-ledger/intent/v2\n";
@@ -71,7 +74,20 @@ pub fn canonical_request(
     run_id: Option<&str>,
     policy: &Policy,
 ) -> Result<CanonicalRequest, CanonError> {
-    let canonical = canonicalize(args, policy)?;
+    canonical_request_at(DIGEST_VERSION, kind, authority, args, run_id, policy)
+}
+
+/// [`canonical_request`] under the rules of `version` (2 or later): a
+/// request is compared with a stored command at the command's version.
+pub fn canonical_request_at(
+    version: i16,
+    kind: &str,
+    authority: &Value,
+    args: &Value,
+    run_id: Option<&str>,
+    policy: &Policy,
+) -> Result<CanonicalRequest, CanonError> {
+    let canonical = canonicalize_at(args, policy, version)?;
     let mut form = Map::new();
     form.insert("args".to_owned(), canonical.value);
     form.insert("authority".to_owned(), authority.clone());
@@ -86,7 +102,7 @@ pub fn canonical_request(
         form,
         digest,
         intent_digest,
-        version: DIGEST_VERSION,
+        version,
         rules: canonical.rules,
     })
 }
@@ -216,7 +232,7 @@ mod tests {
             None,
         );
         assert_eq!((a.digest, a.intent_digest), (b.digest, b.intent_digest));
-        assert_eq!(a.version, 2);
+        assert_eq!(a.version, 3);
         assert!(a.rules.contains(&"money@/amount".to_owned()));
     }
 
@@ -297,6 +313,39 @@ mod tests {
             )
             .is_err()
         );
+    }
+
+    #[test]
+    fn a_name_in_nfc_and_in_nfd_is_one_intent_from_version_3() {
+        let composed = json!({"to": "Jos\u{e9}@example.com", "memo": "caf\u{e9}", "n\u{e9}": 1});
+        let decomposed =
+            json!({"to": "Jose\u{301}@example.com", "memo": "cafe\u{301}", "ne\u{301}": 1});
+        let policy = Policy::default();
+        let at = |version, args: &Value| {
+            canonical_request_at(version, "refund", &json!("agent-1"), args, None, &policy).unwrap()
+        };
+        let (a, b) = (at(3, &composed), at(3, &decomposed));
+        assert_eq!((a.digest, a.intent_digest), (b.digest, b.intent_digest));
+        assert_eq!(a.form, b.form);
+        assert!(b.rules.contains(&"nfc@/memo".to_owned()), "{:?}", b.rules);
+        assert!(b.rules.contains(&"nfc@/né".to_owned()), "{:?}", b.rules);
+        // Version 2 kept them apart; commands recorded under it keep their digests.
+        assert_ne!(at(2, &composed).digest, at(2, &decomposed).digest);
+        assert_eq!(
+            at(2, &composed).digest,
+            a.digest,
+            "text already in NFC: the same digest"
+        );
+        assert_eq!(at(2, &composed).version, 2);
+    }
+
+    #[test]
+    fn two_keys_that_become_one_in_nfc_are_refused() {
+        let args = json!({"ne\u{301}": 1, "n\u{e9}": 2});
+        let err = canonical_request("k", &json!("a"), &args, None, &Policy::default()).unwrap_err();
+        assert!(matches!(err, CanonError::DuplicateKey { .. }), "{err:?}");
+        // Version 2 did not normalize, so it saw two fields.
+        assert!(canonical_request_at(2, "k", &json!("a"), &args, None, &Policy::default()).is_ok());
     }
 
     #[test]

@@ -16,8 +16,8 @@ pub mod token;
 pub use admission::{Disposition, disposition};
 pub use canonical::{CanonError, Policy};
 pub use digest::{
-    CanonicalRequest, DIGEST_VERSION, RequestDigest, canonical_request, differences,
-    request_digest_v1,
+    CanonicalRequest, DIGEST_VERSION, RequestDigest, canonical_request, canonical_request_at,
+    differences, request_digest_v1,
 };
 pub use idempotency_key::{IdempotencyKey, KeyError};
 pub use names::{AuthorityId, AuthorityRef, Kind, NameError};

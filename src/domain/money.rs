@@ -29,9 +29,11 @@ pub(super) fn parse_money(
     kind: Option<&str>,
     path: &str,
 ) -> Result<Money, CanonError> {
-    let text = match v {
-        Value::Number(n) => n.to_string(),
-        Value::String(s) => s.trim().to_owned(),
+    // A JSON number may print with an exponent (`1e20`); a person writing
+    // money in text never does, so an exponent there is refused, not read.
+    let (text, exponent_allowed) = match v {
+        Value::Number(n) => (n.to_string(), true),
+        Value::String(s) => (s.trim().to_owned(), false),
         other => {
             return Err(CanonError::BadMoney {
                 path: path.into(),
@@ -43,7 +45,7 @@ pub(super) fn parse_money(
         path: path.into(),
         text: text.clone(),
     };
-    let (currency_in_text, number, cents) = split_money(&text).ok_or_else(bad)?;
+    let (currency_in_text, number, cents) = split_money(&text, exponent_allowed).ok_or_else(bad)?;
     let kind = kind.map(|k| resolve_code(k, path)).transpose()?;
     let mut used_kind = false;
     let (currency, used_sibling) = match (currency_in_text, sibling) {
@@ -150,7 +152,8 @@ const SYMBOLS: &[(&str, &str, &[&str])] = &[
 
 /// Splits `"$12.00"`, `"12.00 USD"`, `"USD 12"`, `"1200 cents"`, `"12"`
 /// into (unit, number with `.` as decimal point and no separators, counts cents).
-fn split_money(text: &str) -> Option<(Option<MoneyUnit>, String, bool)> {
+/// An exponent (`1e2`) only when `exponent_allowed` (the text of a JSON number).
+fn split_money(text: &str, exponent_allowed: bool) -> Option<(Option<MoneyUnit>, String, bool)> {
     let t = text.trim();
     let (negative, t) = match t.strip_prefix('-') {
         Some(rest) => (true, rest.trim_start()),
@@ -217,7 +220,7 @@ fn split_money(text: &str) -> Option<(Option<MoneyUnit>, String, bool)> {
             rest = head.trim_end().to_owned();
         }
     }
-    let number = plain_number(&rest)?;
+    let number = plain_number(&rest, exponent_allowed)?;
     Some((
         unit,
         if negative {
@@ -229,15 +232,19 @@ fn split_money(text: &str) -> Option<(Option<MoneyUnit>, String, bool)> {
     ))
 }
 
-/// `1,234.50` → `1234.50`; `12` → `12`; exponents are allowed for JSON numbers (`1e2`).
-fn plain_number(s: &str) -> Option<String> {
+/// `1,234.50` → `1234.50`; `12` → `12`; an exponent (`1e2`) only when
+/// `exponent_allowed`.
+fn plain_number(s: &str, exponent_allowed: bool) -> Option<String> {
     let s = s.trim();
     if s.is_empty() || s.len() > 40 {
         return None;
     }
     if let Some((mantissa, exp)) = s.split_once(['e', 'E']) {
+        if !exponent_allowed {
+            return None;
+        }
         let exp: i32 = exp.parse().ok()?;
-        let mantissa = plain_number(mantissa)?;
+        let mantissa = plain_number(mantissa, false)?;
         return shift_decimal(&mantissa, exp);
     }
     let (int, frac) = match s.split_once('.') {

@@ -75,6 +75,14 @@ impl State {
         matches!(self, State::Failed | State::Expired | State::Cancelled)
     }
 
+    /// [`State::ended_with_nothing_done`], or `ambiguous` and later resolved
+    /// `not_applied` (by an operator or the reconcile probe): that is as
+    /// definite as a failure. An unresolved `ambiguous`, or one resolved
+    /// `applied`, is not.
+    pub fn nothing_done_as_resolved(self, resolved_not_applied: bool) -> bool {
+        self.ended_with_nothing_done() || (self == State::Ambiguous && resolved_not_applied)
+    }
+
     /// A client may still cancel the command: no effect has been attempted.
     pub fn is_cancellable(self) -> bool {
         can_transition(self, State::Cancelled)
@@ -105,6 +113,21 @@ impl FromStr for State {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_definite_end_frees_an_intent_and_a_not_applied_resolution_is_one() {
+        for state in State::ALL {
+            for resolved in [false, true] {
+                let expected = matches!(state, State::Failed | State::Expired | State::Cancelled)
+                    || (state == State::Ambiguous && resolved);
+                assert_eq!(
+                    state.nothing_done_as_resolved(resolved),
+                    expected,
+                    "{state} resolved not_applied: {resolved}"
+                );
+            }
+        }
+    }
 
     fn expected(from: State, to: State) -> bool {
         use State::*;

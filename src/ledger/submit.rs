@@ -6,8 +6,9 @@
 //! recorded under a key derived from the intent, so racing copies collide.
 //! The scope is the principal's fleet or the principal itself, as the
 //! kind's `dedup_scope` says; an intent whose latest command ended with
-//! nothing done is free again for another run when the kind's `on_failure`
-//! is `release` (the new command names the one it retries).
+//! nothing done (failed, expired, cancelled, or ambiguous and resolved
+//! `not_applied`) is free again for another run when the kind's
+//! `on_failure` is `release` (the new command names the one it retries).
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -25,7 +26,7 @@ use crate::domain::admission::{
 };
 use crate::domain::{
     AuthorityRef, CanonicalRequest, Disposition, IdempotencyKey, KeyError, Kind, RequestDigest,
-    State, canonical_request, differences, disposition, request_digest_v1,
+    State, canonical_request, canonical_request_at, differences, disposition, request_digest_v1,
 };
 
 /// A validated submission: what the front end parsed, before canonical form.
@@ -84,11 +85,13 @@ pub async fn admit(
         scope: policy.dedup_scope.scope(principal.id, principal.fleet_id),
     };
     let admitted = match key {
-        Some(key) if policy.guard_keyed => match under_key(ctx, &key, sub, &canonical).await? {
-            Some(admitted) => admitted,
-            None => guarded(ctx, principal, Some(&key), sub, &canonical, policy).await?,
-        },
-        Some(key) => keyed(ctx, principal, &key, sub, &canonical).await?,
+        Some(key) if policy.guard_keyed => {
+            match under_key(ctx, &key, sub, &canonical, policy).await? {
+                Some(admitted) => admitted,
+                None => guarded(ctx, principal, Some(&key), sub, &canonical, policy).await?,
+            }
+        }
+        Some(key) => keyed(ctx, principal, &key, sub, &canonical, policy).await?,
         None if policy.key == KeyMode::Fingerprint => {
             guarded(ctx, principal, None, sub, &canonical, policy).await?
         }
@@ -122,6 +125,7 @@ async fn keyed(
     key: &IdempotencyKey,
     sub: &Submission,
     canonical: &CanonicalRequest,
+    policy: &KindPolicy,
 ) -> Result<Admitted, LedgerError> {
     let actor = principal.actor();
     let new = NewCommand::new(&request(ctx, sub, canonical), key.as_str(), None, &actor);
@@ -130,7 +134,7 @@ async fn keyed(
         if let Some(row) = ctx.group.insert(&new).await? {
             return Ok(recorded(ctx, row).await);
         }
-        if let Some(admitted) = under_key(ctx, key, sub, canonical).await? {
+        if let Some(admitted) = under_key(ctx, key, sub, canonical, policy).await? {
             return Ok(admitted);
         }
     }
@@ -147,6 +151,7 @@ async fn under_key(
     key: &IdempotencyKey,
     sub: &Submission,
     canonical: &CanonicalRequest,
+    policy: &KindPolicy,
 ) -> Result<Option<Admitted>, LedgerError> {
     let layout = ctx.group.layout().await?;
     let mut conn = ctx.pool.acquire().await?;
@@ -154,7 +159,7 @@ async fn under_key(
     else {
         return Ok(None);
     };
-    judge(stored, sub, canonical).map(Some)
+    judge(stored, sub, canonical, policy).map(Some)
 }
 
 /// A request against the command its key already names: a replay of the
@@ -163,10 +168,27 @@ fn judge(
     stored: CommandRow,
     sub: &Submission,
     canonical: &CanonicalRequest,
+    policy: &KindPolicy,
 ) -> Result<Admitted, LedgerError> {
+    // The incoming request in the stored row's version, when that is older.
+    let older = match stored.digest_version {
+        v if v == canonical.version || v < 2 => None,
+        v => Some(
+            canonical_request_at(
+                v,
+                sub.kind.as_str(),
+                &sub.authority.canonical(),
+                &sub.args,
+                sub.run_id.as_deref(),
+                &policy.canonical,
+            )
+            .map_err(LedgerError::InvalidArgs)?,
+        ),
+    };
+    let compared = older.as_ref().unwrap_or(canonical);
     let incoming = match stored.digest_version {
         1 => request_digest_v1(sub.kind.as_str(), &sub.authority.canonical(), &sub.args),
-        _ => canonical.digest,
+        _ => compared.digest,
     };
     match disposition(
         RequestDigest::from_slice(&stored.request_digest).as_ref(),
@@ -180,8 +202,8 @@ fn judge(
             command_id: stored.id,
             stored_digest: hex::encode(&stored.request_digest),
             incoming_digest: incoming.to_string(),
-            differences: if stored.digest_version == canonical.version {
-                differences(&stored.canonical, &canonical.form)
+            differences: if stored.digest_version == compared.version {
+                differences(&stored.canonical, &compared.form)
             } else {
                 Vec::new()
             },
@@ -318,7 +340,7 @@ pub async fn admit_batch(
                         stored
                             .get(&(new.scope, new.idempotency_key.clone()))
                             .cloned()
-                            .map(|row| judge(row, &items[*i].sub, canonical))
+                            .map(|row| judge(row, &items[*i].sub, canonical, &items[*i].policy))
                     };
                 }
             }
@@ -379,7 +401,7 @@ async fn guarded(
             nothing_done: l
                 .state
                 .parse::<State>()
-                .is_ok_and(State::ended_with_nothing_done),
+                .is_ok_and(|s| s.nothing_done_as_resolved(l.resolved_not_applied)),
             run_named: sub.run_id.is_some(),
         });
         let verdict = intent_verdict(facts, policy);
@@ -404,7 +426,8 @@ async fn guarded(
                     // derived key taken means another copy won this epoch.)
                     Ok(None) => {
                         if let Some(key) = key
-                            && let Some(admitted) = under_key(ctx, key, sub, canonical).await?
+                            && let Some(admitted) =
+                                under_key(ctx, key, sub, canonical, policy).await?
                         {
                             return Ok(admitted);
                         }

@@ -560,3 +560,121 @@ async fn the_intent_guard_makes_fresh_keys_for_one_intent_one_command() {
     assert_eq!(again.status(), 200);
     assert_eq!(again.headers()["idempotent-replayed"], "true");
 }
+
+/// `refund` with the outside run's short horizon: copies within 1 s are one
+/// command; another run's copy is held until 3 s, and new after that.
+fn short_horizon() -> Policies {
+    let mut policies = refund_policy(Duration::from_secs(1), NearDuplicate::Hold);
+    let refund = KindPolicy {
+        horizon: Duration::from_secs(3),
+        ..policies.get("refund").clone()
+    };
+    policies.set("refund", refund);
+    policies
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_same_runs_retry_after_the_horizon_replays_and_pays_once() {
+    let app = TestApp::spawn_with(short_horizon()).await;
+    let token = app.token("agent", Role::Device).await;
+    let sink = TestSink::start(Mode::Ok).await;
+    let (_c, stop) = start_custodian(&app, &sink).await;
+    let late = json!({"tool": "refund", "runId": "late-run",
+                      "args": {"customer": "x@example.com", "amount": "2.00 USD"}});
+
+    let (status, first) = invoke(&app, &token, late.clone()).await;
+    assert_eq!(
+        (status, first["outcome"].as_str(), first["state"].as_str()),
+        (200, Some("executed"), Some("applied")),
+        "{first}"
+    );
+    tokio::time::sleep(Duration::from_millis(4000)).await;
+    let (status, again) = invoke(&app, &token, late.clone()).await;
+    assert_eq!(
+        (status, again["outcome"].as_str(), &again["command_id"]),
+        (200, Some("replay"), &first["command_id"]),
+        "{again}"
+    );
+    assert_eq!(again["result"], first["result"]);
+    assert_eq!(sink.count("applied"), 1, "the retry paid again");
+
+    // The horizon still frees the intent for another run.
+    let mut other = late.clone();
+    other["runId"] = json!("next-day");
+    let (status, new) = invoke(&app, &token, other).await;
+    assert_eq!(
+        (status, new["outcome"].as_str()),
+        (200, Some("executed")),
+        "{new}"
+    );
+    assert_ne!(new["command_id"], first["command_id"]);
+    assert_eq!(sink.count("applied"), 2);
+    stop.send(()).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_ambiguous_command_resolved_not_applied_frees_its_intent_with_its_lineage() {
+    let app = TestApp::spawn_with(refund_policy(Duration::ZERO, NearDuplicate::Hold)).await;
+    let token = app.token("agent", Role::Device).await;
+    let operator = app.token("ops", Role::Operator).await;
+    // The sink applies, then drops the connection: the outcome is ambiguous.
+    let sink = TestSink::start(Mode::ResetAfterApply).await;
+    let (_c, stop) = start_custodian(&app, &sink).await;
+    let run = |run: &str| {
+        json!({"tool": "refund", "runId": run,
+               "args": {"customer": "kim@example.com", "amount": "3.00 USD"}})
+    };
+
+    let (_, first) = invoke(&app, &token, run("run-1")).await;
+    assert_eq!(first["state"], "ambiguous", "{first}");
+    let ambiguous = first["command_id"].as_str().unwrap().to_owned();
+    // Unresolved, it frees nothing: another run is held.
+    let (status, held) = invoke(&app, &token, run("run-2")).await;
+    assert_eq!(
+        (status, held["outcome"].as_str()),
+        (202, Some("held")),
+        "{held}"
+    );
+
+    let resolved = app
+        .client
+        .post(app.url(&format!("/v1/commands/{ambiguous}/resolution")))
+        .bearer_auth(&operator)
+        .json(&json!({"outcome": "not_applied", "evidence": "the provider has no such refund"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resolved.status(), 201);
+
+    // Resolved not_applied, it is as free as after a failure.
+    let (status, retry) = invoke(&app, &token, run("run-3")).await;
+    assert_eq!(
+        (status, retry["outcome"].as_str()),
+        (200, Some("executed")),
+        "{retry}"
+    );
+    assert_ne!(retry["command_id"].as_str(), Some(ambiguous.as_str()));
+    let shown: Value = app
+        .get(
+            &operator,
+            &format!("/v1/commands/{}", retry["command_id"].as_str().unwrap()),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        shown["retry_of"].as_str(),
+        Some(ambiguous.as_str()),
+        "{shown}"
+    );
+    // The run that saw the ambiguous outcome still sees it.
+    let (_, again) = invoke(&app, &token, run("run-1")).await;
+    assert_eq!(
+        (again["outcome"].as_str(), again["command_id"].as_str()),
+        (Some("replay"), Some(ambiguous.as_str())),
+        "{again}"
+    );
+    assert_eq!(sink.count("applied"), 2);
+    stop.send(()).unwrap();
+}

@@ -36,6 +36,29 @@ fn every_spelling_of_one_refund_is_one_intent() {
 }
 
 #[test]
+fn money_in_exponent_notation_is_refused_in_text_and_read_in_json_numbers() {
+    for text in ["1e3 USD", "$1e3", "USD 1E3", "1.2e2 EUR", "1e-2 USD"] {
+        assert!(
+            matches!(err(json!({"amount": text})), CanonError::BadMoney { .. }),
+            "{text}"
+        );
+    }
+    // A JSON number is printed by serde, not by a person: its exponent is read.
+    assert_eq!(
+        canon(json!({"amount": 1e3, "currency": "USD"}))["amount"],
+        json!({"amount_minor": 100_000, "currency": "USD"})
+    );
+}
+
+#[test]
+fn strings_and_keys_are_compared_in_unicode_nfc() {
+    let a = canon(json!({"payee": "Jos\u{e9}", "caf\u{e9}": ["\u{c5}ngstr\u{f6}m"]}));
+    let b = canon(json!({"payee": "Jose\u{301}", "cafe\u{301}": ["A\u{30a}ngstro\u{308}m"]}));
+    assert_eq!(a, b);
+    assert_eq!(a["payee"], json!("Jos\u{e9}"));
+}
+
+#[test]
 fn minor_units_follow_iso_4217() {
     assert_eq!(
         canon(json!({"amount": "¥1200"}))["amount"],
@@ -316,5 +339,26 @@ proptest! {
     #[test]
     fn arbitrary_money_text_never_panics(s in "\\PC{0,40}", currency in "[A-Za-z]{0,4}") {
         let _ = canonicalize(&json!({"amount": s, "currency": currency}), &Policy::default());
+    }
+}
+
+proptest! {
+    /// Any text, composed or decomposed, in values and in keys: one form.
+    #[test]
+    fn a_string_and_its_decomposition_canonicalize_alike(s in "\\PC{0,16}", k in "\\PC{1,8}") {
+        use unicode_normalization::UnicodeNormalization;
+        let nfd = |t: &str| t.nfd().collect::<String>();
+        let mut a = Map::new();
+        a.insert(k.clone(), Value::String(s.clone()));
+        let mut b = Map::new();
+        b.insert(nfd(&k), Value::String(nfd(&s)));
+        let (a, b) = (
+            canonicalize(&Value::Object(a), &Policy::default()),
+            canonicalize(&Value::Object(b), &Policy::default()),
+        );
+        match (a, b) {
+            (Ok(a), Ok(b)) => prop_assert_eq!(a.value, b.value),
+            (a, b) => prop_assert_eq!(a.is_err(), b.is_err()),
+        }
     }
 }
