@@ -49,7 +49,7 @@ pub struct CustodianConfig {
     pub shutdown_grace: Duration,
     /// How often the custodian runs a recovery pass.
     pub recovery_interval: Duration,
-    /// The isolation of the start and record transactions: SERIALIZABLE,
+    /// The isolation of the start, record and adoption transactions: SERIALIZABLE,
     /// except in the benchmark's comparison (see [`Isolation`]).
     #[doc(hidden)]
     pub isolation: Isolation,

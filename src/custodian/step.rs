@@ -441,30 +441,39 @@ impl Custodian {
         done
     }
 
-    /// Rebinds the authority's prepared rows of older generations to ours.
+    /// Rebinds the authority's prepared rows of older generations to ours,
+    /// a batch per SERIALIZABLE transaction (the start's and record's
+    /// isolation), fenced on the lease just taken and retried on conflicts.
+    /// An unknown commit is an error: rows it did rebind are ours and still
+    /// `prepared`, so the claim's pass for stale prepared rows starts them.
     pub(super) async fn adopt(
         &self,
         authority: &str,
         generation: i64,
     ) -> Result<(), CustodianError> {
-        let begin = txn::begin_statement(
-            txn::Isolation::ReadCommitted,
-            &self.transition_settings().await?,
-        );
+        let settings = self.transition_settings().await?;
         loop {
-            let mut tx = self
-                .pool
-                .begin_with(sqlx::AssertSqlSafe(begin.clone()))
-                .await?;
-            let rows = db::lifecycle::adopt_prepared(
-                &mut *tx,
-                authority,
-                &self.config.holder,
-                generation,
-                ADOPT_BATCH,
-            )
-            .await?;
-            tx.commit().await?;
+            let mut retry = txn::Retrying::with_settings(
+                &self.pool,
+                &self.stats.serialization_retries,
+                "adopt",
+                self.config.isolation,
+                &settings,
+            );
+            let rows = loop {
+                let mut tx = retry.begin().await?;
+                let attempt = db::lifecycle::adopt_prepared(
+                    &mut *tx,
+                    authority,
+                    &self.config.holder,
+                    generation,
+                    ADOPT_BATCH,
+                )
+                .await;
+                if let Some(rows) = retry.finish(tx, attempt).await? {
+                    break rows;
+                }
+            };
             let count = rows.len();
             if count > 0 {
                 self.stats

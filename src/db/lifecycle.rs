@@ -95,7 +95,7 @@ pub async fn explain_claim(
 /// The current generation of `authority` adopts its `prepared` rows bound to
 /// an older generation (their effect was never attempted); a row pinned to
 /// another generation expires instead. Returns the rows it changed. Run in
-/// a transaction acting as the custodian ([`super::txn`]).
+/// a SERIALIZABLE transaction acting as the custodian ([`super::txn`]).
 pub async fn adopt_prepared(
     ex: impl PgExecutor<'_>,
     authority: &str,
@@ -125,7 +125,9 @@ pub async fn adopt_prepared(
         )
         update commands c
         set state = case when p.ours then 'prepared' else 'expired' end,
-            authority_generation = $3,
+            -- A pinned row expires under the generation it was prepared
+            -- with: the guard lets a generation move only prepared → prepared.
+            authority_generation = case when p.ours then $3 else c.authority_generation end,
             -- Built from text, not jsonb_build_object: Citus allows only
             -- immutable functions inside CASE.
             error = case when not p.ours then

@@ -14,7 +14,7 @@
 //! |---|---|---|
 //! | [`record::insert_pending`], [`record::insert_pending_many`] | (new row) → `pending` | admission (`ledger::submit`, through [`group_commit`]), the batch endpoint, hold release ([`holds::release`]) |
 //! | [`lifecycle::claim`] (`sql/claim.sql`) | `pending` → `prepared` \| `expired` | custodian: claim |
-//! | [`lifecycle::adopt_prepared`] | `prepared` (older generation) → `prepared` (rebound) \| `expired` | custodian: a newly taken lease |
+//! | [`lifecycle::adopt_prepared`] | `prepared` (older generation) → `prepared` (rebound) \| `expired` | custodian: a newly taken lease (SERIALIZABLE) |
 //! | [`lifecycle::start`] | `prepared` → `effect_started` \| `expired` | custodian: start (SERIALIZABLE) |
 //! | [`lifecycle::record`] | `effect_started` → `applied` \| `failed` \| `ambiguous` | custodian: record (SERIALIZABLE) |
 //! | [`recovery::expire`] | `pending` \| `prepared` → `expired` | recovery |

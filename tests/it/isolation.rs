@@ -1,5 +1,6 @@
 //! Every statement that moves a command runs in a SERIALIZABLE transaction
-//! (start and record, a cancel, and recovery's expire, adopt and resolve),
+//! (start and record, a cancel, the adoption when a custodian takes a lease
+//! over, and recovery's expire, adopt and resolve),
 //! except the claim, which is READ COMMITTED and fenced by the lease (why:
 //! `CustodianConfig::claim_isolation`, and W5 in docs/PERFORMANCE.md). Seen
 //! from inside the database: a trigger notes the isolation of the
@@ -152,4 +153,101 @@ async fn every_change_of_a_commands_state_but_the_claim_runs_at_serializable() {
     })
     .collect();
     assert_eq!(seen, expected);
+}
+
+#[tokio::test]
+async fn a_custodian_taking_a_lease_over_adopts_at_serializable() {
+    if crate::harness::one_node_only(
+        "the watching trigger runs on the shards, which cannot write the coordinator's table it fills",
+    ) {
+        return;
+    }
+    let app = TestApp::spawn().await;
+    let token = app.token("dev", Role::Device).await;
+    let sink = TestSink::start(Mode::Ok).await;
+    let ttl = Duration::from_millis(400);
+
+    // A claims two commands (prepared under generation 1), one of them
+    // pinned to generation 1, and dies before starting them.
+    let a = custodian(&app.pool, &["payments"], effects(&sink), ttl);
+    a.heartbeat().await.unwrap();
+    let adopted = app.create(&token, "adopted", &refund(1)).await;
+    let mut pinned = refund(2);
+    pinned["authority"] = json!({"id": "payments", "generation": 1});
+    let pinned = app.create(&token, "pinned", &pinned).await;
+    assert_eq!(
+        a.claim(10, &mut StepReport::default()).await.unwrap().len(),
+        2
+    );
+    sql(
+        &app,
+        "update authorities set lease_expires_at = now() - interval '1 second' where id = 'payments'",
+    )
+    .await;
+
+    // B takes the lease (generation 2): its own adoption, not recovery's.
+    watch_isolation(&app).await;
+    let b = custodian(&app.pool, &["payments"], effects(&sink), 10 * SECOND);
+    b.heartbeat().await.unwrap();
+
+    let seen: Vec<(String, String, String)> =
+        sqlx::query_as("select from_state, to_state, isolation from isolation_seen order by 1, 2")
+            .fetch_all(&app.pool)
+            .await
+            .unwrap();
+    let expected: Vec<(String, String, String)> =
+        [("prepared", "expired"), ("prepared", "prepared")]
+            .iter()
+            .map(|&(f, t)| (f.to_owned(), t.to_owned(), "serializable".to_owned()))
+            .collect();
+    assert_eq!(seen, expected);
+    let states: Vec<(String, String, i64)> =
+        sqlx::query_as("select id::text, state, authority_generation from commands order by id")
+            .fetch_all(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        states,
+        [
+            (adopted, "prepared".to_owned(), 2),
+            (pinned, "expired".to_owned(), 1)
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_transaction_that_never_stops_conflicting_gives_up_after_the_bound() {
+    use command_ledger::db::txn::{Isolation, MAX_ATTEMPTS, Retrying, TxError};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let app = TestApp::spawn().await;
+    let retries = AtomicU64::new(0);
+    let mut retry = Retrying::new(
+        &app.pool,
+        &retries,
+        "always conflicting",
+        Isolation::Serializable,
+        "test",
+    );
+    let mut attempts = 0;
+    let outcome = loop {
+        let mut tx = match retry.begin().await {
+            Ok(tx) => tx,
+            Err(e) => break e,
+        };
+        attempts += 1;
+        let conflict = sqlx::query(
+            "do $$ begin raise exception 'always' using errcode = 'serialization_failure'; end $$",
+        )
+        .execute(&mut *tx)
+        .await
+        .map(|_| ());
+        match retry.finish(tx, conflict).await {
+            Ok(Some(())) => panic!("a conflicting transaction committed"),
+            Ok(None) => {}
+            Err(e) => break e,
+        }
+    };
+    assert!(matches!(outcome, TxError::Exhausted), "{outcome:?}");
+    assert_eq!(attempts, MAX_ATTEMPTS);
+    assert_eq!(retries.load(Ordering::Relaxed), u64::from(MAX_ATTEMPTS));
 }
