@@ -437,11 +437,17 @@ pub async fn oldest_in_flight(
         .collect())
 }
 
-/// How many commands ended ambiguous and are still kept (a command ends
-/// ambiguous once; a partial index of the history keeps this cheap).
-pub async fn count_ambiguous(ex: impl PgExecutor<'_>) -> Result<i64, sqlx::Error> {
+/// How many commands kept in the ledger ended ambiguous and have no
+/// resolution yet (a command ends ambiguous once, and its history goes
+/// with it when pruned; a partial index of the history keeps this cheap).
+pub async fn count_unresolved_ambiguous(ex: impl PgExecutor<'_>) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar!(
-        r#"select count(*) as "n!" from command_history where to_state = 'ambiguous'"#
+        r#"
+        select count(*) as "n!" from command_history h
+        where h.to_state = 'ambiguous'
+          and not exists (select 1 from command_resolutions r
+                          where r.authority_id = h.authority_id and r.command_id = h.command_id)
+        "#
     )
     .fetch_one(ex)
     .await

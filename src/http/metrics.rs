@@ -91,9 +91,14 @@ async fn ledger(e: &mut Exposition, state: &AppState) -> Result<(), sqlx::Error>
         "Commands that ended applied, failed or ambiguous after their effect started.",
         &outcomes,
     );
+    e.counter(
+        "ledger_ambiguous_total",
+        "Commands that ended ambiguous (dispatched, outcome unknown), ever: pruning does not lower it.",
+        &[(&[], total("ambiguous"))],
+    );
     let in_flight = db::commands::oldest_in_flight(&state.pool).await?;
     let holds = db::holds::count_open(&state.pool).await?;
-    let ambiguous = db::commands::count_ambiguous(&state.pool).await?;
+    let unresolved = db::commands::count_unresolved_ambiguous(&state.pool).await?;
     let authorities = db::authorities::list(&state.pool).await?;
     #[allow(clippy::cast_precision_loss)]
     let counts: Vec<_> = in_flight
@@ -124,9 +129,9 @@ async fn ledger(e: &mut Exposition, state: &AppState) -> Result<(), sqlx::Error>
             &[(&[], holds as f64)],
         );
         e.gauge(
-            "ledger_ambiguous_commands",
-            "Commands that ended ambiguous (dispatched, outcome unknown), ever.",
-            &[(&[], ambiguous as f64)],
+            "ledger_ambiguous_unresolved",
+            "Ambiguous commands in the ledger with no resolution recorded yet: what a person must look into now.",
+            &[(&[], unresolved as f64)],
         );
     }
     let now = chrono::Utc::now();

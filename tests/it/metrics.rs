@@ -9,7 +9,7 @@ use std::sync::Arc;
 use crate::harness::{TestApp, custodian, fresh_database, problem, refund, serve_state};
 
 /// The value of the sample whose line starts with `series` (name and labels).
-fn sample(text: &str, series: &str) -> f64 {
+pub(crate) fn sample(text: &str, series: &str) -> f64 {
     text.lines()
         .find_map(|l| {
             l.strip_prefix(series)
@@ -71,7 +71,8 @@ async fn metrics_are_for_operators_and_count_what_happened() {
         0.0
     );
     assert_eq!(sample(&text, "ledger_holds_awaiting_decision"), 0.0);
-    assert_eq!(sample(&text, "ledger_ambiguous_commands"), 0.0);
+    assert_eq!(sample(&text, "ledger_ambiguous_unresolved"), 0.0);
+    assert_eq!(sample(&text, "ledger_ambiguous_total"), 0.0);
     assert_eq!(sample(&text, "ledger_database_up"), 1.0);
     // No custodian in this process: no custodian families.
     assert!(!text.contains("ledger_transitions_total"));

@@ -278,3 +278,54 @@ async fn coalesced_answers_are_kept_then_archived_with_their_command() {
             .unwrap();
     assert_eq!(record["coalesced"][0]["run_id"], "run-2", "{record}");
 }
+
+/// The count of ambiguous commands of all time is a counter: pruning the
+/// command leaves it alone; what is open now is a gauge, and goes down.
+#[tokio::test]
+async fn pruning_an_ambiguous_command_leaves_the_ambiguous_counter_alone() {
+    use crate::metrics::sample;
+    let app = TestApp::spawn().await;
+    let operator = app.token("ops", Role::Operator).await;
+    let id = app.create(&operator, "unsure", &refund(4)).await;
+    for state in ["prepared", "effect_started"] {
+        sqlx::query("update commands set state = $2, authority_generation = 1 where id = $1::uuid")
+            .bind(&id)
+            .bind(state)
+            .execute(&app.pool)
+            .await
+            .unwrap();
+    }
+    let custodian = as_role(&app.pool, ServiceRole::Custodian);
+    sqlx::query(
+        "update commands set state = 'ambiguous', error = '{\"reason\": \"timeout\"}', \
+         finished_at = now() - interval '40 days' where id = $1::uuid",
+    )
+    .bind(&id)
+    .execute(&custodian)
+    .await
+    .unwrap();
+    custodian.close().await;
+    let scrape = || async { app.get(&operator, "/metrics").await.text().await.unwrap() };
+
+    let before = scrape().await;
+    assert_eq!(sample(&before, "ledger_ambiguous_total"), 1.0);
+    assert_eq!(sample(&before, "ledger_ambiguous_unresolved"), 1.0);
+    assert!(
+        before.contains("# TYPE ledger_ambiguous_total counter"),
+        "{before}"
+    );
+    assert!(
+        before.contains("# TYPE ledger_ambiguous_unresolved gauge"),
+        "{before}"
+    );
+
+    assert_eq!(prune(&app, "30 days", 10).await, 1);
+    assert!(!exists(&app, &id).await);
+    let after = scrape().await;
+    assert_eq!(
+        sample(&after, "ledger_ambiguous_total"),
+        1.0,
+        "pruning lowered the counter"
+    );
+    assert_eq!(sample(&after, "ledger_ambiguous_unresolved"), 0.0);
+}

@@ -96,7 +96,12 @@ async fn the_queue_and_the_in_flight_table_follow_every_transition() {
     assert!(ids_in(&pool, "command_in_flight").await.is_empty());
 
     // The ambiguous count reads the history's index.
-    assert_eq!(db::commands::count_ambiguous(&pool).await.unwrap(), 1);
+    assert_eq!(
+        db::commands::count_unresolved_ambiguous(&pool)
+            .await
+            .unwrap(),
+        1
+    );
 }
 
 #[tokio::test]
@@ -453,7 +458,12 @@ async fn a_populated_v1_database_migrates_to_v2_without_losing_a_row_or_an_entry
         ids_in(&pool, "command_in_flight").await,
         of(&["prepared", "effect_started"])
     );
-    assert_eq!(db::commands::count_ambiguous(&pool).await.unwrap(), 6);
+    assert_eq!(
+        db::commands::count_unresolved_ambiguous(&pool)
+            .await
+            .unwrap(),
+        6
+    );
 
     // The chains still verify, and the migrated queue is claimable.
     let reports = db::verify::chains(&pool, None, None).await.unwrap();
