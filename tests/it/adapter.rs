@@ -153,6 +153,59 @@ async fn the_demo_requests_sent_verbatim_to_the_api_paths_get_the_documented_ans
     assert_eq!(app.command_count().await, 2);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn copies_racing_a_command_in_flight_are_answered_coalesced_with_its_outcome() {
+    let app =
+        TestApp::spawn_with(refund_policy(Duration::from_secs(30), NearDuplicate::Hold)).await;
+    // The effect takes a second: the copies arrive while it is in flight.
+    let sink = TestSink::start_slow(Mode::Ok, Duration::from_secs(1)).await;
+    let (_c, _stop) = start_custodian(&app, &sink).await;
+    let agent = app.token("agent-1", Role::Device).await;
+
+    let (status, first) = {
+        let (app, agent) = (&app, &agent);
+        let first = post(app, agent, "/api/invoke", DEMO[0]);
+        let copies = async {
+            // Sent once the first is recorded, before its effect answers.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            tokio::join!(
+                post(app, agent, "/api/invoke", DEMO[1]),
+                post(app, agent, "/api/invoke", DEMO[2]),
+            )
+        };
+        let ((status, first), copies) = tokio::join!(first, copies);
+        for (status, copy) in [copies.0, copies.1] {
+            assert_eq!(status, 200, "{copy}");
+            assert_eq!(
+                (
+                    &copy["outcome"],
+                    &copy["coalesced"],
+                    &copy["replay"],
+                    &copy["state"]
+                ),
+                (
+                    &json!("coalesced"),
+                    &json!(true),
+                    &json!(false),
+                    &json!("applied")
+                ),
+                "{copy}"
+            );
+            assert_eq!(copy["command_id"], first["command_id"]);
+            assert_eq!(copy["result"], first["result"]);
+        }
+        (status, first)
+    };
+    assert_eq!(status, 200, "{first}");
+    assert_eq!(
+        (&first["outcome"], &first["coalesced"]),
+        (&json!("executed"), &json!(false)),
+        "{first}"
+    );
+    assert_eq!(sink.count("applied"), 1);
+    assert_eq!(app.command_count().await, 1);
+}
+
 #[tokio::test]
 async fn in_the_embedded_demo_reset_starts_a_new_epoch_and_deletes_nothing() {
     let (_url, pool) = crate::harness::fresh_database().await;

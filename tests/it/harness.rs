@@ -545,14 +545,22 @@ impl Drop for TestSink {
 
 impl TestSink {
     pub(crate) async fn start(mode: command_ledger::demo_sink::Mode) -> TestSink {
+        TestSink::start_slow(mode, std::time::Duration::ZERO).await
+    }
+
+    /// A sink that takes `latency` to answer each effect, so that copies
+    /// sent meanwhile find the command in flight.
+    pub(crate) async fn start_slow(
+        mode: command_ledger::demo_sink::Mode,
+        latency: std::time::Duration,
+    ) -> TestSink {
         let dir = std::env::temp_dir().join(format!(
             "command-ledger-sink-{}",
             uuid::Uuid::now_v7().simple()
         ));
         std::fs::create_dir_all(&dir).unwrap();
         let log = dir.join("sink.log");
-        let router =
-            command_ledger::demo_sink::router(&log, mode, std::time::Duration::ZERO).unwrap();
+        let router = command_ledger::demo_sink::router(&log, mode, latency).unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         tokio::spawn(async move { axum::serve(listener, router).await });
