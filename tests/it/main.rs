@@ -35,5 +35,6 @@ mod search;
 mod serve_binary;
 mod storage;
 mod submit;
+mod telemetry;
 mod tls;
 mod verify;
