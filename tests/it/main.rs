@@ -15,6 +15,7 @@ mod client;
 mod counters;
 mod crash;
 mod custodian;
+mod docs;
 mod fleets;
 mod harness;
 mod inspect;
