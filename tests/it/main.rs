@@ -12,6 +12,7 @@ mod batch;
 mod cancel;
 mod citus;
 mod client;
+mod compose;
 mod counters;
 mod crash;
 mod custodian;
