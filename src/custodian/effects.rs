@@ -9,6 +9,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument as _;
 use uuid::Uuid;
 
 use crate::domain::EffectOutcome;
@@ -148,10 +149,12 @@ pub async fn run_effect(effects: &Effects, call: &EffectCall) -> EffectOutcome {
         };
     };
     // The executor runs in a task of its own, so that a panicking handler
-    // becomes an honest outcome instead of a row stuck in effect_started.
+    // becomes an honest outcome instead of a row stuck in effect_started;
+    // the task stays in the caller's span (the custodian's `effect` span),
+    // so the handler's log lines name its command.
     let effect = Arc::clone(&registered.effect);
     let owned = call.clone();
-    let task = tokio::spawn(async move { effect.execute(&owned).await });
+    let task = tokio::spawn(async move { effect.execute(&owned).await }.in_current_span());
     let abort = task.abort_handle();
     match tokio::time::timeout(registered.timeout, task).await {
         Ok(Ok(outcome)) => outcome,

@@ -179,31 +179,75 @@ async fn the_rate_limit_stops_the_noisy_device_and_no_other() {
     assert_eq!(rows, 0);
 }
 
-/// Ten thousand headers are refused by the HTTP layer before any handler
-/// (or the database) sees the request.
-#[tokio::test]
-async fn ten_thousand_headers_are_refused_before_any_handler() {
+/// Sends `request` on a raw connection while reading, and returns all the
+/// server answers before it closes (it may answer, and close, before it has
+/// read everything sent).
+async fn raw_exchange(app: &TestApp, request: String) -> String {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    let app = TestApp::spawn().await;
     let addr = app.base.trim_start_matches("http://").to_owned();
-    let mut stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
-    let mut request = String::from("GET /healthz HTTP/1.1\r\nHost: x\r\n");
-    for i in 0..10_000 {
+    let (mut read, mut write) = tokio::net::TcpStream::connect(&addr)
+        .await
+        .unwrap()
+        .into_split();
+    let writer = tokio::spawn(async move {
+        let _ = write.write_all(request.as_bytes()).await;
+        write
+    });
+    let mut response = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let read_all = async {
+        loop {
+            match read.read(&mut chunk).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => response.extend_from_slice(&chunk[..n]),
+            }
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(10), read_all)
+        .await
+        .expect("the server answered and closed within 10 s");
+    drop(writer.await);
+    String::from_utf8_lossy(&response).into_owned()
+}
+
+/// `GET /healthz` with `headers` header lines in all (`Host` and
+/// `Connection: close` among them).
+fn request_with_headers(headers: usize) -> String {
+    let mut request = String::from("GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n");
+    for i in 0..headers - 2 {
         request.push_str(&format!("X-Filler-{i}: {i}\r\n"));
     }
     request.push_str("\r\n");
-    // The server may answer and close before reading everything we send.
-    let _ = stream.write_all(request.as_bytes()).await;
-    let mut response = vec![0u8; 512];
-    let n = tokio::time::timeout(
-        std::time::Duration::from_secs(5),
-        stream.read(&mut response),
-    )
-    .await
-    .unwrap()
-    .unwrap_or(0);
-    let text = String::from_utf8_lossy(&response[..n]);
-    assert!(n == 0 || text.starts_with("HTTP/1.1 431"), "{text}");
+    request
+}
+
+/// The documented limit (docs/SECURITY.md, "Limits"): 100 headers are
+/// served, the 101st is `431 /problems/headers-too-large`, and ten thousand
+/// get the same answer, never a bare close, before any handler (or the
+/// database) sees the request.
+#[tokio::test]
+async fn past_a_hundred_headers_the_answer_is_431_headers_too_large() {
+    let app = TestApp::spawn().await;
+    let served = raw_exchange(&app, request_with_headers(100)).await;
+    assert!(served.starts_with("HTTP/1.1 200 "), "{served}");
+    for headers in [101, 10_000] {
+        let refused = raw_exchange(&app, request_with_headers(headers)).await;
+        let (head, body) = refused
+            .split_once("\r\n\r\n")
+            .unwrap_or_else(|| panic!("{headers} headers: no response: {refused:?}"));
+        assert!(
+            head.starts_with("HTTP/1.1 431 Request Header Fields Too Large\r\n"),
+            "{headers} headers: {head}"
+        );
+        assert!(
+            head.to_ascii_lowercase()
+                .contains("content-type: application/problem+json"),
+            "{head}"
+        );
+        let problem: Value = serde_json::from_str(body).unwrap();
+        assert_eq!(problem["type"], "/problems/headers-too-large");
+        assert_eq!(problem["status"], 431);
+    }
 }
 
 /// Connections past the bound wait until one closes; they never pile up.
