@@ -1,0 +1,194 @@
+// A device's durable outbox: record before dispatch, extended to the edge.
+//
+// `enqueue` writes a command, with its idempotency key, into a local SQLite
+// file and makes it durable (WAL, synchronous = FULL) before anything is
+// sent. `flush` sends what is still unanswered, in the order it was
+// recorded, each under its own key, in batches of up to 500
+// (`POST /v1/commands/batch`: one request and one commit on the server per
+// batch), and writes each answer down. A device that loses power or network
+// at any point (before the send, after the server committed but before the
+// answer arrived, before the answer was written down) resends on its next
+// flush under the same keys, so each command ends in the ledger exactly once.
+//
+// Definite refusals are answers too: recorded, never resent. A flush stops at
+// the first batch it could not get an answer for, leaving it and everything
+// after it for the next flush. The file's table is the one the Rust client's
+// outbox and `command-ledger outbox` use, so any of them can flush it.
+//
+// SQLite is Node's own `node:sqlite` where the Node in use has it (22.5 and
+// later), else the `better-sqlite3` package (an optional dependency).
+
+import { createRequire } from "node:module";
+
+import type { Client } from "./client.js";
+import { uuid7 } from "./client.js";
+import { LedgerError } from "./errors.js";
+
+/** Most commands one flush request carries (the server's batch limit). */
+export const BATCH = 500;
+
+/** Steps of a flush, for callers that observe them (and tests that kill the process at each). */
+export type FlushStep = "before_send" | "after_answer" | "after_record";
+
+export interface Entry {
+  key: string;
+  kind: string;
+  authority: string;
+  args: Record<string, unknown>;
+  /** The server's answer (the command, `{disposition: "held", hold}` or `{refused: problem}`), once known. */
+  answer: Record<string, unknown> | null;
+}
+
+export interface FlushReport {
+  /** Recorded, replayed or held during this flush. */
+  answered: number;
+  /** Refused with a problem (recorded as the answer, not resent). */
+  refused: number;
+  /** Still waiting for an answer (the flush stopped at the first). */
+  pending: number;
+  /** Why the flush stopped early, if it did. */
+  stoppedBy: string | null;
+}
+
+export interface FlushOptions {
+  /** Most commands per request (1 to 500). */
+  batch?: number;
+  observe?: (step: FlushStep, key: string) => void;
+}
+
+/** The part of node:sqlite's DatabaseSync and better-sqlite3's Database used here. */
+interface Db {
+  exec(sql: string): unknown;
+  prepare(sql: string): {
+    run(...params: unknown[]): unknown;
+    get(...params: unknown[]): unknown;
+    all(...params: unknown[]): unknown[];
+  };
+  close(): unknown;
+}
+
+type Row = { key: string; kind: string; authority: string; args: string; answer: string | null };
+
+const SCHEMA = `
+create table if not exists outbox (
+    seq integer primary key autoincrement,
+    key text not null unique,
+    kind text not null,
+    authority text not null,
+    args text not null,
+    recorded_at text not null default (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+    answer text,
+    answered_at text
+)`;
+
+async function openDb(path: string): Promise<Db> {
+  try {
+    const { DatabaseSync } = (await import("node:sqlite" as string)) as { DatabaseSync: new (p: string) => Db };
+    return new DatabaseSync(path);
+  } catch (e) {
+    if ((e as { code?: string }).code !== "ERR_UNKNOWN_BUILTIN_MODULE") throw e;
+  }
+  const require = createRequire(import.meta.url);
+  let Database: new (p: string) => Db;
+  try {
+    Database = require("better-sqlite3");
+  } catch (e) {
+    throw new LedgerError(`the outbox needs node:sqlite (Node 22.5+) or the better-sqlite3 package: ${e}`);
+  }
+  return new Database(path);
+}
+
+/** A durable outbox in one SQLite file. */
+export class Outbox {
+  private constructor(private readonly db: Db) {}
+
+  /** Opens (or creates) the outbox at `path`. */
+  static async open(path: string): Promise<Outbox> {
+    const db = await openDb(path);
+    db.exec("pragma journal_mode = wal");
+    db.exec("pragma synchronous = full");
+    db.exec(SCHEMA);
+    return new Outbox(db);
+  }
+
+  close(): void {
+    this.db.close();
+  }
+
+  /** A pragma's value, as SQLite reports it. */
+  pragma(name: "journal_mode" | "synchronous"): unknown {
+    const row = this.db.prepare(`pragma ${name}`).get() as Record<string, unknown>;
+    return Object.values(row)[0];
+  }
+
+  /** Writes the command down, durably, and returns its key (the one given, or
+   * a new UUIDv7). Nothing is sent. A key already in the outbox throws: one
+   * key, one entry. */
+  enqueue(kind: string, authority: string, args: Record<string, unknown> = {}, options: { key?: string } = {}): string {
+    const key = options.key ?? uuid7();
+    this.db.prepare("insert into outbox (key, kind, authority, args) values (?, ?, ?, ?)").run(key, kind, authority, JSON.stringify(args));
+    return key;
+  }
+
+  /** Every entry, in the order recorded. */
+  entries(): Entry[] {
+    const rows = this.db.prepare("select key, kind, authority, args, answer from outbox order by seq").all() as Row[];
+    return rows.map((r) => ({
+      key: r.key,
+      kind: r.kind,
+      authority: r.authority,
+      args: JSON.parse(r.args),
+      answer: r.answer === null ? null : JSON.parse(r.answer),
+    }));
+  }
+
+  /** The answer recorded for `key`, if any. */
+  answer(key: string): Record<string, unknown> | null {
+    const row = this.db.prepare("select answer from outbox where key = ?").get(key) as { answer: string | null } | undefined;
+    return row?.answer ? JSON.parse(row.answer) : null;
+  }
+
+  /** Sends every unanswered command (see the module's comment). */
+  async flush(client: Client, options: FlushOptions = {}): Promise<FlushReport> {
+    const observe = options.observe ?? (() => {});
+    const batch = Math.max(1, Math.min(options.batch ?? BATCH, BATCH));
+    const report: FlushReport = { answered: 0, refused: 0, pending: 0, stoppedBy: null };
+    const unanswered = this.entries().filter((e) => e.answer === null);
+    for (let start = 0; start < unanswered.length; start += batch) {
+      const chunk = unanswered.slice(start, start + batch);
+      for (const e of chunk) observe("before_send", e.key);
+      let answers;
+      try {
+        answers = await client.submitBatch(chunk.map((e) => ({ kind: e.kind, authority: e.authority, args: e.args, key: e.key })));
+      } catch (e) {
+        if (!(e instanceof LedgerError)) throw e;
+        report.pending = unanswered.length - start;
+        report.stoppedBy = e.message;
+        return report;
+      }
+      for (const a of answers) observe("after_answer", a.key);
+      const recorded: [string, string][] = answers.map((a) => {
+        if (a.refused) {
+          report.refused += 1;
+          return [JSON.stringify({ refused: a.problem }), a.key];
+        }
+        report.answered += 1;
+        return [JSON.stringify(a.held ? { disposition: "held", hold: a.hold } : a.command), a.key];
+      });
+      // Every answer of the batch written down in one transaction.
+      const update = this.db.prepare(
+        "update outbox set answer = ?, answered_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') where key = ? and answer is null",
+      );
+      this.db.exec("begin immediate");
+      try {
+        for (const [answer, key] of recorded) update.run(answer, key);
+        this.db.exec("commit");
+      } catch (e) {
+        this.db.exec("rollback");
+        throw e;
+      }
+      for (const a of answers) observe("after_record", a.key);
+    }
+    return report;
+  }
+}
