@@ -88,6 +88,20 @@ pub enum CanonError {
     OutOfRange { path: String },
 }
 
+impl CanonError {
+    /// Where in the args the unreadable value sits (a JSON pointer).
+    pub fn path(&self) -> &str {
+        match self {
+            CanonError::AmbiguousMoney { path, .. }
+            | CanonError::BadMoney { path, .. }
+            | CanonError::UnknownCurrency { path, .. }
+            | CanonError::TooPrecise { path, .. }
+            | CanonError::CurrencyMismatch { path, .. }
+            | CanonError::OutOfRange { path } => path,
+        }
+    }
+}
+
 /// Canonicalizes `args` under `policy`.
 pub fn canonicalize(args: &Value, policy: &Policy) -> Result<Canonical, CanonError> {
     let mut rules = Vec::new();
@@ -231,15 +245,14 @@ fn walk_object(
     Ok(Value::Object(out))
 }
 
-/// Whether a value under a money-like name is read as money: any number,
-/// and any string with a digit in it. Reading it may then fail: a bare
-/// amount with no currency anywhere is refused, never guessed.
+/// Whether a value under a money-like name is read as money: any number
+/// and any string. Reading it may then fail, and the request is refused: a
+/// bare amount with no currency anywhere is never guessed, and text that is
+/// no amount (`"twelve bucks"`) is never passed through as if it were one.
+/// Objects are walked (they may hold the amount's parts), and `true` or
+/// `null` are no amount anybody could mistake.
 fn money_shaped(v: &Value) -> bool {
-    match v {
-        Value::Number(_) => true,
-        Value::String(s) => s.len() <= MAX_SCALAR_LEN && s.chars().any(|c| c.is_ascii_digit()),
-        _ => false,
-    }
+    matches!(v, Value::Number(_) | Value::String(_))
 }
 
 fn is_canonical_money(v: &Value) -> bool {
