@@ -6,6 +6,7 @@ use command_ledger::db::Role;
 use command_ledger::demo_sink::Mode;
 use command_ledger::domain::admission::KindDescription;
 use command_ledger::domain::admission::NearDuplicate;
+use command_ledger::domain::args_schema::ArgsSchema;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::process::Stdio;
@@ -97,11 +98,13 @@ async fn mcp_tools_are_the_catalogs_kinds_and_copies_of_a_call_make_one_executio
     let schema = json!({"type": "object", "required": ["to", "amount"],
                         "properties": {"to": {"type": "string"}, "amount": {"type": "string"}}});
     let mut policies = refund_policy(Duration::from_secs(5), NearDuplicate::Hold);
+    let mut declared = policies.get("refund").clone();
+    declared.args_schema = Some(ArgsSchema::compile(&schema).unwrap());
+    policies.set("refund", declared);
     policies.describe(
         "refund",
         KindDescription {
             description: Some("Refund a customer.".to_owned()),
-            args_schema: Some(schema.clone()),
         },
     );
     let app = TestApp::spawn_with(policies).await;
