@@ -25,8 +25,8 @@
 //! volatile_fields = ["attempt"]          # dropped, on top of request_id, trace_id, ...
 //!
 //! description = "Refund a customer"     # for callers: GET /v1/kinds, MCP tools
-//! [kinds.refund.args_schema]             # a JSON Schema of the args, shown to callers
-//! type = "object"                        # (default: one made from the fields above)
+//! [kinds.refund.args_schema]             # a JSON Schema of the args: enforced at
+//! type = "object"                        # admission, shown to callers (unset: any args)
 //! required = ["to", "amount"]
 //! properties.to = { type = "string", format = "email" }
 //!
@@ -35,7 +35,7 @@
 //! ```
 
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
@@ -43,6 +43,7 @@ use std::time::Duration;
 use crate::domain::admission::{
     DedupScope, KeyMode, KindDescription, KindPolicy, NearDuplicate, OnFailure, Policies,
 };
+use crate::domain::args_schema::ArgsSchema;
 use crate::domain::canonical::Policy;
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -89,29 +90,13 @@ pub struct KindConfig {
     /// What the kind does, in a sentence, for callers: `GET /v1/kinds`
     /// lists it and `command-ledger mcp` makes it the tool's description.
     pub description: Option<String>,
-    /// A JSON Schema of the kind's args, shown to callers (an MCP tool's
-    /// input schema). Advisory: admission checks only what canonical form
-    /// needs (money with a currency, say). Unset: one made from
-    /// `money_fields` and `email_fields`.
+    /// A JSON Schema of the kind's args: enforced at admission (args that
+    /// do not match are refused, nothing recorded) and shown to callers (an
+    /// MCP tool's input schema). Compiled when the catalog is loaded; one
+    /// that is not a valid JSON Schema refuses the catalog. Unset: any args
+    /// object, and callers are shown one made from `money_fields` and
+    /// `email_fields`.
     pub args_schema: Option<Value>,
-}
-
-/// A configured args schema: a table whose `type`, if given, is `object`.
-fn checked_args_schema(schema: &Value) -> Result<Value, String> {
-    let Value::Object(map) = schema else {
-        return Err("args_schema must be a table (a JSON Schema object)".to_owned());
-    };
-    match map.get("type") {
-        None => {
-            let mut map = map.clone();
-            map.insert("type".to_owned(), json!("object"));
-            Ok(Value::Object(map))
-        }
-        Some(t) if t == "object" => Ok(schema.clone()),
-        Some(t) => Err(format!(
-            "args_schema describes the args object: its type is \"object\", not {t}"
-        )),
-    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -231,22 +216,63 @@ impl Catalog {
                 guard_keyed: cfg.guard_keyed.unwrap_or(false),
                 dedup_scope,
                 on_failure,
+                args_schema: cfg
+                    .args_schema
+                    .as_ref()
+                    .map(ArgsSchema::compile)
+                    .transpose()
+                    .map_err(invalid)?,
             };
             policies.set(kind, policy);
-            let args_schema = match &cfg.args_schema {
-                Some(schema) => Some(checked_args_schema(schema).map_err(invalid)?),
-                None => None,
-            };
             policies.describe(
                 kind,
                 KindDescription {
                     description: cfg.description.clone(),
-                    args_schema,
                 },
             );
         }
         Ok(policies)
     }
+}
+
+/// The quickstart's `refund`, which `serve` with its private cluster adds
+/// when the catalog has none: keyless allowed (the intent stands in for a
+/// key), run by the in-process custodian of `payments`, its args declared
+/// (and so enforced): `to` and `amount` are required.
+pub fn quickstart_refund(policies: &mut Policies) {
+    let schema = serde_json::json!({
+        "type": "object",
+        "properties": {
+            "to": {"type": "string", "format": "email", "description": "who gets the money"},
+            "amount": {"type": "string", "description": crate::domain::admission::MONEY_DESCRIPTION},
+            "currency": {"type": "string", "description": "ISO 4217, when the amount does not name it"},
+            "mode": {"type": "string", "enum": ["hang", "stall", "reject"],
+                     "description": "demo only: how the sink misbehaves"}
+        },
+        "required": ["to", "amount"]
+    });
+    policies.set(
+        "refund",
+        KindPolicy {
+            key: KeyMode::Fingerprint,
+            authority: Some("payments".to_owned()),
+            args_schema: Some(
+                ArgsSchema::compile(&schema).expect("the quickstart's schema is a JSON Schema"),
+            ),
+            ..KindPolicy::default()
+        },
+    );
+    policies.describe(
+        "refund",
+        KindDescription {
+            description: Some(
+                "Refund money to a customer through the demo payments provider. Repeating a call \
+                 is safe: copies of one refund (retried, spelled differently, sent by another \
+                 worker) make one refund."
+                    .to_owned(),
+            ),
+        },
+    );
 }
 
 /// `500ms`, `10s`, `2m`, `24h`, `7d`.
@@ -270,6 +296,7 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn a_kind_declares_its_admission_policy() {
@@ -350,18 +377,50 @@ mod tests {
         assert_eq!(names, ["refund", "steer"]);
         assert_eq!(kinds[0].2.description.as_deref(), Some("Refund a customer"));
         assert_eq!(
-            kinds[0].2.args_schema,
-            Some(json!({"type": "object", "required": ["to"],
-                        "properties": {"to": {"type": "string", "format": "email"}}}))
+            kinds[0].1.shown_args_schema(),
+            json!({"type": "object", "required": ["to"],
+                   "properties": {"to": {"type": "string", "format": "email"}}})
         );
-        // No schema given: one from the fields canonical form reads.
-        let steer = kinds[1].2.args_schema.clone().unwrap();
+        // The declared schema is the one admission enforces.
+        let declared = kinds[0].1.args_schema.as_ref().unwrap();
+        assert!(declared.check(&json!({"to": "ada@example.com"})).is_ok());
+        assert!(
+            declared
+                .check(&json!({"customer": "ada@example.com"}))
+                .is_err()
+        );
+        // No schema given: nothing enforced, and one from the fields
+        // canonical form reads is shown.
+        assert!(kinds[1].1.args_schema.is_none());
+        let steer = kinds[1].1.shown_args_schema();
         assert_eq!(steer["type"], "object");
         assert_eq!(steer["properties"]["owner"]["format"], "email");
         assert!(steer["properties"]["budget"]["description"].is_string());
-        for bad in ["args_schema = 3", "args_schema = { type = \"string\" }"] {
+    }
+
+    #[test]
+    fn a_catalog_whose_args_schema_is_not_a_json_schema_is_refused_at_load() {
+        for (bad, says) in [
+            ("args_schema = 3", "must be a table"),
+            (
+                "args_schema = { type = \"string\" }",
+                "its type is \"object\"",
+            ),
+            (
+                "args_schema = { properties.to = { type = \"text\" } }",
+                "not a valid JSON Schema",
+            ),
+            (
+                "args_schema = { properties.to = { \"$ref\" = \"https://example.com/s.json\" } }",
+                "not a valid JSON Schema",
+            ),
+        ] {
             let c: Catalog = toml::from_str(&format!("[kinds.refund]\n{bad}")).unwrap();
-            assert!(c.policies().is_err(), "{bad}");
+            let e = c.policies().unwrap_err().to_string();
+            assert!(
+                e.starts_with("kind refund: ") && e.contains(says),
+                "{bad}: {e}"
+            );
         }
     }
 

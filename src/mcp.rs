@@ -7,11 +7,11 @@
 //! It is a client of the HTTP API (the client crate, as `submit` is): no
 //! database, no effects, and the API's own authentication decides who calls.
 
-use command_ledger_client::{Client, Error, Kind};
+use command_ledger_client::{Client, Error, Invoked, Kind, State};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    JsonObject, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
-    ToolAnnotations,
+    JsonObject, ListToolsResult, PaginatedRequestParams, RequestMetaObject, ServerCapabilities,
+    ServerConfig, Tool, ToolAnnotations,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
@@ -27,8 +27,9 @@ spelled differently, or sent by another worker) make one execution, and the resu
 this was: outcome `executed` (this call ran it), `coalesced` (another call's execution, in \
 flight), `replay` (already finished), `held` (a near-duplicate from another run, waiting for a \
 person) or `pending` (no outcome yet: calling again with the same arguments reads it, never \
-runs it twice). `state` is the command's (`applied`, `failed`, `ambiguous`: nobody can tell, \
-do not retry blindly).";
+runs it twice). `state` is the command's: only `applied` means it took effect; `failed`, \
+`expired` and `cancelled` (nothing was done) and `ambiguous` (nobody can tell whether it \
+ran: do not retry it) come back as tool errors.";
 
 /// Who a session's calls are made as.
 #[derive(Debug, Clone)]
@@ -120,44 +121,118 @@ pub fn tool(kind: &Kind) -> Option<Tool> {
     )
 }
 
-/// A tool call's run: `_meta.runId` when the call names one, else the session's.
-fn run_id<'a>(request: &'a CallToolRequestParams, session: &'a str) -> &'a str {
-    request
-        .meta
-        .as_ref()
-        .and_then(|meta| meta.get(RUN_ID_META))
+/// A tool call's run: `_meta.runId` when the call names one (a non-empty
+/// string), else the session's. The SDK hands a request's `_meta` to the
+/// handler in its context, not in the params.
+fn run_id<'a>(meta: &'a RequestMetaObject, session: &'a str) -> &'a str {
+    meta.get(RUN_ID_META)
         .and_then(Value::as_str)
+        .filter(|r| !r.is_empty())
         .unwrap_or(session)
 }
 
+/// The protocol error for a tool the ledger does not have: its name, and
+/// the tools there are.
+fn unknown_tool(name: &str, kinds: &[Kind]) -> McpError {
+    let tools: Vec<&str> = kinds
+        .iter()
+        .filter(|k| k.authority.is_some())
+        .map(|k| k.kind.as_str())
+        .collect();
+    McpError::invalid_params(
+        format!(
+            "unknown tool {name}; the tools are: {}",
+            if tools.is_empty() {
+                "none".to_owned()
+            } else {
+                tools.join(", ")
+            }
+        ),
+        Some(json!({"tools": tools})),
+    )
+}
+
 /// What a call answers: the invoke answer (and the run it was made under)
-/// as structured content, or a tool error carrying the API's problem.
-async fn call(client: &Client, name: &str, run_id: &str, args: JsonObject) -> CallToolResult {
-    match client.invoke(name, run_id, &Value::Object(args)).await {
+/// as structured content, or a tool error carrying the API's problem. An
+/// outcome that is not a success (the effect failed, or nobody can tell
+/// whether it ran) is a tool error too, its first text saying what
+/// happened and what to do, so that no agent reads it as done.
+fn answer(name: &str, run_id: &str, invoked: Result<Invoked, Error>) -> CallToolResult {
+    match invoked {
         Ok(invoked) => {
+            let warning = unsuccessful(name, &invoked);
             let mut value = serde_json::to_value(&invoked).unwrap_or_else(|_| json!({}));
             if let Value::Object(map) = &mut value {
                 map.insert("tool".to_owned(), json!(name));
                 map.insert("run_id".to_owned(), json!(run_id));
             }
-            CallToolResult::structured(value)
+            match warning {
+                None => CallToolResult::structured(value),
+                Some(text) => {
+                    let mut result = CallToolResult::structured_error(value);
+                    result.content.insert(0, ContentBlock::text(text));
+                    result
+                }
+            }
         }
-        Err(Error::Problem {
+        Err(e) => refused(e),
+    }
+}
+
+/// A call the ledger refused (a problem document) or did not answer.
+fn refused(e: Error) -> CallToolResult {
+    match e {
+        Error::Problem {
             status,
             problem_type,
             detail,
             body,
-        }) => {
+        } => {
             let mut result = CallToolResult::structured_error(body);
             result.content = vec![ContentBlock::text(format!(
-                "refused ({status} {problem_type}): {detail}"
+                "refused ({status} {problem_type}): {detail}; nothing was recorded"
             ))];
             result
         }
-        Err(e) => CallToolResult::error(vec![ContentBlock::text(format!(
+        e => CallToolResult::error(vec![ContentBlock::text(format!(
             "the ledger did not answer ({e}); the call may or may not have been recorded: \
              calling again with the same arguments is safe and tells"
         ))]),
+    }
+}
+
+/// What an agent must be told about an outcome that is not a success, in
+/// words: `None` for an applied command, a hold, or a command still running.
+fn unsuccessful(name: &str, invoked: &Invoked) -> Option<String> {
+    let state = invoked.state?;
+    let id = invoked
+        .command_id
+        .map_or_else(|| "?".to_owned(), |id| id.to_string());
+    let reason = invoked
+        .error
+        .as_ref()
+        .and_then(|e| e.get("reason"))
+        .and_then(Value::as_str)
+        .map(|r| format!(" ({r})"))
+        .unwrap_or_default();
+    match state {
+        State::Ambiguous => Some(format!(
+            "NOT CONFIRMED: {name} (command {id}) is ambiguous{reason}: it may or may not have \
+             taken effect, and nobody can tell yet. Do not retry it: calling again only \
+             replays this answer, and a new call that gets past the ledger could do it twice. \
+             A person (or the kind's reconcile probe) settles it."
+        )),
+        State::Failed => Some(format!(
+            "FAILED: {name} (command {id}) did not take effect{reason}; nothing was done."
+        )),
+        State::Expired => Some(format!(
+            "NOT DONE: {name} (command {id}) expired before it could start{reason}; \
+             nothing was done."
+        )),
+        State::Cancelled => Some(format!(
+            "NOT DONE: {name} (command {id}) was cancelled before it started; nothing was done."
+        )),
+        _ => None,
     }
 }
 
@@ -193,10 +268,24 @@ impl ServerHandler for LedgerTools {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let client = self.client(&context)?;
-        let run_id = run_id(&request, &self.run_id).to_owned();
-        let args = request.arguments.clone().unwrap_or_default();
-        tracing::info!(tool = %request.name, run_id, "tool call");
-        Ok(call(&client, &request.name, &run_id, args).await.into())
+        let run_id = run_id(&context.meta, &self.run_id).to_owned();
+        let name = request.name.as_ref();
+        tracing::info!(tool = %name, run_id, "tool call");
+        // Only a tool the ledger lists is called (the API would refuse any
+        // other as a kind without an authority, which says nothing useful).
+        let kinds = match client.kinds().await {
+            Ok(kinds) => kinds,
+            Err(e) => return Ok(refused(e).into()),
+        };
+        if !kinds
+            .iter()
+            .any(|k| k.kind == name && k.authority.is_some())
+        {
+            return Err(unknown_tool(name, &kinds));
+        }
+        let args = Value::Object(request.arguments.clone().unwrap_or_default());
+        let invoked = client.invoke(name, &run_id, &args).await;
+        Ok(answer(name, &run_id, invoked).into())
     }
 }
 
@@ -244,14 +333,103 @@ mod tests {
 
     #[test]
     fn a_call_names_its_run_in_meta_or_takes_the_sessions() {
-        let plain = CallToolRequestParams::new("refund");
+        let plain = RequestMetaObject::default();
         assert_eq!(run_id(&plain, "mcp:s"), "mcp:s");
-        let mut named = CallToolRequestParams::new("refund");
-        let mut meta = rmcp::model::RequestMetaObject::default();
-        meta.insert(RUN_ID_META.to_owned(), json!("worker-a"));
-        named.meta = Some(meta);
+        let mut named = RequestMetaObject::default();
+        named.insert(RUN_ID_META.to_owned(), json!("worker-a"));
         assert_eq!(run_id(&named, "mcp:s"), "worker-a");
+        let mut empty = RequestMetaObject::default();
+        empty.insert(RUN_ID_META.to_owned(), json!(""));
+        assert_eq!(run_id(&empty, "mcp:s"), "mcp:s");
         assert!(session_run_id().starts_with("mcp:"));
         assert_ne!(session_run_id(), session_run_id());
+    }
+
+    fn invoked(state: Option<State>, error: Option<Value>) -> Invoked {
+        Invoked {
+            outcome: if state.is_some() { "executed" } else { "held" }.to_owned(),
+            fingerprint: "f".to_owned(),
+            command_id: state.map(|_| uuid::Uuid::from_u128(7)),
+            state,
+            result: None,
+            error,
+            hold_id: None,
+        }
+    }
+
+    fn text(result: &CallToolResult) -> String {
+        result
+            .content
+            .first()
+            .and_then(|c| c.as_text())
+            .map(|t| t.text.clone())
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn only_an_applied_held_or_running_command_is_not_a_tool_error() {
+        for state in [
+            Some(State::Applied),
+            Some(State::Pending),
+            Some(State::EffectStarted),
+            None,
+        ] {
+            let r = answer("refund", "run", Ok(invoked(state, None)));
+            assert_ne!(r.is_error, Some(true), "{state:?}");
+            let structured = r.structured_content.unwrap();
+            assert_eq!(structured["run_id"], "run");
+        }
+        for (state, says) in [
+            (State::Failed, "FAILED: refund (command "),
+            (State::Expired, "NOT DONE: refund"),
+            (State::Cancelled, "NOT DONE: refund"),
+            (State::Ambiguous, "NOT CONFIRMED: refund"),
+        ] {
+            let r = answer(
+                "refund",
+                "run",
+                Ok(invoked(Some(state), Some(json!({"reason": "timeout"})))),
+            );
+            assert_eq!(r.is_error, Some(true), "{state:?}");
+            let first = text(&r);
+            assert!(first.starts_with(says), "{first}");
+            // The structured answer is kept, whole.
+            let structured = r.structured_content.unwrap();
+            assert_eq!(structured["command_id"], json!(uuid::Uuid::from_u128(7)));
+            assert_eq!(structured["tool"], "refund");
+        }
+        let ambiguous = answer(
+            "refund",
+            "run",
+            Ok(invoked(
+                Some(State::Ambiguous),
+                Some(json!({"reason": "timeout"})),
+            )),
+        );
+        let first = text(&ambiguous);
+        assert!(
+            first.contains("(timeout)") && first.contains("Do not retry it"),
+            "{first}"
+        );
+    }
+
+    #[test]
+    fn an_unknown_tool_is_named_with_the_tools_there_are() {
+        let kinds = [
+            kind(Some("payments"), json!({})),
+            Kind {
+                kind: "audit".to_owned(),
+                ..kind(None, json!({}))
+            },
+        ];
+        let e = unknown_tool("refnud", &kinds);
+        assert_eq!(e.code, rmcp::model::ErrorCode::INVALID_PARAMS);
+        assert_eq!(e.message, "unknown tool refnud; the tools are: refund");
+        assert_eq!(e.data, Some(json!({"tools": ["refund"]})));
+        assert!(
+            unknown_tool("x", &[])
+                .message
+                .ends_with("the tools are: none")
+        );
     }
 }

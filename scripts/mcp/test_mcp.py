@@ -16,7 +16,7 @@ import time
 import urllib.request
 
 import httpx2
-from mcp import Client, StdioServerParameters
+from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
@@ -51,6 +51,16 @@ def api(path):
     req = urllib.request.Request(API + path, headers={"Authorization": f"Bearer {TOKEN}"})
     with urllib.request.urlopen(req) as r:
         return json.load(r)
+
+
+def sink_events(event):
+    """How many requests the demo sink logged as `event` (applied, rejected, ...)."""
+    with open(SINK_LOG) as f:
+        return sum(1 for line in f if json.loads(line).get("event") == event)
+
+
+def first_text(result):
+    return result.content[0].text if result.content and hasattr(result.content[0], "text") else ""
 
 
 def sink_applied(command_id):
@@ -112,6 +122,57 @@ async def main():
         check("money without a currency is a tool error with the problem",
               bad.is_error and problem.get("type") == "/problems/invalid-args", (bad.is_error, problem))
 
+        # Args the tool does not declare (its input schema is enforced), and
+        # money that is no amount: refused, naming each field; nothing runs.
+        applied_before = sink_events("applied")
+        for args, fields in [
+            ({"amount": "1.00 USD"}, ["/to"]),
+            ({}, ["/amount", "/to"]),
+            ({"customer": "x@y.z", "amount": "1.00 USD"}, ["/to"]),
+            ({"to": "x@y.z", "amount": "twelve bucks"}, ["/amount"]),
+        ]:
+            r = await b.call_tool("refund", args)
+            p = r.structured_content or {}
+            named = sorted(e.get("pointer") for e in p.get("errors") or [])
+            check(f"{json.dumps(args)} is a tool error naming {fields}",
+                  r.is_error and p.get("type") == "/problems/invalid-args" and named == fields,
+                  (r.is_error, p))
+        check("and none of them reached the sink", sink_events("applied") == applied_before,
+              (applied_before, sink_events("applied")))
+
+        # A call naming its run in _meta.runId is made under that run.
+        r = await c.call_tool("refund", {"to": "kim@example.com", "amount": "4.00 USD"},
+                              meta={"runId": "sdk-worker-7"})
+        x = r.structured_content or {}
+        recorded = api(f"/v1/commands/{x.get('command_id')}").get("run_id") if x.get("command_id") else None
+        check("_meta.runId names the call's run",
+              x.get("run_id") == "sdk-worker-7" and recorded == "sdk-worker-7", (x, recorded))
+
+        # Outcomes that are not a success are tool errors that say so, and
+        # keep the structured answer.
+        failed, ambiguous = await asyncio.gather(
+            c.call_tool("refund", {"to": "lee@example.com", "amount": "5.00 USD", "mode": "reject"}),
+            a.call_tool("refund", {"to": "mo@example.com", "amount": "6.00 USD", "mode": "hang"}),
+        )
+        x = failed.structured_content or {}
+        check("a failed refund is a tool error saying FAILED",
+              failed.is_error and x.get("state") == "failed" and first_text(failed).startswith("FAILED"),
+              (failed.is_error, x, first_text(failed)))
+        x = ambiguous.structured_content or {}
+        check("an ambiguous refund is a tool error saying not to retry it",
+              ambiguous.is_error and x.get("state") == "ambiguous"
+              and first_text(ambiguous).startswith("NOT CONFIRMED") and "Do not retry" in first_text(ambiguous),
+              (ambiguous.is_error, x, first_text(ambiguous)))
+
+        # An unknown tool is named, with the tools there are.
+        try:
+            await c.call_tool("refnud", {"to": "x@y.z"})
+            check("an unknown tool is an error", False, "it answered")
+        except MCPError as e:
+            check("an unknown tool is an error naming it and the tools",
+                  e.code == -32602 and e.message == f"unknown tool refnud; the tools are: {', '.join(sorted(tools))}",
+                  (e.code, e.message))
+
     # A new session (a new run) with the same intent after the window: held.
     async with stdio() as d:
         held = await d.call_tool("refund", {"to": "hal@example.com", "amount": "12 USD"})
@@ -131,12 +192,17 @@ async def main():
         resp = await plain.post(HTTP_URL, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
                                 headers={"Accept": "application/json, text/event-stream"})
         check("over HTTP a request without a bearer token is 401", resp.status_code == 401, resp.status_code)
-    async with over_http("clt_not_a_token") as h:
-        try:
+        resp = await plain.post(HTTP_URL, json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}},
+            headers={"Accept": "application/json, text/event-stream", "Authorization": "Bearer clt_not_a_token"})
+        check("over HTTP a wrong token is 401 at initialize, with no session",
+              resp.status_code == 401 and "mcp-session-id" not in resp.headers, (resp.status_code, resp.headers))
+    try:
+        async with over_http("clt_not_a_token") as h:
             await h.list_tools()
-            check("over HTTP a wrong token lists nothing", False, "listed")
-        except Exception as e:  # the API refused the token
-            check("over HTTP a wrong token lists nothing", "401" in str(e) or "unauthorized" in str(e).lower(), e)
+        check("over HTTP the SDK opens no session with a wrong token", False, "it listed the tools")
+    except Exception:  # refused at initialize
+        check("over HTTP the SDK opens no session with a wrong token", True)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 //! `command-ledger mcp`: the catalog's kinds as MCP tools (`crate::mcp`),
 //! over stdio (an agent host launches it, one principal: `--token`) or
 //! streamable HTTP (`--http ADDR`, path `/mcp`; every request carries its
-//! own bearer token, which the API checks).
+//! own bearer token, which the API checks: when a session opens, and at
+//! every call).
 
 use anyhow::Context as _;
 use axum::extract::Request;
@@ -11,6 +12,7 @@ use axum::response::{IntoResponse, Response};
 use clap::Args;
 use command_ledger_client::Client;
 use rmcp::ServiceExt as _;
+use rmcp::transport::common::http_header::HEADER_SESSION_ID;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use std::net::SocketAddr;
@@ -81,9 +83,9 @@ pub(super) async fn run(args: McpArgs) -> anyhow::Result<()> {
                 Arc::new(LocalSessionManager::default()),
                 config,
             );
-            let app = axum::Router::new()
-                .nest_service("/mcp", service)
-                .layer(axum::middleware::from_fn(require_bearer));
+            let app = axum::Router::new().nest_service("/mcp", service).layer(
+                axum::middleware::from_fn_with_state(Client::new(&args.url, ""), require_token),
+            );
             axum::serve(listener, app)
                 .with_graceful_shutdown(async move {
                     super::shutdown_signal().await;
@@ -95,24 +97,65 @@ pub(super) async fn run(args: McpArgs) -> anyhow::Result<()> {
     }
 }
 
-/// Refuses a request without a bearer token before it reaches a session;
-/// the token itself is checked by the API on every call.
-async fn require_bearer(request: Request, next: Next) -> Response {
-    if bearer(request.headers()).is_some() {
-        return next.run(request).await;
+/// Refuses a request without a bearer token before it reaches a session,
+/// and a request that would open a session (no `Mcp-Session-Id`: the
+/// `initialize`) with a token the API does not accept, so that a wrong
+/// token gets no session, as a missing one gets none. Within a session the
+/// API checks the token at every call.
+async fn require_token(
+    axum::extract::State(client): axum::extract::State<Client>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let Some(token) = bearer(request.headers()) else {
+        return problem(
+            StatusCode::UNAUTHORIZED,
+            "/problems/unauthorized",
+            "send a ledger token as Authorization: Bearer TOKEN",
+        );
+    };
+    if !request.headers().contains_key(HEADER_SESSION_ID) {
+        match client.with_token(token).kinds().await {
+            Ok(_) => {}
+            // The API's refusal (401 for a token it does not know), as it gave it.
+            Err(command_ledger_client::Error::Problem {
+                status,
+                problem_type,
+                detail,
+                ..
+            }) => {
+                let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
+                return problem(status, &problem_type, &detail);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "the ledger API did not answer a token check");
+                return problem(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "/problems/unavailable",
+                    &format!("the ledger API did not answer ({e}); try again"),
+                );
+            }
+        }
     }
+    next.run(request).await
+}
+
+fn problem(status: StatusCode, problem_type: &str, detail: &str) -> Response {
+    let title = status.canonical_reason().unwrap_or("Error");
     let body = serde_json::json!({
-        "type": "/problems/unauthorized",
-        "title": "Unauthorized",
-        "status": 401,
-        "detail": "send a ledger token as Authorization: Bearer TOKEN",
+        "type": problem_type,
+        "title": title,
+        "status": status.as_u16(),
+        "detail": detail,
     });
-    let mut response = (StatusCode::UNAUTHORIZED, body.to_string()).into_response();
+    let mut response = (status, body.to_string()).into_response();
     let h = response.headers_mut();
     h.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/problem+json"),
     );
-    h.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    if status == StatusCode::UNAUTHORIZED {
+        h.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    }
     response
 }

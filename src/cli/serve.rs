@@ -18,7 +18,6 @@ use crate::custodian::http_executor::HttpExecutor;
 use crate::db::Role;
 use crate::db::roles::ServiceRole;
 use crate::demo_sink;
-use crate::domain::admission::{KeyMode, KindPolicy};
 use crate::http::{self, AppState};
 
 #[derive(Debug, Args)]
@@ -118,17 +117,7 @@ pub(super) async fn run(
     let mut effects = catalog.effects()?;
     let mut policies = catalog.policies()?;
     if embedded && !catalog.kinds.contains_key("refund") {
-        // The quickstart's refund: keyless allowed (the intent stands in for
-        // a key), run by the in-process custodian of `payments`.
-        policies.set(
-            "refund",
-            KindPolicy {
-                key: KeyMode::Fingerprint,
-                authority: Some("payments".to_owned()),
-                ..KindPolicy::default()
-            },
-        );
-        policies.describe("refund", demo_refund_description());
+        crate::catalog::quickstart_refund(&mut policies);
     }
     if embedded && !args.no_demo_sink && effects.get("refund").is_none() {
         let url = start_demo_sink(state_dir, stopped()).await?;
@@ -299,28 +288,4 @@ fn announce_embedded(
         tf = token_file.display(),
     ));
     println!("{text}");
-}
-
-/// What callers (`GET /v1/kinds`, `command-ledger mcp`) are told about the
-/// quickstart's refund.
-fn demo_refund_description() -> crate::domain::admission::KindDescription {
-    crate::domain::admission::KindDescription {
-        description: Some(
-            "Refund money to a customer through the demo payments provider. Repeating a call \
-             is safe: copies of one refund (retried, spelled differently, sent by another \
-             worker) make one refund."
-                .to_owned(),
-        ),
-        args_schema: Some(serde_json::json!({
-            "type": "object",
-            "properties": {
-                "to": {"type": "string", "format": "email", "description": "who gets the money"},
-                "amount": {"type": "string", "description": crate::domain::admission::MONEY_DESCRIPTION},
-                "currency": {"type": "string", "description": "ISO 4217, when the amount does not name it"},
-                "mode": {"type": "string", "enum": ["hang", "stall", "reject"],
-                         "description": "demo only: how the sink misbehaves"}
-            },
-            "required": ["to", "amount"]
-        })),
-    }
 }

@@ -6,6 +6,7 @@
 use serde_json::{Value, json};
 use std::time::Duration;
 
+use super::args_schema::ArgsSchema;
 use super::canonical::Policy;
 use super::digest::RequestDigest;
 
@@ -112,6 +113,9 @@ pub struct KindPolicy {
     pub dedup_scope: DedupScope,
     /// What a definite failure does to its intent (default: release it).
     pub on_failure: OnFailure,
+    /// The args the kind declares (the catalog's `args_schema`): enforced
+    /// at admission, and what callers are shown. `None`: any args object.
+    pub args_schema: Option<ArgsSchema>,
 }
 
 impl Default for KindPolicy {
@@ -126,6 +130,19 @@ impl Default for KindPolicy {
             guard_keyed: false,
             dedup_scope: DedupScope::Fleet,
             on_failure: OnFailure::Release,
+            args_schema: None,
+        }
+    }
+}
+
+impl KindPolicy {
+    /// The args schema callers are shown: the declared one (enforced), else
+    /// one made from the fields canonical form treats specially, which only
+    /// describes (the canonicalizer itself refuses money it cannot read).
+    pub fn shown_args_schema(&self) -> Value {
+        match &self.args_schema {
+            Some(schema) => schema.source().clone(),
+            None => args_schema_from(self),
         }
     }
 }
@@ -223,22 +240,16 @@ impl Policies {
         self.descriptions.insert(kind.to_owned(), description);
     }
 
-    /// Every kind the catalog names, by name, with its policy and what
-    /// callers are told about it (a schema made from the policy when the
-    /// catalog gives none).
+    /// Every kind the catalog names, by name, with its policy (whose
+    /// `shown_args_schema` callers are shown) and what callers are told
+    /// about it.
     pub fn kinds(&self) -> Vec<(&str, &KindPolicy, KindDescription)> {
         let mut kinds: Vec<_> = self
             .by_kind
             .iter()
             .map(|(kind, policy)| {
                 let described = self.descriptions.get(kind).cloned().unwrap_or_default();
-                let description = KindDescription {
-                    args_schema: described
-                        .args_schema
-                        .or_else(|| Some(args_schema_from(policy))),
-                    ..described
-                };
-                (kind.as_str(), policy, description)
+                (kind.as_str(), policy, described)
             })
             .collect();
         kinds.sort_by(|a, b| a.0.cmp(b.0));
@@ -246,16 +257,15 @@ impl Policies {
     }
 }
 
-/// What callers are told about a kind.
+/// What callers are told about a kind besides its args schema (which is
+/// the policy's: the schema shown is the schema enforced).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct KindDescription {
     pub description: Option<String>,
-    /// A JSON Schema object (`"type": "object"`).
-    pub args_schema: Option<Value>,
 }
 
-/// The schema a kind's args get when the catalog gives none: any object,
-/// with the fields its canonical form treats specially described.
+/// The schema a kind's args are shown when the catalog declares none: any
+/// object, with the fields its canonical form treats specially described.
 fn args_schema_from(policy: &KindPolicy) -> Value {
     let mut properties = serde_json::Map::new();
     for field in &policy.canonical.money_fields {

@@ -100,6 +100,21 @@ pub enum CanonError {
     DuplicateKey { path: String },
 }
 
+impl CanonError {
+    /// Where in the args the unreadable value sits (a JSON pointer).
+    pub fn path(&self) -> &str {
+        match self {
+            CanonError::AmbiguousMoney { path, .. }
+            | CanonError::BadMoney { path, .. }
+            | CanonError::UnknownCurrency { path, .. }
+            | CanonError::TooPrecise { path, .. }
+            | CanonError::CurrencyMismatch { path, .. }
+            | CanonError::OutOfRange { path }
+            | CanonError::DuplicateKey { path } => path,
+        }
+    }
+}
+
 /// Canonicalizes `args` under `policy`, at the current version.
 pub fn canonicalize(args: &Value, policy: &Policy) -> Result<Canonical, CanonError> {
     canonicalize_at(args, policy, CANONICALIZER_VERSION)
@@ -300,15 +315,14 @@ fn walk_object(
     Ok(Value::Object(out))
 }
 
-/// Whether a value under a money-like name is read as money: any number,
-/// and any string with a digit in it. Reading it may then fail: a bare
-/// amount with no currency anywhere is refused, never guessed.
+/// Whether a value under a money-like name is read as money: any number
+/// and any string. Reading it may then fail, and the request is refused: a
+/// bare amount with no currency anywhere is never guessed, and text that is
+/// no amount (`"twelve bucks"`) is never passed through as if it were one.
+/// Objects are walked (they may hold the amount's parts), and `true` or
+/// `null` are no amount anybody could mistake.
 fn money_shaped(v: &Value) -> bool {
-    match v {
-        Value::Number(_) => true,
-        Value::String(s) => s.len() <= MAX_SCALAR_LEN && s.chars().any(|c| c.is_ascii_digit()),
-        _ => false,
-    }
+    matches!(v, Value::Number(_) | Value::String(_))
 }
 
 fn is_canonical_money(v: &Value) -> bool {

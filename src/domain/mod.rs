@@ -3,6 +3,7 @@
 //! no database, no runtime, no HTTP; time and randomness come in as arguments.
 
 pub mod admission;
+pub mod args_schema;
 pub mod canonical;
 pub mod digest;
 pub mod idempotency_key;

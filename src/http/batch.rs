@@ -217,7 +217,8 @@ fn answer_for<'a>(
                 ApiError::KeyConflict { .. } => "conflict",
                 ApiError::IdempotencyKey(_)
                 | ApiError::InvalidBody(_)
-                | ApiError::InvalidArgs(_) => "invalid",
+                | ApiError::InvalidArgs(_)
+                | ApiError::ArgsMismatch(_) => "invalid",
                 _ => "refused",
             };
             ItemAnswer {

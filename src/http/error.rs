@@ -6,6 +6,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 
+use crate::domain::args_schema::SchemaMismatch;
 use crate::domain::{CanonError, KeyError, State};
 use crate::ledger::LedgerError;
 
@@ -35,6 +36,8 @@ pub enum ApiError {
     InvalidBody(String),
     #[error("{0}")]
     InvalidArgs(#[from] CanonError),
+    #[error("{0}")]
+    ArgsMismatch(#[from] SchemaMismatch),
     #[error("{0}")]
     InvalidQuery(String),
     #[error("{0}")]
@@ -87,6 +90,7 @@ impl From<LedgerError> for ApiError {
             LedgerError::NotFound => ApiError::NotFound,
             LedgerError::Key(e) => ApiError::IdempotencyKey(e),
             LedgerError::InvalidArgs(e) => ApiError::InvalidArgs(e),
+            LedgerError::ArgsMismatch(e) => ApiError::ArgsMismatch(e),
             LedgerError::KeyConflict {
                 command_id,
                 stored_digest,
@@ -173,6 +177,7 @@ impl ApiError {
             ApiError::IdempotencyKey(_)
             | ApiError::InvalidBody(_)
             | ApiError::InvalidArgs(_)
+            | ApiError::ArgsMismatch(_)
             | ApiError::InvalidQuery(_)
             | ApiError::InvalidId(_) => StatusCode::BAD_REQUEST,
             ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -203,7 +208,7 @@ impl ApiError {
             ApiError::IdempotencyKey(KeyError::Missing) => "/problems/missing-idempotency-key",
             ApiError::IdempotencyKey(_) => "/problems/invalid-idempotency-key",
             ApiError::InvalidBody(_) => "/problems/invalid-body",
-            ApiError::InvalidArgs(_) => "/problems/invalid-args",
+            ApiError::InvalidArgs(_) | ApiError::ArgsMismatch(_) => "/problems/invalid-args",
             ApiError::InvalidQuery(_) => "/problems/invalid-query",
             ApiError::InvalidId(_) => "/problems/invalid-id",
             ApiError::UnsupportedMediaType => "/problems/unsupported-media-type",
@@ -233,7 +238,7 @@ impl ApiError {
             ApiError::IdempotencyKey(KeyError::Missing) => "Missing idempotency key",
             ApiError::IdempotencyKey(_) => "Invalid idempotency key",
             ApiError::InvalidBody(_) => "Invalid request body",
-            ApiError::InvalidArgs(_) => "Arguments cannot be read unambiguously",
+            ApiError::InvalidArgs(_) | ApiError::ArgsMismatch(_) => "Invalid arguments",
             ApiError::InvalidQuery(_) => "Invalid query parameters",
             ApiError::InvalidId(_) => "Invalid id",
             ApiError::UnsupportedMediaType => "Unsupported media type",
@@ -253,7 +258,21 @@ impl ApiError {
 
     fn extensions(&self) -> Map<String, Value> {
         let mut ext = Map::new();
+        let field = |pointer: &str, detail: String| json!({"pointer": pointer, "detail": detail});
         match self {
+            // Each failing field of the args: a JSON pointer into `args`
+            // (RFC 9457's `errors`), so a caller can fix them all at once.
+            ApiError::InvalidArgs(e) => {
+                ext.insert("errors".into(), json!([field(e.path(), e.to_string())]));
+            }
+            ApiError::ArgsMismatch(e) => {
+                let errors: Vec<Value> = e
+                    .violations
+                    .iter()
+                    .map(|v| field(&v.pointer, v.message.clone()))
+                    .collect();
+                ext.insert("errors".into(), Value::Array(errors));
+            }
             ApiError::KeyConflict {
                 command_id,
                 stored_digest,

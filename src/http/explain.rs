@@ -1,7 +1,8 @@
 //! `POST /v1/intents/explain`: why two requests are (or are not) one
-//! intent. Canonicalizes a request exactly as admission would, under the
-//! kind's policy, and answers with the canonical form, the fingerprint and
-//! the rules that fired. Records nothing.
+//! intent. Reads a request exactly as admission would, under the kind's
+//! policy (its declared args schema included), and answers with the
+//! canonical form, the fingerprint and the rules that fired, or the
+//! refusal admission would give. Records nothing.
 
 use axum::Json;
 use axum::extract::State;
@@ -14,7 +15,8 @@ use super::error::{ApiError, Problem};
 use super::extract::{AppJson, Auth};
 use super::submit::{AuthorityField, args, authority, invalid, run_id};
 use crate::domain::admission::{DedupScope, KeyMode, OnFailure};
-use crate::domain::{AuthorityId, AuthorityRef, Kind, canonical_request};
+use crate::domain::{AuthorityId, AuthorityRef, Kind};
+use crate::ledger::submit::Submission;
 
 /// A request to explain: the body of `POST /v1/commands` or of
 /// `POST /v1/invoke` (`tool`, `runId`), the authority defaulting to the
@@ -89,15 +91,15 @@ pub(super) async fn explain(
             )));
         }
     };
-    let args = args(body.args)?;
-    let run_id = run_id(body.run_id)?;
-    let c = canonical_request(
-        kind.as_str(),
-        &authority.canonical(),
-        &args,
-        run_id.as_deref(),
-        &policy.canonical,
-    )?;
+    let sub = Submission {
+        kind,
+        authority,
+        args: args(body.args)?,
+        run_id: run_id(body.run_id)?,
+        deadline: None,
+    };
+    // What admission would read, or refuse: the same check, nothing recorded.
+    let c = crate::ledger::submit::read(&sub, policy)?;
     Ok(Json(Explanation {
         canonical: c.form,
         canonical_rules: c.rules,

@@ -27,8 +27,10 @@ pub(super) struct KindView {
     /// `fingerprint`: the intent may stand in for one.
     key: &'static str,
     description: Option<String>,
-    /// A JSON Schema of `args`. Advisory: admission checks only what its
-    /// canonical form needs.
+    /// A JSON Schema of `args`. The catalog's `args_schema` when it declares
+    /// one, enforced at admission (args that do not match are `400
+    /// /problems/invalid-args`, nothing recorded); else one made from the
+    /// kind's money and e-mail fields, which only describes.
     #[schema(value_type = Object)]
     args_schema: Value,
 }
@@ -54,9 +56,7 @@ pub(super) async fn list(
                 KeyMode::Fingerprint => "fingerprint",
             },
             description: described.description,
-            args_schema: described
-                .args_schema
-                .unwrap_or_else(|| serde_json::json!({"type": "object"})),
+            args_schema: policy.shown_args_schema(),
         })
         .collect();
     Ok(Json(KindList { items }))

@@ -15,6 +15,7 @@ pub mod wake;
 
 pub use wake::PendingWake;
 
+use crate::domain::args_schema::SchemaMismatch;
 use crate::domain::{CanonError, KeyError};
 
 /// Why a use case refused or failed.
@@ -29,6 +30,9 @@ pub enum LedgerError {
     /// The arguments cannot be put in canonical form unambiguously.
     #[error(transparent)]
     InvalidArgs(#[from] CanonError),
+    /// The arguments do not match the kind's declared `args_schema`.
+    #[error(transparent)]
+    ArgsMismatch(#[from] SchemaMismatch),
     /// The key already names a different request.
     #[error("idempotency key reused for a different request (command {command_id})")]
     KeyConflict {

@@ -1,5 +1,7 @@
 //! Admission: where a request becomes a row, for every front end. A
-//! validated submission is canonicalized (the pure domain), then admitted
+//! validated submission's args are checked against its kind's declared
+//! schema and canonicalized (the pure domain; args refused by either are
+//! never recorded, not even as a hold), then admitted
 //! under its key (new / replay / conflict) or, keyless, under its intent
 //! (new / the same command: coalesced or replay / held / refused). The
 //! unique index on (scope, key) decides every race; keyless commands are
@@ -70,14 +72,7 @@ pub async fn admit(
     sub: &Submission,
     policy: &KindPolicy,
 ) -> Result<(Admitted, CanonicalRequest), LedgerError> {
-    let canonical = canonical_request(
-        sub.kind.as_str(),
-        &sub.authority.canonical(),
-        &sub.args,
-        sub.run_id.as_deref(),
-        &policy.canonical,
-    )
-    .map_err(LedgerError::InvalidArgs)?;
+    let canonical = read(sub, policy)?;
     let ctx = &Ctx {
         pool,
         wake,
@@ -98,6 +93,31 @@ pub async fn admit(
         None => return Err(LedgerError::Key(KeyError::Missing)),
     };
     Ok((admitted, canonical))
+}
+
+/// A submission's canonical form, once its args are what its kind declares
+/// (the catalog's `args_schema`, when it has one) and canonical form can
+/// read them (money with a currency, say). Every front end passes here
+/// before anything is recorded; `POST /v1/intents/explain` too, so that it
+/// refuses what admission would.
+pub fn read(sub: &Submission, policy: &KindPolicy) -> Result<CanonicalRequest, LedgerError> {
+    let canonical = canonical_request(
+        sub.kind.as_str(),
+        &sub.authority.canonical(),
+        &sub.args,
+        sub.run_id.as_deref(),
+        &policy.canonical,
+    );
+    if let Some(schema) = &policy.args_schema
+        && let Err(mut mismatch) = schema.check(&sub.args)
+    {
+        // One refusal names every failing field, unreadable money included.
+        if let Err(e) = &canonical {
+            mismatch.also(e.path(), e.to_string());
+        }
+        return Err(mismatch.into());
+    }
+    Ok(canonical?)
 }
 
 /// The request a submission records, as a command or as a hold.
@@ -250,16 +270,10 @@ pub async fn admit_batch(
         items.iter().map(|_| None).collect();
     let mut canonicals: Vec<Option<CanonicalRequest>> = Vec::with_capacity(items.len());
     for (i, item) in items.iter().enumerate() {
-        match canonical_request(
-            item.sub.kind.as_str(),
-            &item.sub.authority.canonical(),
-            &item.sub.args,
-            item.sub.run_id.as_deref(),
-            &item.policy.canonical,
-        ) {
+        match read(&item.sub, &item.policy) {
             Ok(c) => canonicals.push(Some(c)),
             Err(e) => {
-                answers[i] = Some(Err(LedgerError::InvalidArgs(e)));
+                answers[i] = Some(Err(e));
                 canonicals.push(None);
             }
         }

@@ -5,7 +5,7 @@
 //! demo and deletes nothing; `POST /v1/intents/explain` records nothing.
 
 use crate::admission::start_custodian;
-use crate::harness::{TestApp, TestSink, problem, refund_policy};
+use crate::harness::{TestApp, TestSink, problem, quickstart_refund};
 use command_ledger::db::Role;
 use command_ledger::demo_sink::Mode;
 use command_ledger::domain::admission::NearDuplicate;
@@ -28,14 +28,18 @@ async fn post(app: &TestApp, token: &str, path: &str, body: &str) -> (u16, Value
 
 /// The demo's requests, byte for byte.
 const DEMO: [&str; 3] = [
-    r#"{"tool":"refund","runId":"worker-a","args":{"customer":"Ada@Example.com","amount":"$12.00","currency":"usd","trace_id":"a-1"}}"#,
-    r#"{"runId":"worker-b","tool":"refund","args":{"trace_id":"b-7","amount":"12.00 USD","customer":"ada@example.com"}}"#,
-    r#"{"tool":"refund","runId":"worker-c","args":{"amount":"1200 cents","currency":"USD","customer":"ADA@example.com","trace_id":"c-3"}}"#,
+    r#"{"tool":"refund","runId":"worker-a","args":{"to":"Ada@Example.com","amount":"$12.00","currency":"usd","trace_id":"a-1"}}"#,
+    r#"{"runId":"worker-b","tool":"refund","args":{"trace_id":"b-7","amount":"12.00 USD","to":"ada@example.com"}}"#,
+    r#"{"tool":"refund","runId":"worker-c","args":{"amount":"1200 cents","currency":"USD","to":"ADA@example.com","trace_id":"c-3"}}"#,
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_demo_requests_sent_verbatim_to_the_api_paths_get_the_documented_answers() {
-    let app = TestApp::spawn_with(refund_policy(Duration::from_secs(3), NearDuplicate::Hold)).await;
+    let app = TestApp::spawn_with(quickstart_refund(
+        Duration::from_secs(3),
+        NearDuplicate::Hold,
+    ))
+    .await;
     let sink = TestSink::start(Mode::Ok).await;
     let (_c, _stop) = start_custodian(&app, &sink).await;
     let op = app.token("ops", Role::Operator).await;
@@ -77,7 +81,7 @@ async fn the_demo_requests_sent_verbatim_to_the_api_paths_get_the_documented_ans
         &app,
         &agent,
         "/api/invoke",
-        r#"{"tool":"refund","runId":"worker-d","args":{"customer":"ada@example.com","amount":"USD 12"}}"#,
+        r#"{"tool":"refund","runId":"worker-d","args":{"to":"ada@example.com","amount":"USD 12"}}"#,
     )
     .await;
     assert_eq!(
@@ -211,7 +215,7 @@ async fn in_the_embedded_demo_reset_starts_a_new_epoch_and_deletes_nothing() {
     let (_url, pool) = crate::harness::fresh_database().await;
     let mut state = AppState::new(
         crate::harness::as_role(&pool, command_ledger::db::roles::ServiceRole::Api),
-        refund_policy(Duration::from_secs(5), NearDuplicate::Hold),
+        quickstart_refund(Duration::from_secs(5), NearDuplicate::Hold),
     );
     state.api_reset = true;
     let addr = crate::harness::serve_state(state).await;
@@ -252,7 +256,11 @@ async fn in_the_embedded_demo_reset_starts_a_new_epoch_and_deletes_nothing() {
 
 #[tokio::test]
 async fn explain_shows_canonical_form_fingerprint_and_rules_and_records_nothing() {
-    let app = TestApp::spawn_with(refund_policy(Duration::from_secs(5), NearDuplicate::Hold)).await;
+    let app = TestApp::spawn_with(quickstart_refund(
+        Duration::from_secs(5),
+        NearDuplicate::Hold,
+    ))
+    .await;
     let agent = app.token("agent", Role::Device).await;
     let mut prints = Vec::new();
     for body in DEMO {
@@ -260,7 +268,7 @@ async fn explain_shows_canonical_form_fingerprint_and_rules_and_records_nothing(
         assert_eq!(status, 200, "{e}");
         assert_eq!(
             e["canonical"]["args"],
-            json!({"customer": "ada@example.com", "amount": {"amount_minor": 1200, "currency": "USD"}})
+            json!({"to": "ada@example.com", "amount": {"amount_minor": 1200, "currency": "USD"}})
         );
         assert!(
             e["canonical_rules"]
@@ -282,7 +290,7 @@ async fn explain_shows_canonical_form_fingerprint_and_rules_and_records_nothing(
         &app,
         &agent,
         "/v1/intents/explain",
-        r#"{"kind":"refund","authority":"payments","args":{"amount":"12.00"}}"#,
+        r#"{"kind":"refund","authority":"payments","args":{"to":"ada@example.com","amount":"12.00"}}"#,
     )
     .await;
     assert_eq!(
@@ -308,4 +316,38 @@ async fn explain_shows_canonical_form_fingerprint_and_rules_and_records_nothing(
             .unwrap()
             .contains(&json!("currency_merged@/currency"))
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn invoke_refuses_args_the_kind_does_not_declare_and_nothing_reaches_the_sink() {
+    use crate::harness::{assert_names_fields, hold_count, malformed_refunds};
+    let app = TestApp::spawn_with(quickstart_refund(
+        Duration::from_secs(5),
+        NearDuplicate::Hold,
+    ))
+    .await;
+    let sink = TestSink::start(Mode::Ok).await;
+    let (_c, _stop) = start_custodian(&app, &sink).await;
+    let agent = app.token("agent-1", Role::Device).await;
+    for (i, (args, fields)) in malformed_refunds().into_iter().enumerate() {
+        let body = json!({"tool": "refund", "runId": format!("run-{i}"), "args": args}).to_string();
+        for path in ["/v1/invoke", "/api/invoke", "/v1/intents/explain"] {
+            let (status, p) = post(&app, &agent, path, &body).await;
+            assert_eq!(status, 400, "{path}: {p}");
+            assert_names_fields(&p, &fields);
+        }
+    }
+    // A refund that matches runs (so the custodian and the sink are live),
+    // and it is the only thing that ever reached the sink.
+    let (status, ok) = post(
+        &app,
+        &agent,
+        "/v1/invoke",
+        r#"{"tool":"refund","runId":"run-ok","args":{"to":"x@y.z","amount":"1.00 USD"}}"#,
+    )
+    .await;
+    assert_eq!((status, &ok["state"]), (200, &json!("applied")), "{ok}");
+    assert_eq!(app.command_count().await, 1);
+    assert_eq!(hold_count(&app.pool).await, 0);
+    assert_eq!((sink.requests(), sink.count("applied")), (1, 1));
 }

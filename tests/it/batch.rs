@@ -335,3 +335,60 @@ async fn one_bad_row_never_fails_its_neighbours() {
         .unwrap();
     assert_eq!(n, 19);
 }
+
+#[tokio::test]
+async fn a_batch_item_whose_args_do_not_match_the_kinds_schema_is_refused_alone() {
+    use crate::harness::{assert_names_fields, hold_count, malformed_refunds, quickstart_refund};
+    use command_ledger::domain::admission::NearDuplicate;
+    let app = TestApp::spawn_with(quickstart_refund(
+        std::time::Duration::from_secs(5),
+        NearDuplicate::Hold,
+    ))
+    .await;
+    let token = app.token("kiosk-1", Role::Device).await;
+    let refund_with = |key: Option<String>, args: Value| {
+        let mut v = json!({"kind": "refund", "authority": "payments", "args": args});
+        if let Some(key) = key {
+            v["idempotency_key"] = json!(key);
+        }
+        v
+    };
+    let malformed = malformed_refunds();
+    // Each malformed refund keyed (the one-statement path) and keyless (one
+    // by one, under the intent guard), between two good ones.
+    let mut items = vec![refund_with(
+        Some("good-1".into()),
+        json!({"to": "x@y.z", "amount": "1.00 USD"}),
+    )];
+    for (i, (args, _)) in malformed.iter().enumerate() {
+        items.push(refund_with(Some(format!("bad-{i}")), args.clone()));
+        items.push(refund_with(None, args.clone()));
+    }
+    items.push(refund_with(
+        None,
+        json!({"to": "y@y.z", "amount": "2.00 USD"}),
+    ));
+    let got = answers(batch(&app, &token, items).await).await;
+    assert_eq!(got.len(), 2 + 2 * malformed.len());
+    for (i, (_, fields)) in malformed.iter().enumerate() {
+        for answer in [&got[1 + 2 * i], &got[2 + 2 * i]] {
+            assert_eq!(
+                (&answer["status"], &answer["disposition"]),
+                (&json!(400), &json!("invalid")),
+                "{answer}"
+            );
+            assert!(answer.get("command").is_none(), "{answer}");
+            assert_names_fields(&answer["problem"], fields);
+        }
+    }
+    let last = got.last().unwrap();
+    for good in [&got[0], last] {
+        assert_eq!(
+            (&good["status"], &good["disposition"]),
+            (&json!(202), &json!("new")),
+            "{good}"
+        );
+    }
+    assert_eq!(app.command_count().await, 2, "only the good items");
+    assert_eq!(hold_count(&app.pool).await, 0);
+}

@@ -641,6 +641,71 @@ pub(crate) fn refund_policy(
     policies
 }
 
+/// `refund` as the quickstart declares it (`catalog::quickstart_refund`:
+/// `to` and `amount` required, enforced at admission), with this coalescing
+/// window and this answer to a near-duplicate after it.
+pub(crate) fn quickstart_refund(
+    window: std::time::Duration,
+    near_duplicate: command_ledger::domain::admission::NearDuplicate,
+) -> command_ledger::domain::admission::Policies {
+    let mut policies = command_ledger::domain::admission::Policies::default();
+    command_ledger::catalog::quickstart_refund(&mut policies);
+    let mut policy = policies.get("refund").clone();
+    policy.window = window;
+    policy.near_duplicate = near_duplicate;
+    policies.set("refund", policy);
+    policies
+}
+
+/// The malformed refunds of issue 32 (item 9), which were each recorded and
+/// applied while the quickstart's schema said `to` and `amount` are
+/// required: their args, and the fields (JSON pointers into the args) a
+/// refusal must name.
+pub(crate) fn malformed_refunds() -> Vec<(Value, Vec<&'static str>)> {
+    vec![
+        (serde_json::json!({"amount": "1.00 USD"}), vec!["/to"]),
+        (serde_json::json!({}), vec!["/amount", "/to"]),
+        (
+            serde_json::json!({"customer": "x@y.z", "amount": "1.00 USD"}),
+            vec!["/to"],
+        ),
+        (
+            serde_json::json!({"to": "x@y.z", "amount": "twelve bucks"}),
+            vec!["/amount"],
+        ),
+    ]
+}
+
+/// Asserts that a problem document refuses the args as invalid and names
+/// exactly these fields in `errors` (each with a message).
+pub(crate) fn assert_names_fields(problem: &Value, fields: &[&str]) {
+    assert_eq!(problem["type"], "/problems/invalid-args", "{problem}");
+    assert_eq!(problem["status"], 400, "{problem}");
+    let errors = problem["errors"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{problem}"));
+    let mut named: Vec<&str> = errors
+        .iter()
+        .map(|e| e["pointer"].as_str().unwrap())
+        .collect();
+    named.sort_unstable();
+    assert_eq!(named, fields, "{problem}");
+    assert!(
+        errors
+            .iter()
+            .all(|e| e["detail"].as_str().is_some_and(|d| !d.is_empty())),
+        "{problem}"
+    );
+}
+
+/// How many holds the ledger has.
+pub(crate) async fn hold_count(pool: &PgPool) -> i64 {
+    sqlx::query_scalar("select count(*) from holds")
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
 /// A device principal in a fleet of its own, made as `token create` makes
 /// one (its fleet first: on Citus both are reference tables, and a trigger
 /// of one may not write the other); the one of that name if it exists.

@@ -6,6 +6,7 @@ use command_ledger::db::Role;
 use command_ledger::demo_sink::Mode;
 use command_ledger::domain::admission::KindDescription;
 use command_ledger::domain::admission::NearDuplicate;
+use command_ledger::domain::args_schema::ArgsSchema;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::process::Stdio;
@@ -13,7 +14,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 
-use crate::harness::{TestApp, TestSink, custodian, refund_effects, refund_policy};
+use crate::harness::{
+    TestApp, TestSink, assert_names_fields, custodian, malformed_refunds, quickstart_refund,
+    refund_effects, refund_policy,
+};
 
 /// One stdio session with a `command-ledger mcp` child.
 struct Session {
@@ -91,17 +95,45 @@ fn call(id: i64, args: &Value) -> Value {
            "params": {"name": "refund", "arguments": args}})
 }
 
+/// A call of `refund` naming its run in `_meta.runId`.
+fn call_as(id: i64, run_id: &str, args: &Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+           "params": {"name": "refund", "arguments": args, "_meta": {"runId": run_id}}})
+}
+
+/// The quickstart's refund, a sink, and a custodian of `payments` whose
+/// effects time out after `effect_timeout`.
+async fn quickstart(effect_timeout: Duration) -> (TestApp, TestSink, String) {
+    let sink = TestSink::start(Mode::Ok).await;
+    let app = TestApp::spawn_with(quickstart_refund(
+        Duration::from_secs(5),
+        NearDuplicate::Hold,
+    ))
+    .await;
+    let token = app.token("agent-1", Role::Device).await;
+    let runner = Arc::new(custodian(
+        &app.pool,
+        &["payments"],
+        refund_effects(&sink.url, effect_timeout),
+        Duration::from_secs(5),
+    ));
+    tokio::spawn(runner.run(std::future::pending()));
+    (app, sink, token)
+}
+
 #[tokio::test]
 async fn mcp_tools_are_the_catalogs_kinds_and_copies_of_a_call_make_one_execution() {
     let sink = TestSink::start(Mode::Ok).await;
     let schema = json!({"type": "object", "required": ["to", "amount"],
                         "properties": {"to": {"type": "string"}, "amount": {"type": "string"}}});
     let mut policies = refund_policy(Duration::from_secs(5), NearDuplicate::Hold);
+    let mut declared = policies.get("refund").clone();
+    declared.args_schema = Some(ArgsSchema::compile(&schema).unwrap());
+    policies.set("refund", declared);
     policies.describe(
         "refund",
         KindDescription {
             description: Some("Refund a customer.".to_owned()),
-            args_schema: Some(schema.clone()),
         },
     );
     let app = TestApp::spawn_with(policies).await;
@@ -200,4 +232,172 @@ async fn mcp_over_stdio_needs_a_token() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("needs a token"), "{err}");
+}
+
+#[tokio::test]
+async fn an_mcp_call_with_args_the_tool_does_not_declare_is_a_tool_error_naming_each_field() {
+    let (app, sink, token) = quickstart(Duration::from_secs(5)).await;
+    let mut session = Session::start(&app.base, &token).await;
+    let malformed = malformed_refunds();
+    for (i, (args, _)) in malformed.iter().enumerate() {
+        session.send(call(10 + i as i64, args)).await;
+    }
+    let answers = session.answers(malformed.len()).await;
+    for (i, (args, fields)) in malformed.iter().enumerate() {
+        let result = &answers[&(10 + i as i64)]["result"];
+        assert_eq!(result["isError"], true, "{args}: {result}");
+        assert_names_fields(&result["structuredContent"], fields);
+        let text = result["content"][0]["text"].as_str().unwrap();
+        assert!(
+            text.starts_with("refused (400 /problems/invalid-args)")
+                && text.ends_with("nothing was recorded"),
+            "{text}"
+        );
+    }
+    assert_eq!(app.command_count().await, 0);
+    assert_eq!(crate::harness::hold_count(&app.pool).await, 0);
+
+    // An unknown tool is named, with the tools there are.
+    session
+        .send(json!({"jsonrpc": "2.0", "id": 20, "method": "tools/call",
+                     "params": {"name": "refnud", "arguments": {}}}))
+        .await;
+    let unknown = session.answers(1).await.remove(&20).unwrap();
+    assert_eq!(unknown["error"]["code"], -32602, "{unknown}");
+    assert_eq!(
+        unknown["error"]["message"],
+        "unknown tool refnud; the tools are: refund"
+    );
+
+    // `_meta.runId` names the run: the answer and the recorded command say so.
+    session
+        .send(call_as(
+            21,
+            "worker-a",
+            &json!({"to": "x@y.z", "amount": "1.00 USD"}),
+        ))
+        .await;
+    let named = session.answers(1).await.remove(&21).unwrap();
+    let result = &named["result"]["structuredContent"];
+    assert_eq!(
+        (&result["run_id"], &result["state"]),
+        (&json!("worker-a"), &json!("applied")),
+        "{named}"
+    );
+    let recorded: Option<String> =
+        sqlx::query_scalar("select run_id from commands where id = $1::uuid")
+            .bind(result["command_id"].as_str().unwrap())
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(recorded.as_deref(), Some("worker-a"));
+    assert_eq!((sink.requests(), sink.count("applied")), (1, 1));
+    drop(session.stdin);
+    let _ = session.child.wait().await;
+}
+
+#[tokio::test]
+async fn an_mcp_call_that_failed_or_is_ambiguous_is_a_tool_error_that_says_so() {
+    let (app, sink, token) = quickstart(Duration::from_secs(1)).await;
+    let mut session = Session::start(&app.base, &token).await;
+    // The demo sink refuses the first (failed) and applies the second
+    // without answering (ambiguous: the effect timed out after sending).
+    session
+        .send(call(
+            1,
+            &json!({"to": "x@y.z", "amount": "1.00 USD", "mode": "reject"}),
+        ))
+        .await;
+    session
+        .send(call(
+            2,
+            &json!({"to": "y@y.z", "amount": "2.00 USD", "mode": "hang"}),
+        ))
+        .await;
+    let answers = session.answers(2).await;
+    for (id, state, says) in [
+        (1, "failed", "FAILED: refund (command "),
+        (2, "ambiguous", "NOT CONFIRMED: refund (command "),
+    ] {
+        let result = &answers[&id]["result"];
+        assert_eq!(result["isError"], true, "{result}");
+        // The structured answer is kept.
+        assert_eq!(result["structuredContent"]["state"], state, "{result}");
+        assert_eq!(result["structuredContent"]["outcome"], "executed");
+        let text = result["content"][0]["text"].as_str().unwrap();
+        assert!(text.starts_with(says), "{text}");
+        if state == "ambiguous" {
+            assert!(text.contains("Do not retry it"), "{text}");
+        }
+    }
+    assert_eq!((sink.count("rejected"), sink.count("applied")), (1, 1));
+    drop(session.stdin);
+    let _ = session.child.wait().await;
+}
+
+/// `command-ledger mcp --http` on a free port; its URL.
+async fn mcp_over_http(base: &str) -> (tokio::process::Child, String) {
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_command-ledger"))
+        .args(["mcp", "--http", "127.0.0.1:0"])
+        .env("COMMAND_LEDGER_URL", base)
+        .env_remove("COMMAND_LEDGER_TOKEN")
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        .await
+        .expect("the MCP server announces its URL")
+        .unwrap()
+        .unwrap();
+    let url = line
+        .strip_prefix("MCP (streamable HTTP): ")
+        .unwrap_or_else(|| panic!("{line}"))
+        .to_owned();
+    (child, url)
+}
+
+#[tokio::test]
+async fn over_http_a_wrong_token_is_refused_at_initialize_like_a_missing_one() {
+    let app = TestApp::spawn_with(quickstart_refund(
+        Duration::from_secs(5),
+        NearDuplicate::Hold,
+    ))
+    .await;
+    let token = app.token("agent-1", Role::Device).await;
+    let (_server, url) = mcp_over_http(&app.base).await;
+    let initialize = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "it", "version": "0"}}});
+    let send = |bearer: Option<&str>| {
+        let mut request = app
+            .client
+            .post(&url)
+            .header("Accept", "application/json, text/event-stream")
+            .json(&initialize);
+        if let Some(bearer) = bearer {
+            request = request.bearer_auth(bearer);
+        }
+        request.send()
+    };
+    for bearer in [None, Some("clt_not_a_token"), Some("nonsense")] {
+        let resp = send(bearer).await.unwrap();
+        assert_eq!(resp.status(), 401, "{bearer:?}");
+        assert_eq!(resp.headers()["www-authenticate"], "Bearer");
+        assert_eq!(
+            resp.headers()["content-type"],
+            "application/problem+json",
+            "{bearer:?}"
+        );
+        assert!(
+            resp.headers().get("mcp-session-id").is_none(),
+            "no session for {bearer:?}"
+        );
+        let body: Value = resp.json().await.unwrap();
+        assert_eq!(body["type"], "/problems/unauthorized", "{body}");
+    }
+    let resp = send(Some(&token)).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert!(resp.headers().get("mcp-session-id").is_some());
 }

@@ -132,7 +132,7 @@ async fn serve_with_no_database_url_runs_its_own_cluster_end_to_end() {
 
     // The in-process custodian runs the refund at the demo sink; the
     // submitter waits for the outcome.
-    let body = json!({"kind": "refund", "authority": "payments", "args": {"amount": "12.00 USD"}});
+    let body = json!({"kind": "refund", "authority": "payments", "args": {"to": "ada@example.com", "amount": "12.00 USD"}});
     let created = client
         .post(format!("{api}/v1/commands"))
         .bearer_auth(&device)

@@ -446,3 +446,32 @@ async fn a_slow_body_is_cut_off_and_writes_nothing() {
         .unwrap();
     assert_eq!(rows, 0);
 }
+
+#[tokio::test]
+async fn args_that_do_not_match_the_kinds_schema_are_refused_naming_each_field_and_nothing_is_recorded()
+ {
+    use crate::harness::{assert_names_fields, hold_count, malformed_refunds, quickstart_refund};
+    use command_ledger::domain::admission::NearDuplicate;
+    let app = TestApp::spawn_with(quickstart_refund(
+        std::time::Duration::from_secs(5),
+        NearDuplicate::Hold,
+    ))
+    .await;
+    let token = app.token("dev-1", Role::Device).await;
+    for (i, (args, fields)) in malformed_refunds().into_iter().enumerate() {
+        let body = json!({"kind": "refund", "authority": "payments", "args": args});
+        // Keyed, and keyless (the intent guard, which could hold): the same refusal.
+        for key in [Some(format!("bad-{i}")), None] {
+            let resp = app.submit(&token, key.as_deref(), &body).await;
+            let p = problem(resp, 400, "/problems/invalid-args").await;
+            assert_names_fields(&p, &fields);
+        }
+    }
+    assert_eq!(app.command_count().await, 0);
+    assert_eq!(hold_count(&app.pool).await, 0);
+    // The kind itself is fine: args that match are recorded.
+    let good = json!({"kind": "refund", "authority": "payments",
+                      "args": {"to": "x@y.z", "amount": "1.00 USD"}});
+    assert_eq!(app.submit(&token, Some("good"), &good).await.status(), 202);
+    assert_eq!(app.command_count().await, 1);
+}

@@ -130,6 +130,32 @@ fn money_without_a_currency_is_an_error_not_a_guess() {
         err(json!({"amount": "12 apples"})),
         CanonError::BadMoney { .. }
     ));
+}
+
+#[test]
+fn text_under_a_money_name_that_is_no_amount_is_refused_not_passed_through() {
+    for args in [
+        json!({"to": "x@y.z", "amount": "twelve bucks"}),
+        json!({"amount": "twelve"}),
+        json!({"fee": ""}),
+        json!({"price": "x".repeat(300)}),
+        json!({"order": {"total": "lots"}}),
+    ] {
+        match err(args.clone()) {
+            CanonError::BadMoney { path, .. } => assert!(path.starts_with('/'), "{path}"),
+            other => panic!("{args}: {other:?}"),
+        }
+    }
+    let e = err(json!({"to": "x@y.z", "amount": "twelve bucks"}));
+    assert_eq!(e.path(), "/amount");
+    assert_eq!(
+        e.to_string(),
+        "/amount: \"twelve bucks\" is not an amount of money"
+    );
+    // What is no text or number is not taken for money.
+    for args in [json!({"amount": null}), json!({"fee": true})] {
+        assert_eq!(canon(args.clone()), args);
+    }
     assert!(matches!(
         err(json!({"amount": "99999999999999999999 USD"})),
         CanonError::OutOfRange { .. }
@@ -179,10 +205,6 @@ fn fields_that_are_not_money_are_left_alone() {
     assert_eq!(
         out.value, args,
         "no money-named field: the currency field stays too"
-    );
-    assert_eq!(
-        canon(json!({"amount": "twelve"})),
-        json!({"amount": "twelve"})
     );
     let off = Policy {
         auto_detect: false,
