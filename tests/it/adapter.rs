@@ -159,8 +159,11 @@ async fn the_demo_requests_sent_verbatim_to_the_api_paths_get_the_documented_ans
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn copies_racing_a_command_in_flight_are_answered_coalesced_with_its_outcome() {
-    let app =
-        TestApp::spawn_with(refund_policy(Duration::from_secs(30), NearDuplicate::Hold)).await;
+    let app = TestApp::spawn_with(quickstart_refund(
+        Duration::from_secs(30),
+        NearDuplicate::Hold,
+    ))
+    .await;
     // The effect takes a second: the copies arrive while it is in flight.
     let sink = TestSink::start_slow(Mode::Ok, Duration::from_secs(1)).await;
     let (_c, _stop) = start_custodian(&app, &sink).await;
