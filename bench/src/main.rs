@@ -86,12 +86,16 @@ struct Args {
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Also measure the peers on the same cluster in the same run, each in
-    /// a database of its own: graphile-worker 0.18.0 (installed with npm
-    /// into target/peers/) at its defaults and with its documented tuned
-    /// settings, and awa 0.6.9 (bench/peers/awa, built with cargo, fetching
-    /// from crates.io): single and batch enqueue and processing of no-op
-    /// jobs. The report then gives the ledger's figures as ratios to
-    /// theirs. Needs node, npm and cargo; never part of a run without it.
+    /// a database of its own: graphile-worker 0.18.0 (at its defaults and
+    /// with its documented tuned settings), pg-boss 10.4.2 (at its defaults
+    /// and with its documented batch settings) and DBOS Transact 5.3.0 (at
+    /// its defaults and with the settings its docs give for a queue's
+    /// throughput), installed with npm from the lock files in bench/peers/
+    /// into target/peers/, and awa 0.6.9 (bench/peers/awa, built with cargo,
+    /// fetching from crates.io): single enqueue from 8 clients and from the
+    /// most W1 clients, batch enqueue, processing of no-op jobs, and end to
+    /// end. The report then gives the ledger's figures as ratios to theirs.
+    /// Needs node, npm and cargo; never part of a run without it.
     #[arg(long)]
     peers: bool,
     /// No-op jobs per peer step (default 20,000; 2,000 with --quick).
@@ -153,14 +157,21 @@ async fn run(args: Args) -> anyhow::Result<()> {
     // Installing the peers comes first: a missing npm or registry fails the
     // run before any workload.
     let peers = if args.peers {
+        // The peers enqueue from 8 clients, as before, and from as many as
+        // W1's most, so that every single-enqueue ratio can be taken at
+        // equal concurrency.
+        let mut clients = vec![8, args.clients.iter().copied().max().unwrap_or(8)];
+        clients.dedup();
         let options = peers::PeerOptions {
             jobs: args
                 .peer_jobs
                 .unwrap_or(if args.quick { 2_000 } else { 20_000 }),
             reps: args.peer_reps,
-            clients: 8,
+            clients,
             batch: 500,
             concurrency: 24,
+            seconds: args.seconds,
+            e2e_clients: workloads::CLIENTS,
         };
         Some(peers::Peers::prepare(options).await?)
     } else {
@@ -301,6 +312,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     results["targets"] = report::targets(&results);
     if !results["peers"].is_null() {
         results["peers"]["ratios"] = peers::report::ratios(&results);
+        results["peers"]["comparison"] = peers::report::comparison(&results);
     }
     let text = serde_json::to_string_pretty(&results)?;
     std::fs::write(args.out.join("results.json"), &text)?;

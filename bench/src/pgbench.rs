@@ -12,6 +12,8 @@ use std::process::Command;
 pub(crate) struct Baseline {
     pub(crate) clients: usize,
     pub(crate) tps: f64,
+    /// Transactions committed in the run, as pgbench counted them.
+    pub(crate) transactions: u64,
     pub(crate) p50_ms: f64,
     pub(crate) p99_ms: f64,
     pub(crate) p999_ms: f64,
@@ -109,12 +111,19 @@ impl PgBench {
             .and_then(|rest| rest.split_whitespace().next())
             .and_then(|n| n.parse::<f64>().ok())
             .with_context(|| format!("no tps in pgbench's output:\n{stdout}"))?;
+        let transactions = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("number of transactions actually processed: "))
+            .and_then(|rest| rest.split('/').next())
+            .and_then(|n| n.trim().parse::<u64>().ok())
+            .with_context(|| format!("no transaction count in pgbench's output:\n{stdout}"))?;
         let mut latencies = read_latencies(&prefix)?;
         remove_logs(&prefix)?;
         latencies.sort_unstable();
         Ok(Baseline {
             clients,
             tps,
+            transactions,
             p50_ms: percentile_ms(&latencies, 0.50),
             p99_ms: percentile_ms(&latencies, 0.99),
             p999_ms: percentile_ms(&latencies, 0.999),

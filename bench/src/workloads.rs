@@ -26,7 +26,7 @@ use crate::load::{self, Keys, Target};
 use crate::pgbench::{Baseline, PgBench};
 
 /// Clients for the workloads that are not a sweep.
-const CLIENTS: usize = 64;
+pub(crate) const CLIENTS: usize = 64;
 
 /// The isolation of the custodian's transactions: what W5 compares.
 #[derive(Debug, Clone, Copy)]

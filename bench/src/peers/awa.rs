@@ -2,9 +2,13 @@
 //! (a project of its own: awa uses sqlx 0.8), built with `cargo build
 //! --release --locked` into `target/peers/awa`. Each step is one run of it;
 //! around each processing step, awa's own exact count checks that exactly
-//! the jobs queued became terminal, and that none is left.
+//! the jobs queued became terminal, and that none is left. End to end, the
+//! harness's `serve` runs a Client while `insert-for` submits.
 
-use super::{Figures, PeerOptions, STEP_LIMIT, checkpoint, rate, setup_command, sources_dir, tail};
+use super::node::Server;
+use super::{
+    E2e, Figures, PeerOptions, STEP_LIMIT, checkpoint, rate, setup_command, sources_dir, tail,
+};
 use anyhow::{Context as _, bail};
 use serde_json::{Value, json};
 use sqlx::PgPool;
@@ -109,8 +113,9 @@ impl Awa {
         self.step(url, &["count".to_owned()]).await
     }
 
-    /// One repetition: one enqueue path after the other, each followed by
-    /// processing what it queued.
+    /// One repetition: one enqueue path after the other (`insert_with` at
+    /// each client count, then the two batch paths), each followed by
+    /// processing what it queued; then end to end.
     pub(super) async fn rep(
         &self,
         o: &PeerOptions,
@@ -118,19 +123,32 @@ impl Awa {
         url: &str,
         figures: &mut Figures,
     ) -> anyhow::Result<()> {
-        let (n, clients, batch) = (
-            o.jobs.to_string(),
-            o.clients.to_string(),
-            o.batch.to_string(),
-        );
-        let enqueues = [
-            (
+        let (n, batch) = (o.jobs.to_string(), o.batch.to_string());
+        for (i, &clients) in o.clients.iter().enumerate() {
+            checkpoint(admin).await;
+            let args = vec!["insert-single".to_owned(), n.clone(), clients.to_string()];
+            let r = self.step(url, &args).await?;
+            let seconds = r["seconds"].as_f64().context("an enqueue step's seconds")?;
+            figures.record_single(
+                PEER,
                 "awa_insert_with",
-                format!("enqueue: `insert_with`, one per transaction, {clients} clients"),
-                vec!["insert-single".to_owned(), n.clone(), clients.clone()],
-                "awa_process",
-                "insert_with",
-            ),
+                "`insert_with`, one per transaction",
+                clients,
+                rate(o.jobs, Duration::from_secs_f64(seconds)),
+                r["p99_ms"].as_f64().unwrap_or(f64::NAN),
+                json!({"how": format!("awa-peer {}", args.join(" ")), "output": r}),
+            );
+            let (key, label) = if i == 0 {
+                ("awa_process", "insert_with".to_owned())
+            } else {
+                (
+                    "awa_process_after_insert_with_more_clients",
+                    format!("insert_with from {clients} clients"),
+                )
+            };
+            self.process(o, admin, url, key, &label, figures).await?;
+        }
+        let batches = [
             (
                 "awa_insert_many",
                 format!("enqueue: `insert_many`, batches of {batch}"),
@@ -146,7 +164,7 @@ impl Awa {
                 "enqueue_params_batch",
             ),
         ];
-        for (key, name, args, process_key, label) in enqueues {
+        for (key, name, args, process_key, label) in batches {
             checkpoint(admin).await;
             let r = self.step(url, &args).await?;
             let seconds = r["seconds"].as_f64().context("an enqueue step's seconds")?;
@@ -160,6 +178,63 @@ impl Awa {
             self.process(o, admin, url, process_key, label, figures)
                 .await?;
         }
+        self.end_to_end(o, admin, url, figures).await
+    }
+
+    /// End to end: `serve` runs one Client (`max_workers` = concurrency)
+    /// while `insert-for` submits from `o.e2e_clients` clients (as many as W3's) for `o.seconds`; the
+    /// jobs that became durably terminal in that window per second (awa's
+    /// terminal counters, read by `insert-for` before and after).
+    async fn end_to_end(
+        &self,
+        o: &PeerOptions,
+        admin: &PgPool,
+        url: &str,
+        figures: &mut Figures,
+    ) -> anyhow::Result<()> {
+        let clients = o.e2e_clients;
+        checkpoint(admin).await;
+        let mut cmd = Command::new(&self.bin);
+        cmd.args(["serve", &o.concurrency.to_string()])
+            .env("DATABASE_URL", url);
+        let worker = Server::start(PEER, "awa-peer serve", cmd, |l| {
+            serde_json::from_str::<Value>(l).is_ok()
+        })
+        .await?;
+        let args = vec![
+            "insert-for".to_owned(),
+            o.seconds.to_string(),
+            clients.to_string(),
+        ];
+        let r = self.step(url, &args).await;
+        let worker_ready = worker.ready.clone();
+        let said = worker.stop(false).await?;
+        let r = r?;
+        let count = |k: &str| r[k].as_i64().context("insert-for's counts");
+        let done = usize::try_from(count("done_after")? - count("done_before")?)?;
+        // What was left is drained, so that every repetition starts empty.
+        let left = self.count(url).await?;
+        let open = left["available"].as_u64().unwrap_or(0) + left["running"].as_u64().unwrap_or(0);
+        if open > 0 {
+            let work = vec![
+                "work".to_owned(),
+                open.to_string(),
+                o.concurrency.to_string(),
+            ];
+            self.step(url, &work).await?;
+        }
+        figures.record_e2e(
+            "awa",
+            PEER,
+            E2e {
+                clients,
+                seconds: r["seconds"].as_f64().context("insert-for's seconds")?,
+                added: usize::try_from(r["jobs"].as_u64().context("insert-for's jobs")?)?,
+                done,
+            },
+            json!({"how": format!("awa-peer serve {} running while awa-peer {} submits; finished = awa's terminal counters after - before", o.concurrency, args.join(" ")),
+                   "output": r, "left_after": left, "worker_ready": worker_ready, "worker_output_tail": tail(&said, 5)}),
+        );
         Ok(())
     }
 

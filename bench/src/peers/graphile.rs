@@ -1,9 +1,11 @@
 //! graphile-worker 0.18.0 (npm), pinned by bench/peers/graphile-worker's
 //! package-lock.json and installed with `npm ci`. Enqueueing is SQL (its
 //! `add_job` and `add_jobs` functions); processing is its CLI with
-//! `--once`, timed from spawn to exit.
+//! `--once`, timed from spawn to exit; end to end, its CLI runs as a
+//! service while pgbench adds jobs.
 
-use super::{Figures, PeerOptions, STEP_LIMIT, checkpoint, rate, setup_command, sources_dir, tail};
+use super::node::{NpmPeer, Server};
+use super::{E2e, Figures, PeerOptions, STEP_LIMIT, checkpoint, rate, tail};
 use anyhow::{Context as _, bail};
 use serde_json::{Value, json};
 use sqlx::PgPool;
@@ -12,6 +14,8 @@ use std::time::{Duration, Instant};
 use tokio::process::Command;
 
 pub(super) const DATABASE: &str = "peer_graphile_worker";
+/// One job per transaction, as pgbench runs it.
+const ADD_JOB: &str = "select graphile_worker.add_job('noop', '{}');\n";
 const PEER: &str = "graphile-worker";
 const VERSION: &str = "0.18.0";
 /// The documented settings for throughput, passed with `-C` in the tuned run.
@@ -19,83 +23,54 @@ const TUNED: &str = "tuned-settings.cjs";
 
 #[derive(Debug)]
 pub(super) struct Graphile {
-    dir: PathBuf,
-    node: String,
+    npm: NpmPeer,
 }
 
 impl Graphile {
     /// `npm ci` into `cache/graphile-worker`, unless the same lock file is
     /// installed there already.
     pub(super) async fn install(cache: &Path) -> anyhow::Result<Graphile> {
-        let node = setup_command(
+        let npm = NpmPeer::install(
             PEER,
-            "node --version",
-            Command::new("node").arg("--version"),
+            "graphile-worker",
+            cache,
+            "graphile-worker",
+            VERSION,
+            &["tasks/noop.js", TUNED],
         )
-        .await?
-        .trim()
-        .to_owned();
-        let src = sources_dir().join("graphile-worker");
-        let dir = cache.join("graphile-worker");
-        std::fs::create_dir_all(dir.join("tasks"))?;
-        let lock = std::fs::read(src.join("package-lock.json"))
-            .with_context(|| format!("peers: {PEER}: reading {}", src.display()))?;
-        let stamp = dir.join(".installed-lock");
-        let installed = std::fs::read(&stamp).is_ok_and(|s| s == lock)
-            && installed_version(&dir).as_deref() == Some(VERSION);
-        if !installed {
-            for file in ["package.json", "package-lock.json"] {
-                std::fs::copy(src.join(file), dir.join(file))?;
-            }
-            tracing::info!(dir = %dir.display(), "installing graphile-worker {VERSION} with npm ci");
-            setup_command(
-                PEER,
-                "npm ci (installing graphile-worker from the npm registry)",
-                Command::new("npm")
-                    .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
-                    .current_dir(&dir),
-            )
-            .await?;
-            std::fs::write(&stamp, &lock)?;
-        }
-        let got = installed_version(&dir);
-        if got.as_deref() != Some(VERSION) {
-            bail!("peers: {PEER}: npm installed version {got:?}, expected {VERSION}");
-        }
-        std::fs::copy(src.join("tasks/noop.js"), dir.join("tasks/noop.js"))?;
-        std::fs::copy(src.join(TUNED), dir.join(TUNED))?;
-        Ok(Graphile { dir, node })
+        .await?;
+        Ok(Graphile { npm })
     }
 
     fn cli(&self) -> PathBuf {
-        self.dir.join("node_modules/graphile-worker/dist/cli.js")
+        self.npm
+            .dir
+            .join("node_modules/graphile-worker/dist/cli.js")
     }
 
     /// Installs the schema into its (fresh) database.
     pub(super) async fn setup(&self, url: &str) -> anyhow::Result<Value> {
-        setup_command(
+        super::setup_command(
             PEER,
             "installing its schema (--schema-only)",
             Command::new("node")
                 .arg(self.cli())
                 .args(["-c", url, "--schema-only"])
-                .current_dir(&self.dir),
+                .current_dir(&self.npm.dir),
         )
         .await?;
-        let pg = std::fs::read_to_string(self.dir.join("node_modules/pg/package.json"))
-            .ok()
-            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
-            .and_then(|v| v["version"].as_str().map(str::to_owned));
         Ok(json!({
             "version": VERSION,
-            "node": self.node,
-            "node_postgres": pg,
+            "node": self.npm.node,
+            "node_postgres": self.npm.version_of("pg"),
             "note": "graphile-worker 0.18.0 declares node >= 22.18; it is run on the node found on PATH",
         }))
     }
 
-    /// One repetition: `add_job` from many clients, processing at the
-    /// defaults, `add_jobs` in batches, processing with the tuned settings.
+    /// One repetition: `add_job` from each client count, the first batch
+    /// processed at the defaults and the others with the tuned settings;
+    /// `add_jobs` in batches, processed with the tuned settings; then end to
+    /// end.
     pub(super) async fn rep(
         &self,
         o: &PeerOptions,
@@ -104,29 +79,33 @@ impl Graphile {
         url: &str,
         figures: &mut Figures,
     ) -> anyhow::Result<()> {
-        // add_job, one job per transaction, `clients` pgbench connections.
-        let per_client = o.jobs.div_ceil(o.clients);
-        let jobs = per_client * o.clients;
-        checkpoint(pool).await;
-        let b = tokio::task::block_in_place(|| {
-            pgbench.run_count(
+        for (i, &clients) in o.clients.iter().enumerate() {
+            // add_job, one job per transaction, `clients` pgbench connections.
+            let per_client = o.jobs.div_ceil(clients);
+            let jobs = per_client * clients;
+            checkpoint(pool).await;
+            let b = tokio::task::block_in_place(|| {
+                pgbench.run_count("gw_add_job", ADD_JOB, clients, per_client)
+            })
+            .with_context(|| format!("peers: {PEER}: add_job through pgbench"))?;
+            expect_queued(pool, jobs, "after add_job").await?;
+            let how = format!(
+                "pgbench --transactions={per_client} --client={clients} (prepared): {}",
+                ADD_JOB.trim()
+            );
+            figures.record_single(
+                PEER,
                 "gw_add_job",
-                "select graphile_worker.add_job('noop', '{}');\n",
-                o.clients,
-                per_client,
-            )
-        })
-        .with_context(|| format!("peers: {PEER}: add_job through pgbench"))?;
-        expect_queued(pool, jobs, "after add_job").await?;
-        figures.record(
-            "gw_add_job",
-            PEER,
-            &format!("enqueue: `add_job`, one per transaction, {} clients", o.clients),
-            b.tps,
-            json!({"how": format!("pgbench --transactions={per_client} --client={} (prepared): select graphile_worker.add_job('noop', '{{}}')", o.clients),
-                   "jobs": jobs, "pgbench": b}),
-        );
-        self.process(o, pool, url, false, jobs, figures).await?;
+                "`add_job`, one per transaction",
+                clients,
+                b.tps,
+                b.p99_ms,
+                json!({"how": how, "jobs": jobs, "pgbench": b}),
+            );
+            let queued_by = format!("`add_job` from {clients} clients");
+            self.process(o, pool, url, i > 0, jobs, &queued_by, figures)
+                .await?;
+        }
 
         // add_jobs, `batch` jobs per call (and per transaction), one connection.
         checkpoint(pool).await;
@@ -140,12 +119,71 @@ impl Graphile {
             json!({"how": format!("one connection, {} statements of graphile_worker.add_jobs(array of {} job_spec)", o.jobs.div_ceil(o.batch), o.batch),
                    "jobs": o.jobs, "seconds": took.as_secs_f64()}),
         );
-        self.process(o, pool, url, true, o.jobs, figures).await
+        self.process(o, pool, url, true, o.jobs, "`add_jobs`", figures)
+            .await?;
+        self.end_to_end(o, pool, pgbench, url, figures).await
+    }
+
+    /// End to end: the worker runs as a service with the tuned settings
+    /// while pgbench adds jobs from `o.e2e_clients` clients (as many as W3's) for `o.seconds`; the
+    /// jobs it finished in that window per second (graphile-worker deletes
+    /// a job when it completes it).
+    async fn end_to_end(
+        &self,
+        o: &PeerOptions,
+        pool: &PgPool,
+        pgbench: &crate::pgbench::PgBench,
+        url: &str,
+        figures: &mut Figures,
+    ) -> anyhow::Result<()> {
+        let clients = o.e2e_clients;
+        expect_queued(pool, 0, "before end to end").await?;
+        checkpoint(pool).await;
+        let mut cmd = Command::new("node");
+        cmd.arg(self.cli())
+            .args(["-c", url])
+            .arg(format!("--jobs={}", o.concurrency))
+            .arg(format!("--max-pool-size={}", o.concurrency + 1))
+            .arg("-C")
+            .arg(self.npm.dir.join(TUNED))
+            .env("NO_LOG_SUCCESS", "1")
+            .current_dir(&self.npm.dir);
+        // With NO_LOG_SUCCESS it does not say when it is connected (and
+        // without it, it logs every job), so its first line (the crontab
+        // notice) starts it, and its LISTEN connection says it is ready.
+        let worker = Server::start(PEER, "graphile-worker (tuned)", cmd, |_| true).await?;
+        listening(pool).await?;
+        let before = queued(pool).await?;
+        let b = tokio::task::block_in_place(|| {
+            pgbench.run("gw_e2e", ADD_JOB, clients, o.seconds, None)
+        })
+        .with_context(|| format!("peers: {PEER}: add_job through pgbench, end to end"))?;
+        let after = queued(pool).await?;
+        let worker_ready = worker.ready.clone();
+        let said = worker.stop(true).await?;
+        let added = usize::try_from(b.transactions)?;
+        // Whatever was left is drained before the next repetition.
+        self.once(o, url, true).await?;
+        expect_queued(pool, 0, "after draining the end-to-end jobs").await?;
+        figures.record_e2e(
+            "gw",
+            PEER,
+            E2e {
+                clients,
+                seconds: o.seconds as f64,
+                added,
+                done: (before + added).saturating_sub(after),
+            },
+            json!({"how": format!("graphile-worker -j {} -m {} -C {TUNED} running while pgbench --time={} --client={clients} runs add_job; finished = queued before + added - queued after", o.concurrency, o.concurrency + 1, o.seconds),
+                   "queued_before": before, "queued_after": after, "pgbench": b, "worker_ready": worker_ready, "worker_output_tail": tail(&said, 5)}),
+        );
+        Ok(())
     }
 
     /// Processes the `jobs` queued with `graphile-worker --once`: wall time
     /// from spawn to exit, all of them gone from the table (graphile-worker
     /// deletes a job when it completes; a failed one stays, to be retried).
+    #[allow(clippy::too_many_arguments)]
     async fn process(
         &self,
         o: &PeerOptions,
@@ -153,6 +191,7 @@ impl Graphile {
         url: &str,
         tuned: bool,
         jobs: usize,
+        queued_by: &str,
         figures: &mut Figures,
     ) -> anyhow::Result<()> {
         expect_queued(pool, jobs, "before processing").await?;
@@ -171,11 +210,18 @@ impl Graphile {
         // The cost of starting and stopping the worker, as graphile-worker's
         // own performance test measures it: a `--once` run with nothing to do.
         let (empty, _) = self.once(o, url, tuned).await?;
-        let (key, adjusted, what) = if tuned {
+        let after_add_jobs = queued_by == "`add_jobs`";
+        let (key, adjusted, what) = if tuned && after_add_jobs {
             (
                 "gw_process_tuned",
                 "gw_process_tuned_startup_adjusted",
                 "tuned (`localQueue.size` 500, `completeJobBatchDelay` 0, `failJobBatchDelay` 0)",
+            )
+        } else if tuned {
+            (
+                "gw_process_tuned_after_add_job",
+                "gw_process_tuned_after_add_job_startup_adjusted",
+                "tuned",
             )
         } else {
             (
@@ -197,9 +243,9 @@ impl Graphile {
         figures.record(
             key,
             PEER,
-            &format!("process {jobs} queued no-op jobs, one worker, {what}"),
+            &format!("process {jobs} queued no-op jobs (queued by {queued_by}), one worker, {what}"),
             rate(jobs, took),
-            json!({"how": how, "jobs": jobs, "seconds": took.as_secs_f64(), "left": left,
+            json!({"how": how, "jobs": jobs, "queued_by": queued_by, "seconds": took.as_secs_f64(), "left": left,
                    "output_tail": tail(&stderr, 5)}),
         );
         figures.record(
@@ -226,9 +272,9 @@ impl Graphile {
             .arg(format!("--jobs={}", o.concurrency))
             .arg(format!("--max-pool-size={}", o.concurrency + 1))
             .env("NO_LOG_SUCCESS", "1")
-            .current_dir(&self.dir);
+            .current_dir(&self.npm.dir);
         if tuned {
-            cmd.arg("-C").arg(self.dir.join(TUNED));
+            cmd.arg("-C").arg(self.npm.dir.join(TUNED));
         }
         cmd.kill_on_drop(true);
         let t0 = Instant::now();
@@ -254,11 +300,24 @@ impl Graphile {
     }
 }
 
-fn installed_version(dir: &Path) -> Option<String> {
-    let text =
-        std::fs::read_to_string(dir.join("node_modules/graphile-worker/package.json")).ok()?;
-    let v: Value = serde_json::from_str(&text).ok()?;
-    v["version"].as_str().map(str::to_owned)
+/// Waits until a worker listens for new jobs on its database.
+async fn listening(pool: &PgPool) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let n: i64 = sqlx::query_scalar(
+            "select count(*) from pg_stat_activity \
+             where datname = current_database() and query like 'LISTEN \"jobs:insert\"%'",
+        )
+        .fetch_one(pool)
+        .await?;
+        if n > 0 {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("peers: {PEER}: the worker did not LISTEN for jobs within two minutes");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 async fn queued(pool: &PgPool) -> anyhow::Result<usize> {

@@ -1,13 +1,20 @@
-//! The peers (`--peers`): graphile-worker and awa, two PostgreSQL job queues,
-//! installed on demand and measured on the bench's own cluster in the same
-//! run, each in a database of its own, moving the same number of no-op jobs.
-//! The ledger's figures are then reported as ratios to theirs (report.rs).
+//! The peers (`--peers`): four PostgreSQL job systems, installed on demand
+//! and measured on the bench's own cluster in the same run, each in a
+//! database of its own, moving the same number of no-op units of work:
+//! graphile-worker, awa and pg-boss (job queues, at least once) and DBOS
+//! Transact (durable workflows, each step checkpointed). The ledger's
+//! figures are then reported as ratios to theirs (report.rs).
 //!
-//! Installation (npm for graphile-worker, cargo for awa) happens before any
-//! workload runs, so a missing tool or registry fails the run at once.
+//! Installation (npm from committed lock files for graphile-worker, pg-boss
+//! and DBOS, cargo for awa) happens before any workload runs, so a missing
+//! tool or registry fails the run at once, naming the step and what the
+//! tool said.
 
 mod awa;
+mod dbos;
 mod graphile;
+mod node;
+mod pgboss;
 pub(crate) mod report;
 
 use anyhow::{Context as _, bail};
@@ -25,12 +32,19 @@ pub(crate) struct PeerOptions {
     pub(crate) jobs: usize,
     /// Repetitions of each peer's steps (the median is reported).
     pub(crate) reps: usize,
-    /// Concurrent clients for one-job-per-transaction enqueueing.
-    pub(crate) clients: usize,
+    /// Concurrent clients for one-job-per-transaction enqueueing: each
+    /// count is measured (the ledger's W1 count among them, so that the
+    /// comparison can be made at equal concurrency).
+    pub(crate) clients: Vec<usize>,
     /// Jobs per call for batch enqueueing.
     pub(crate) batch: usize,
     /// Jobs a worker runs at once (graphile-worker `-j`, awa `max_workers`).
     pub(crate) concurrency: usize,
+    /// How long an end-to-end step submits, in seconds.
+    pub(crate) seconds: u64,
+    /// Clients submitting one job at a time in an end-to-end step: as many
+    /// as submit in the ledger's W3.
+    pub(crate) e2e_clients: usize,
 }
 
 /// The peers, installed and ready to run.
@@ -39,22 +53,37 @@ pub(crate) struct Peers {
     options: PeerOptions,
     graphile: graphile::Graphile,
     awa: awa::Awa,
+    pgboss: pgboss::PgBoss,
+    dbos: dbos::Dbos,
 }
 
-/// One measured figure: jobs per second over the repetitions, each with
-/// what produced it.
+/// One measured figure over the repetitions, each with what produced it.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Figure {
     /// Stable name the ratios look figures up by.
-    pub(crate) key: &'static str,
+    pub(crate) key: String,
     pub(crate) peer: &'static str,
     /// What was measured, for the table.
     pub(crate) name: String,
+    /// `jobs/s` (more is better) or `ms` (a latency: less is better).
+    pub(crate) unit: &'static str,
     /// The median over the repetitions.
-    pub(crate) jobs_per_s: f64,
+    pub(crate) value: f64,
     pub(crate) values: Vec<f64>,
     /// Per repetition: how the figure was obtained and what the tool said.
     pub(crate) raw: Vec<Value>,
+}
+
+/// An end-to-end window: `clients` submitting one job per transaction for
+/// `seconds` while one worker drains.
+#[derive(Debug, Clone, Copy)]
+struct E2e {
+    clients: usize,
+    seconds: f64,
+    /// Jobs submitted in the window.
+    added: usize,
+    /// Jobs finished (durably) in the window.
+    done: usize,
 }
 
 /// Figures as they are measured, one repetition at a time.
@@ -62,22 +91,100 @@ pub(crate) struct Figure {
 struct Figures(Vec<Figure>);
 
 impl Figures {
-    fn record(&mut self, key: &'static str, peer: &'static str, name: &str, rate: f64, raw: Value) {
-        tracing::info!(key, rate, "peer figure");
+    fn push(
+        &mut self,
+        key: String,
+        peer: &'static str,
+        name: &str,
+        unit: &'static str,
+        value: f64,
+        raw: Value,
+    ) {
+        tracing::info!(key, value, unit, "peer figure");
         if let Some(f) = self.0.iter_mut().find(|f| f.key == key) {
-            f.values.push(rate);
+            f.values.push(value);
             f.raw.push(raw);
-            f.jobs_per_s = median(&f.values);
+            f.value = median(&f.values);
         } else {
             self.0.push(Figure {
                 key,
                 peer,
                 name: name.to_owned(),
-                jobs_per_s: rate,
-                values: vec![rate],
+                unit,
+                value,
+                values: vec![value],
                 raw: vec![raw],
             });
         }
+    }
+
+    /// A rate, in jobs per second.
+    fn record(&mut self, key: &str, peer: &'static str, name: &str, rate: f64, raw: Value) {
+        self.push(key.to_owned(), peer, name, "jobs/s", rate, raw);
+    }
+
+    /// One-job-per-transaction enqueueing from `clients` clients: its rate
+    /// (`<key>_c<clients>`) and its p99 latency (`<key>_c<clients>_p99`).
+    #[allow(clippy::too_many_arguments)]
+    fn record_single(
+        &mut self,
+        peer: &'static str,
+        key: &str,
+        what: &str,
+        clients: usize,
+        rate: f64,
+        p99_ms: f64,
+        raw: Value,
+    ) {
+        let key = format!("{key}_c{clients}");
+        self.push(
+            format!("{key}_p99"),
+            peer,
+            &format!("enqueue p99 latency (ms): {what}, {clients} clients"),
+            "ms",
+            p99_ms,
+            json!({"see": key}),
+        );
+        self.push(
+            key,
+            peer,
+            &format!("enqueue: {what}, {clients} clients"),
+            "jobs/s",
+            rate,
+            raw,
+        );
+    }
+
+    /// An end-to-end window: finished per second (`<prefix>_e2e`) and
+    /// submitted per second (`<prefix>_e2e_submitted`).
+    fn record_e2e(&mut self, prefix: &str, peer: &'static str, e: E2e, raw: Value) {
+        let seconds = e.seconds.max(1e-6);
+        self.push(
+            format!("{prefix}_e2e_submitted"),
+            peer,
+            &format!(
+                "end to end: submitted while draining, {} clients",
+                e.clients
+            ),
+            "jobs/s",
+            e.added as f64 / seconds,
+            json!({"see": format!("{prefix}_e2e")}),
+        );
+        let mut raw = raw;
+        raw["window_seconds"] = json!(e.seconds);
+        raw["added"] = json!(e.added);
+        raw["done"] = json!(e.done);
+        self.push(
+            format!("{prefix}_e2e"),
+            peer,
+            &format!(
+                "end to end: finished while {} clients submit, one worker",
+                e.clients
+            ),
+            "jobs/s",
+            e.done as f64 / seconds,
+            raw,
+        );
     }
 }
 
@@ -172,24 +279,35 @@ async fn checkpoint(pool: &sqlx::PgPool) {
 }
 
 impl Peers {
-    /// Installs graphile-worker with npm and builds the awa harness with
-    /// cargo, both under `target/peers/`.
+    /// Installs graphile-worker, pg-boss and DBOS with npm and builds the
+    /// awa harness with cargo, all under `target/peers/`.
     pub(crate) async fn prepare(options: PeerOptions) -> anyhow::Result<Peers> {
-        if options.jobs == 0 || options.reps == 0 || options.clients == 0 || options.batch == 0 {
-            bail!("--peer-jobs, --peer-reps, clients and batch must be positive");
+        if options.jobs == 0
+            || options.reps == 0
+            || options.clients.is_empty()
+            || options.clients.contains(&0)
+            || options.batch == 0
+            || options.seconds == 0
+            || options.e2e_clients == 0
+        {
+            bail!("--peer-jobs, --peer-reps, clients, batch and seconds must be positive");
         }
         let cache = cache_dir();
         std::fs::create_dir_all(&cache).with_context(|| format!("creating {}", cache.display()))?;
         let graphile = graphile::Graphile::install(&cache).await?;
+        let pgboss = pgboss::PgBoss::install(&cache).await?;
+        let dbos = dbos::Dbos::install(&cache).await?;
         let awa = awa::Awa::build(&cache).await?;
         Ok(Peers {
             options,
             graphile,
             awa,
+            pgboss,
+            dbos,
         })
     }
 
-    /// Measures both peers on the cluster of `admin` (a pool on the bench's
+    /// Measures the peers on the cluster of `admin` (a pool on the bench's
     /// database, as a superuser), `url` being the bench's database URL.
     pub(crate) async fn run(
         &self,
@@ -202,10 +320,20 @@ impl Peers {
         let mut figures = Figures::default();
         let gw_url = with_database(url, graphile::DATABASE)?;
         let awa_url = with_database(url, awa::DATABASE)?;
-        fresh_database(admin, graphile::DATABASE).await?;
-        fresh_database(admin, awa::DATABASE).await?;
+        let pgboss_url = with_database(url, pgboss::DATABASE)?;
+        let dbos_url = with_database(url, dbos::DATABASE)?;
+        for database in [
+            graphile::DATABASE,
+            awa::DATABASE,
+            pgboss::DATABASE,
+            dbos::DATABASE,
+        ] {
+            fresh_database(admin, database).await?;
+        }
         let gw_setup = self.graphile.setup(&gw_url).await?;
         let awa_setup = self.awa.setup(&awa_url).await?;
+        let pgboss_setup = self.pgboss.setup(&pgboss_url).await?;
+        let dbos_setup = self.dbos.setup(&dbos_url).await?;
         let gw_pool = sqlx::postgres::PgPoolOptions::new()
             .max_connections(2)
             .connect(&gw_url)
@@ -213,18 +341,19 @@ impl Peers {
             .context("peers: graphile-worker: connecting to its database")?;
         let pgbench = crate::pgbench::PgBench::new(pgbench_bin, &gw_url, &out.join("peers"))?;
         for rep in 1..=o.reps {
-            // Alternate the order, so that drift over the run (WAL, autovacuum)
+            // Rotate the order, so that drift over the run (WAL, autovacuum)
             // does not always favour the same peer.
-            if rep % 2 == 1 {
-                self.graphile
-                    .rep(o, &gw_pool, &pgbench, &gw_url, &mut figures)
-                    .await?;
-                self.awa.rep(o, admin, &awa_url, &mut figures).await?;
-            } else {
-                self.awa.rep(o, admin, &awa_url, &mut figures).await?;
-                self.graphile
-                    .rep(o, &gw_pool, &pgbench, &gw_url, &mut figures)
-                    .await?;
+            for turn in 0..4 {
+                match (turn + rep - 1) % 4 {
+                    0 => {
+                        self.graphile
+                            .rep(o, &gw_pool, &pgbench, &gw_url, &mut figures)
+                            .await?;
+                    }
+                    1 => self.awa.rep(o, admin, &awa_url, &mut figures).await?,
+                    2 => self.pgboss.rep(o, admin, &pgboss_url, &mut figures).await?,
+                    _ => self.dbos.rep(o, admin, &dbos_url, &mut figures).await?,
+                }
             }
         }
         gw_pool.close().await;
@@ -234,8 +363,12 @@ impl Peers {
             "enqueue_clients": o.clients,
             "batch": o.batch,
             "concurrency": o.concurrency,
+            "end_to_end_seconds": o.seconds,
+            "end_to_end_clients": o.e2e_clients,
             "graphile_worker": gw_setup,
             "awa": awa_setup,
+            "pg_boss": pgboss_setup,
+            "dbos": dbos_setup,
             "figures": figures.0,
         }))
     }

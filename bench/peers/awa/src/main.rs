@@ -8,13 +8,19 @@
 //!                              stopped so that a fresh database settles on
 //!                              the default storage engine
 //!   insert-single N CLIENTS    N no-op jobs, one `awa::insert_with` (one
-//!                              autocommit transaction) each, from CLIENTS tasks
+//!                              autocommit transaction) each, from CLIENTS
+//!                              tasks; seconds and per-call latency
+//!   insert-for SECONDS CLIENTS the same for SECONDS, with awa's terminal
+//!                              counters before and after (end to end, while
+//!                              `serve` drains)
 //!   insert-many N BATCH        N no-op jobs with `awa::insert_many`, BATCH per call
 //!   enqueue-batch N BATCH      N no-op jobs with `QueueStorage::enqueue_params_batch`,
 //!                              BATCH per call (awa's high-volume producer path)
 //!   work N MAX_WORKERS         one Client (QueueConfig defaults but max_workers)
 //!                              until N more jobs are durably terminal; seconds
 //!                              from this process's start
+//!   serve MAX_WORKERS          one Client as in `work`, a line printed when
+//!                              it has started, until stdin closes
 //!   count                      awa's exact `QueueStorage::queue_counts`
 //!                              (slow: never inside a timed step)
 
@@ -108,6 +114,51 @@ fn params(n: usize) -> Result<Vec<awa::InsertParams>> {
         .collect()
 }
 
+/// CLIENTS tasks each calling `awa::insert_with` (one autocommit
+/// transaction) while `more(calls issued so far)` holds; the seconds they
+/// took and the latency of every call in microseconds, sorted.
+async fn insert_loop(
+    pool: &PgPool,
+    clients: usize,
+    more: impl Fn(u64) -> bool + Send + Sync + Clone + 'static,
+    issued: &Arc<AtomicU64>,
+) -> Result<(f64, Vec<u64>)> {
+    let t0 = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..clients {
+        let pool = pool.clone();
+        let more = more.clone();
+        let issued = Arc::clone(issued);
+        tasks.push(tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            while more(issued.fetch_add(1, Ordering::Relaxed)) {
+                let s = Instant::now();
+                awa::insert_with(&pool, &Noop {}, opts()).await?;
+                latencies.push(u64::try_from(s.elapsed().as_micros()).unwrap_or(u64::MAX));
+            }
+            Ok::<_, awa::AwaError>(latencies)
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await??);
+    }
+    let seconds = t0.elapsed().as_secs_f64();
+    all.sort_unstable();
+    Ok((seconds, all))
+}
+
+/// The `q` quantile of sorted microseconds, in milliseconds (as ledger-bench
+/// computes pgbench's).
+fn quantile_ms(sorted_us: &[u64], q: f64) -> Option<f64> {
+    if sorted_us.is_empty() {
+        return None;
+    }
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let i = ((sorted_us.len() as f64 * q).ceil() as usize).clamp(1, sorted_us.len()) - 1;
+    Some(sorted_us[i] as f64 / 1000.0)
+}
+
 #[tokio::main]
 async fn main() {
     let process_start = Instant::now();
@@ -148,23 +199,28 @@ async fn run(args: &[String], process_start: Instant) -> Result<serde_json::Valu
             let n = arg(args, 2, "N")?;
             let clients = arg(args, 3, "CLIENTS")?.max(1);
             let pool = connect(u32::try_from(clients)?).await?;
-            let t0 = Instant::now();
-            let mut tasks = Vec::new();
-            for c in 0..clients {
-                let pool = pool.clone();
-                let share = n / clients + usize::from(c < n % clients);
-                tasks.push(tokio::spawn(async move {
-                    for _ in 0..share {
-                        awa::insert_with(&pool, &Noop {}, opts()).await?;
-                    }
-                    Ok::<_, awa::AwaError>(())
-                }));
-            }
-            for t in tasks {
-                t.await??;
-            }
-            let seconds = t0.elapsed().as_secs_f64();
-            Ok(json!({"step": "insert-single", "jobs": n, "clients": clients, "seconds": seconds}))
+            let issued = Arc::new(AtomicU64::new(0));
+            let n_u64 = u64::try_from(n)?;
+            let (seconds, latencies) =
+                insert_loop(&pool, clients, move |i| i < n_u64, &issued).await?;
+            Ok(json!({"step": "insert-single", "jobs": latencies.len(), "clients": clients,
+                      "seconds": seconds, "p50_ms": quantile_ms(&latencies, 0.5),
+                      "p99_ms": quantile_ms(&latencies, 0.99), "p999_ms": quantile_ms(&latencies, 0.999)}))
+        }
+        Some("insert-for") => {
+            let window = Duration::from_secs(u64::try_from(arg(args, 2, "SECONDS")?)?);
+            let clients = arg(args, 3, "CLIENTS")?.max(1);
+            let pool = connect(u32::try_from(clients)? + 1).await?;
+            let before = terminal(&pool).await?;
+            let deadline = Instant::now() + window;
+            let issued = Arc::new(AtomicU64::new(0));
+            let (seconds, latencies) =
+                insert_loop(&pool, clients, move |_| Instant::now() < deadline, &issued).await?;
+            let after = terminal(&pool).await?;
+            Ok(json!({"step": "insert-for", "jobs": latencies.len(), "clients": clients,
+                      "seconds": seconds, "p50_ms": quantile_ms(&latencies, 0.5),
+                      "p99_ms": quantile_ms(&latencies, 0.99),
+                      "done_before": before, "done_after": after}))
         }
         Some("insert-many") => {
             let (n, batch) = (arg(args, 2, "N")?, arg(args, 3, "BATCH")?.max(1));
@@ -236,6 +292,26 @@ async fn run(args: &[String], process_start: Instant) -> Result<serde_json::Valu
                 "seconds_from_client_start": seconds - client_start,
             }))
         }
+        Some("serve") => {
+            let max_workers = u32::try_from(arg(args, 2, "MAX_WORKERS")?)?;
+            let url = std::env::var("DATABASE_URL").map_err(|_| "DATABASE_URL is not set")?;
+            let pool = PgPoolOptions::new()
+                .max_connections(max_workers + 2)
+                .connect(&url)
+                .await?;
+            let handled = Arc::new(AtomicU64::new(0));
+            let c = client(&pool, max_workers, Arc::clone(&handled))?;
+            c.start().await?;
+            println!("{}", json!({"step": "serve", "ready": true, "max_workers": max_workers}));
+            // Until ledger-bench closes stdin.
+            tokio::task::spawn_blocking(|| {
+                let mut sink = Vec::new();
+                let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut sink);
+            })
+            .await?;
+            c.shutdown(Duration::from_secs(10)).await;
+            Ok(json!({"step": "serve", "handled": handled.load(Ordering::Relaxed)}))
+        }
         Some("count") => {
             let pool = connect(1).await?;
             let store = QueueStorage::new(QueueStorageConfig::default())?;
@@ -250,8 +326,9 @@ async fn run(args: &[String], process_start: Instant) -> Result<serde_json::Valu
             }))
         }
         _ => Err(
-            "usage: awa-peer setup | insert-single N CLIENTS | insert-many N BATCH | \
-                  enqueue-batch N BATCH | work N MAX_WORKERS | count"
+            "usage: awa-peer setup | insert-single N CLIENTS | insert-for SECONDS CLIENTS | \
+                  insert-many N BATCH | enqueue-batch N BATCH | work N MAX_WORKERS | \
+                  serve MAX_WORKERS | count"
                 .into(),
         ),
     }
