@@ -734,8 +734,10 @@ export interface components {
         };
         KindView: {
             /**
-             * @description A JSON Schema of `args`. Advisory: admission checks only what its
-             *     canonical form needs.
+             * @description A JSON Schema of `args`. The catalog's `args_schema` when it declares
+             *     one, enforced at admission (args that do not match are `400
+             *     /problems/invalid-args`, nothing recorded); else one made from the
+             *     kind's money and e-mail fields, which only describes.
              */
             args_schema: Record<string, never>;
             /** @description The authority `POST /v1/invoke` uses when none is given. */
