@@ -133,7 +133,13 @@ impl Custodian {
             // claims cost more than fewer full ones.
             let room = pipeline.room(batch);
             let mut more = false;
-            if room > 0 && room >= batch.div_ceil(2) {
+            // Short of room: the next freed slot is what to wait for. With
+            // room, a claim that found less than it asked for emptied the
+            // queue, and a freed slot is no news (on Citus each needless
+            // claim is a distributed transaction, three per command when
+            // every freed slot woke one, competing with the records).
+            let short = room == 0 || room < batch.div_ceil(2);
+            if !short {
                 let mut report = StepReport::default();
                 match self
                     .turn(&pipeline, &done_tx, room as i64, &mut report)
@@ -168,7 +174,7 @@ impl Custodian {
                 () = std::future::ready(()), if more => {}
                 () = listen => {}
                 _ = poll.tick() => {}
-                () = pipeline.capacity.notified() => {}
+                () = pipeline.capacity.notified(), if short => {}
             }
         }
 
