@@ -112,6 +112,9 @@ pub struct Custodian {
     stats: Arc<Stats>,
     /// Who the history names for this custodian's transitions.
     actor: String,
+    /// Wakes the waiters of the commands it makes terminal (on Citus,
+    /// after each commit; on one node the trigger does).
+    outcomes: crate::ledger::OutcomeWake,
     /// The periodic recovery pass, limited to this custodian's authorities.
     recovery: recovery::Recovery,
     /// When a claim last looked for stale prepared rows (`None`: never).
@@ -137,6 +140,7 @@ impl Custodian {
         )
         .for_authorities(config.authorities.clone());
         Custodian {
+            outcomes: crate::ledger::OutcomeWake::new(pool.clone()),
             pool,
             config,
             recovery,

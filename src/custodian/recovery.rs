@@ -14,6 +14,7 @@ use crate::db::txn::{Isolation, Retrying, TxError};
 use crate::db::{self, recovery::Candidate};
 use crate::domain::recovery::{Decision, Facts, ProbeAnswer, decide};
 use crate::domain::{EffectOutcome, State};
+use crate::ledger::OutcomeWake;
 
 /// Most candidates read per page.
 pub const PAGE: i64 = 200;
@@ -50,11 +51,15 @@ pub struct Recovery {
     authorities: Option<Vec<String>>,
     /// Serialization conflicts retried by the guarded writes.
     retries: AtomicU64,
+    /// Wakes the waiters of the commands it makes terminal (on Citus,
+    /// after each commit; on one node the trigger does).
+    outcomes: OutcomeWake,
 }
 
 impl Recovery {
     pub fn new(pool: PgPool, effects: Arc<Effects>, actor: String) -> Self {
         Recovery {
+            outcomes: OutcomeWake::new(pool.clone()),
             pool,
             effects,
             actor,
@@ -184,6 +189,9 @@ impl Recovery {
                         })
                         .await?;
                     report.expired += usize::from(ok);
+                    if ok {
+                        self.outcomes.finished(&[c.id]).await;
+                    }
                     ok
                 }
                 Decision::Adopt { to_generation } => {
@@ -218,6 +226,7 @@ impl Recovery {
                         })
                         .await?;
                     if ok {
+                        self.outcomes.finished(&[c.id]).await;
                         match outcome.state() {
                             State::Applied => report.applied += 1,
                             State::Failed => report.failed += 1,

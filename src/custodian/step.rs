@@ -107,6 +107,12 @@ impl Custodian {
             .claimed
             .fetch_add(claimed.len() as u64, Ordering::Relaxed);
         let mut prepared = Vec::with_capacity(claimed.len());
+        let expired: Vec<Uuid> = claimed
+            .iter()
+            .filter(|row| row.state() == State::Expired)
+            .map(|row| row.id)
+            .collect();
+        self.outcomes.finished(&expired).await;
         for row in claimed {
             match row.state() {
                 State::Prepared => prepared.push(row),
@@ -224,6 +230,12 @@ impl Custodian {
         if !rows.is_empty() {
             crash::point(CrashPoint::AfterEffectStarted);
         }
+        let expired: Vec<Uuid> = rows
+            .iter()
+            .filter(|row| row.state() == State::Expired)
+            .map(|row| row.id)
+            .collect();
+        self.outcomes.finished(&expired).await;
         let mut started = Vec::with_capacity(rows.len());
         for row in rows {
             if row.state() == State::Expired {
@@ -348,6 +360,7 @@ impl Custodian {
                 }
             };
             crash::point(CrashPoint::AfterOutcome);
+            self.outcomes.finished(&recorded).await;
             for (id, outcome) in &outcomes {
                 if !recorded.contains(id) {
                     report.fenced += 1;
@@ -474,6 +487,13 @@ impl Custodian {
                     break rows;
                 }
             };
+            // Pinned to an older generation: expired, not adopted.
+            let expired: Vec<Uuid> = rows
+                .iter()
+                .filter(|r| r.state() == State::Expired)
+                .map(|r| r.id)
+                .collect();
+            self.outcomes.finished(&expired).await;
             let count = rows.len();
             if count > 0 {
                 self.stats

@@ -5,7 +5,10 @@
 //!   after a submission commits; custodians listen to claim at once.
 //! - [`OUTCOME_CHANNEL`]: the `commands_record_changes` trigger (migration
 //!   0008) notifies it (payload: the command id) when a command becomes
-//!   terminal; API processes listen to wake waiting clients.
+//!   terminal; API processes listen to wake waiting clients. On Citus the
+//!   shards' triggers cannot (docs/SCALING.md), so there whoever made the
+//!   command terminal sends it with [`outcomes`] right after its commit
+//!   (`crate::ledger::OutcomeWake`).
 //!
 //! The reconnect rule: when the connection fails, the listener says so (a
 //! [`Heard::Gap`]: notifications may have been lost, so re-read), waits
@@ -16,6 +19,7 @@
 use sqlx::PgPool;
 use sqlx::postgres::PgListener;
 use std::time::Duration;
+use uuid::Uuid;
 
 /// New pending rows exist for the authority in the payload.
 pub const PENDING_CHANNEL: &str = "command_ledger_pending";
@@ -33,6 +37,23 @@ pub async fn pending(pool: &PgPool, authority: &str) -> Result<(), sqlx::Error> 
     sqlx::query("select pg_notify($1, $2)")
         .bind(PENDING_CHANNEL)
         .bind(authority)
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// Wakes the waiters of `ids`, which became terminal in a transaction that
+/// has committed: one statement, outside any transaction, on the
+/// coordinator where the API processes listen. For Citus, whose shards send
+/// no outcome notification; on one node the trigger already did, in the
+/// same commit.
+pub async fn outcomes(pool: &PgPool, ids: &[Uuid]) -> Result<(), sqlx::Error> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    sqlx::query("select pg_notify($1, id::text) from unnest($2::uuid[]) as id")
+        .bind(OUTCOME_CHANNEL)
+        .bind(ids)
         .execute(pool)
         .await?;
     Ok(())

@@ -164,7 +164,7 @@ pub(super) async fn get_one(
 
 /// Waits up to `wait` for `row` (one the caller may see) to become terminal. Registers interest
 /// before re-reading, so an outcome between the read and the wait is not
-/// missed; wakes on notifications (on Citus, every [`super::wait::CITUS_POLL`]).
+/// missed; wakes on notifications (and on Citus, every [`super::wait::CITUS_FALLBACK`]).
 /// Re-reads by authority and id, so that on Citus it asks one shard.
 /// Returns the row as it is when the wait ends, and the wait applied.
 pub(super) async fn settle(
@@ -480,6 +480,7 @@ pub(super) async fn cancel(
     match outcome {
         CancelOutcome::Cancelled(row) => {
             tracing::info!(command.id = %row.id, actor = %principal.actor(), "command cancelled");
+            state.outcomes.finished(&[row.id]).await;
             Ok(Json(view(&row, None)).into_response())
         }
         CancelOutcome::AlreadyCancelled(row) => Ok(Json(view(&row, None)).into_response()),

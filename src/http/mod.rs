@@ -59,6 +59,8 @@ pub struct AppState {
     pub counters: Arc<counters::Counters>,
     pub waiters: wait::Waiters,
     pub wake: crate::ledger::PendingWake,
+    /// Wakes waiters (in every API process) after a cancel, on Citus.
+    pub outcomes: crate::ledger::OutcomeWake,
     /// Concurrent submissions share one insert statement and one commit.
     pub group: crate::db::group_commit::GroupCommit,
     pub max_wait: Duration,
@@ -92,6 +94,7 @@ impl AppState {
         let waiters = wait::Waiters::default();
         waiters.spawn_listener(pool.clone());
         let wake = crate::ledger::PendingWake::spawn(pool.clone());
+        let outcomes = crate::ledger::OutcomeWake::new(pool.clone());
         let counters = Arc::new(counters::Counters::default());
         counters.spawn_flusher(pool.clone());
         let group = crate::db::group_commit::GroupCommit::spawn(
@@ -106,6 +109,7 @@ impl AppState {
             counters,
             waiters,
             wake,
+            outcomes,
             max_wait: MAX_WAIT,
             body_timeout: BODY_TIMEOUT,
             limiter: limits::Limiter::new(limits::RateLimit::default()),

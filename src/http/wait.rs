@@ -1,13 +1,16 @@
 //! Waiting for outcomes, woken by the database: one LISTEN connection per API
-//! process (channel `command_ledger_outcome`, filled by a trigger when a
-//! command becomes terminal) fans out to every waiter of that command.
-//! Each waiter re-reads the row when woken; terminal rows never change, so
-//! every concurrent waiter gets the same outcome.
+//! process (channel `command_ledger_outcome`) fans out to every waiter of
+//! the command in the payload. Each waiter re-reads the row when woken;
+//! terminal rows never change, so every concurrent waiter gets the same
+//! outcome.
 //!
-//! On Citus the shards' triggers send no NOTIFY (docs/SCALING.md): there
-//! the listener also wakes every waiter each [`CITUS_POLL`], and each
-//! re-reads its command by authority and id (one shard); the console's
-//! event streams, each second.
+//! On one node a trigger sends the notification in the commit that makes a
+//! command terminal. On Citus the shards' triggers cannot (docs/SCALING.md),
+//! so whoever committed sends it on the coordinator right after
+//! (`crate::ledger::OutcomeWake`): a process that dies between the two
+//! loses it. There the listener therefore also wakes every waiter each
+//! [`CITUS_FALLBACK`], and each re-reads its command by authority and id
+//! (one shard).
 
 use sqlx::PgPool;
 use std::collections::HashMap;
@@ -18,13 +21,15 @@ use uuid::Uuid;
 
 use crate::db::notify::{self, Heard, OUTCOME_CHANNEL};
 
-/// How often waiters re-read on Citus, where no outcome NOTIFY arrives:
-/// an outcome is seen this much later at most (half of it on average).
-pub const CITUS_POLL: Duration = Duration::from_millis(200);
-
-/// On Citus, the console's event streams are woken every this many polls
-/// (each second), as if a command had finished.
-const STREAM_POLLS: u32 = 5;
+/// How often waiters re-read on Citus even without a notification: what a
+/// lost one (its sender died between commit and NOTIFY, or SQL typed by
+/// hand finished the command) costs at most. Such a death costs that
+/// custodian's other commands far more (its lease, 10 s by default, must
+/// lapse before recovery settles them), so a few seconds are in proportion;
+/// and each tick is one read per waiter, which at 200 ms (the interval when
+/// polling was the only way, p50 191 ms) made a thousand idle waiters
+/// 5,000 reads a second.
+pub const CITUS_FALLBACK: Duration = Duration::from_secs(5);
 
 /// The registry of waiters, by command id.
 #[derive(Debug, Clone, Default)]
@@ -88,16 +93,15 @@ impl Waiters {
     }
 
     /// Runs the process's one listener until the pool closes; on Citus it
-    /// also wakes every waiter each [`CITUS_POLL`].
+    /// also wakes every waiter each [`CITUS_FALLBACK`].
     pub fn spawn_listener(&self, pool: PgPool) -> tokio::task::JoinHandle<()> {
         let waiters = self.clone();
         tokio::spawn(async move {
             let mut listener = notify::Listener::new(pool.clone(), OUTCOME_CHANNEL);
             // Asked once the listener has connected (the database is up then).
             let mut citus = None;
-            let mut poll = tokio::time::interval(CITUS_POLL);
-            let mut polls: u32 = 0;
-            poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut fallback = tokio::time::interval(CITUS_FALLBACK);
+            fallback.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tokio::select! {
                     heard = listener.recv() => match heard {
@@ -116,16 +120,8 @@ impl Waiters {
                             waiters.wake_all();
                         }
                     },
-                    _ = poll.tick(), if citus == Some(true) => {
-                        polls += 1;
-                        // The console's streams too, less often (each reads
-                        // a snapshot of the counters when woken).
-                        if polls.is_multiple_of(STREAM_POLLS) {
-                            waiters.wake_all();
-                        } else {
-                            waiters.wake_waiting();
-                        }
-                    }
+                    // The console's streams refresh on their own clock.
+                    _ = fallback.tick(), if citus == Some(true) => waiters.wake_waiting(),
                 }
             }
         })

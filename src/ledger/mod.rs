@@ -6,14 +6,14 @@
 //! - [`submit`]: admission (key, intent guard, holds), recording, wake-up.
 //! - [`holds`]: release (record + wake) and reject.
 //! - [`probe`]: the seam through which the API asks a reconcile probe.
-//! - [`wake`]: waking custodians after a commit.
+//! - [`wake`]: waking custodians, and on Citus waiters, after a commit.
 
 pub mod holds;
 pub mod probe;
 pub mod submit;
 pub mod wake;
 
-pub use wake::PendingWake;
+pub use wake::{OutcomeWake, PendingWake};
 
 use crate::domain::args_schema::SchemaMismatch;
 use crate::domain::{CanonError, KeyError};

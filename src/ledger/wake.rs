@@ -1,13 +1,24 @@
-//! Wakes custodians in any process when new pending rows exist, without a
-//! NOTIFY inside the recording transaction (a NOTIFY takes a global lock at
-//! commit and would serialise submissions): after the commit, the authority
-//! is queued here, and one task sends one notification per authority for
-//! everything queued meanwhile. A short-lived process (the command line)
-//! sends it at once instead, before it exits.
+//! Wake-ups sent after a commit, never inside the transaction.
+//!
+//! [`PendingWake`] wakes custodians in any process when new pending rows
+//! exist, without a NOTIFY inside the recording transaction (a NOTIFY takes
+//! a global lock at commit and would serialise submissions): after the
+//! commit, the authority is queued here, and one task sends one
+//! notification per authority for everything queued meanwhile. A
+//! short-lived process (the command line) sends it at once instead, before
+//! it exits.
+//!
+//! [`OutcomeWake`] wakes the clients waiting for commands that became
+//! terminal, on Citus only: there the shards' triggers send no outcome
+//! notification, so whoever committed the change (the custodian's record,
+//! claim, start and adoption, recovery, a cancel) sends it on the
+//! coordinator right after. On one node the trigger sends it in the commit
+//! itself, and this does nothing.
 
 use sqlx::PgPool;
 use std::collections::BTreeSet;
-use tokio::sync::mpsc;
+use tokio::sync::{OnceCell, mpsc};
+use uuid::Uuid;
 
 use crate::db;
 
@@ -66,5 +77,49 @@ async fn send(pool: &PgPool, authority: &str) {
     if let Err(e) = db::notify::pending(pool, authority).await {
         // Custodians also poll; a lost wake-up only costs latency.
         tracing::debug!(error = %e, "pending wake-up not sent");
+    }
+}
+
+/// Announces terminal commands to waiters on Citus (see the module's head).
+#[derive(Debug, Clone)]
+pub struct OutcomeWake {
+    pool: PgPool,
+    /// Whether the database is a Citus coordinator, asked at the first
+    /// announcement (the database may not be up when this is made).
+    citus: std::sync::Arc<OnceCell<bool>>,
+}
+
+impl OutcomeWake {
+    pub fn new(pool: PgPool) -> Self {
+        OutcomeWake {
+            pool,
+            citus: std::sync::Arc::default(),
+        }
+    }
+
+    /// `ids` became terminal in a transaction that has committed. Sent
+    /// before this returns, so a process that exits right after (`recover`)
+    /// still sends it. A notification that is not sent (this process dies
+    /// first, or the database does not answer) only costs latency: the
+    /// waiters' fallback re-read finds the outcome (`http::wait`).
+    pub async fn finished(&self, ids: &[Uuid]) {
+        if ids.is_empty() {
+            return;
+        }
+        let citus = self
+            .citus
+            .get_or_try_init(|| db::is_citus(&self.pool))
+            .await;
+        match citus {
+            Ok(false) => {}
+            Ok(true) => {
+                if let Err(e) = db::notify::outcomes(&self.pool, ids).await {
+                    tracing::warn!(error = %e, commands = ids.len(), "outcome notification not sent; waiters will find the outcome at their next re-read");
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot tell whether the database is Citus; outcome notification not sent");
+            }
+        }
     }
 }

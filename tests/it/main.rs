@@ -40,3 +40,4 @@ mod submit;
 mod telemetry;
 mod tls;
 mod verify;
+mod waiting;
