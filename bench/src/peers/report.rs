@@ -382,7 +382,7 @@ pub(crate) fn markdown(r: &Value) -> String {
         md,
         "\n**Peers** (`--peers`: on the same cluster, in the same run, each in a database of its own; \
          {} no-op jobs per step, median of {} repetition(s); single enqueue from {} clients; \
-         end to end for {} s; graphile-worker {}, pg-boss {} and DBOS Transact {} on node {}, awa {}):\n\n\
+         end to end: {} clients for {} s; graphile-worker {}, pg-boss {} and DBOS Transact {} on node {}, awa {}):\n\n\
          | peer | measurement | value | unit | / L_raw | runs |\n|---|---|---|---|---|---|",
         p["jobs"],
         p["reps"],
@@ -391,6 +391,7 @@ pub(crate) fn markdown(r: &Value) -> String {
             .map(u64::to_string)
             .collect::<Vec<_>>()
             .join(" and "),
+        p["end_to_end_clients"],
         p["end_to_end_seconds"],
         version("graphile_worker"),
         version("pg_boss"),
