@@ -1,7 +1,12 @@
 //! The docs quote figures from raw output committed under `docs/runs/`:
-//! every such file that README.md or docs/*.md cites exists (a fresh clone
-//! has exactly what is committed), and the fuzzing figures of
-//! docs/SECURITY.md are the ones its raw output holds.
+//! every such file that README.md or a page of the book (docs/**/*.md)
+//! cites exists (a fresh clone has exactly what is committed), and the
+//! fuzzing figures of docs/SECURITY.md are the ones its raw output holds.
+//! The book's reference pages are the code's own word: the API and command
+//! line pages are generated (from docs/openapi.json and `--help`; run
+//! `UPDATE_DOCS=1 cargo test --test it docs::` to rewrite them), and the
+//! state machine's diagram, the problem types and the CLxxx codes are
+//! checked against the code.
 
 use std::path::{Component, Path, PathBuf};
 
@@ -13,15 +18,23 @@ fn read(path: &str) -> String {
     std::fs::read_to_string(root().join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
-/// README.md and every docs/*.md, as paths from the repository's root.
+/// README.md and every Markdown file under docs/, as paths from the
+/// repository's root.
 fn documents() -> Vec<String> {
-    let mut docs = vec!["README.md".to_owned()];
-    for entry in std::fs::read_dir(root().join("docs")).unwrap() {
-        let name = entry.unwrap().file_name().into_string().unwrap();
-        if name.ends_with(".md") {
-            docs.push(format!("docs/{name}"));
+    fn walk(folder: &str, docs: &mut Vec<String>) {
+        for entry in std::fs::read_dir(root().join(folder)).unwrap() {
+            let entry = entry.unwrap();
+            let name = entry.file_name().into_string().unwrap();
+            let path = format!("{folder}/{name}");
+            if entry.file_type().unwrap().is_dir() {
+                walk(&path, docs);
+            } else if name.ends_with(".md") {
+                docs.push(path);
+            }
         }
     }
+    let mut docs = vec!["README.md".to_owned()];
+    walk("docs", &mut docs);
     docs.sort();
     docs
 }
@@ -206,4 +219,278 @@ fn the_fuzzing_figures_of_security_md_are_those_of_its_raw_output() {
             written(n)
         );
     }
+}
+
+/// Writes `generated` to `path` under `UPDATE_DOCS=1`, else asserts that
+/// the committed file is exactly it.
+fn generated_page(path: &str, generated: &str) {
+    if std::env::var_os("UPDATE_DOCS").is_some() {
+        std::fs::write(root().join(path), generated).unwrap_or_else(|e| panic!("{path}: {e}"));
+        return;
+    }
+    let committed = read(path);
+    if committed != generated {
+        let line = committed
+            .lines()
+            .zip(generated.lines())
+            .position(|(a, b)| a != b)
+            .map_or(committed.lines().count().min(generated.lines().count()), |n| n)
+            + 1;
+        panic!(
+            "{path} is not what the code generates (first difference at line {line}): \
+             run UPDATE_DOCS=1 cargo test --test it docs:: and commit it"
+        );
+    }
+}
+
+#[test]
+fn the_state_machine_diagram_draws_exactly_the_transitions_of_the_code() {
+    use command_ledger::domain::state::TRANSITIONS;
+    let dot = read("docs/diagrams/state-machine.dot");
+    let mut drawn: Vec<(String, String)> = dot
+        .lines()
+        .map(|line| line.split("//").next().unwrap_or("").trim())
+        .filter_map(|line| {
+            let (from, rest) = line.split_once("->")?;
+            let to = rest.split(['[', ';']).next()?;
+            Some((from.trim().to_owned(), to.trim().to_owned()))
+        })
+        .collect();
+    drawn.sort();
+    let mut code: Vec<(String, String)> = TRANSITIONS
+        .iter()
+        .map(|(from, to)| (from.as_str().to_owned(), to.as_str().to_owned()))
+        .collect();
+    code.sort();
+    assert_eq!(drawn, code, "docs/diagrams/state-machine.dot against domain::TRANSITIONS");
+}
+
+/// The `| `x` | ...` rows of the tables in `text` whose first cell is a
+/// code span starting with `prefix`, as (that cell, the row's other cells).
+fn table_rows(text: &str, prefix: &str) -> Vec<(String, Vec<String>)> {
+    let mut rows: Vec<(String, Vec<String>)> = text
+        .lines()
+        .filter_map(|line| {
+            let cells: Vec<&str> = line.strip_prefix('|')?.strip_suffix('|')?.split(" | ").collect();
+            let first = cells.first()?.trim().strip_prefix('`')?.strip_suffix('`')?;
+            first.starts_with(prefix).then(|| {
+                (
+                    first.to_owned(),
+                    cells[1..].iter().map(|c| c.trim().to_owned()).collect(),
+                )
+            })
+        })
+        .collect();
+    rows.sort();
+    rows
+}
+
+/// Every `"<prefix>..."` string literal in `text`, once each, sorted.
+fn quoted(text: &str, prefix: &str) -> Vec<String> {
+    let mut found: Vec<String> = text
+        .match_indices(&format!("\"{prefix}"))
+        .filter_map(|(at, _)| {
+            let rest = &text[at + 1..];
+            rest.find('"').map(|end| rest[..end].to_owned())
+        })
+        .collect();
+    found.sort();
+    found.dedup();
+    found
+}
+
+#[test]
+fn the_problem_types_of_the_reference_are_those_the_code_answers() {
+    let code = quoted(&read("src/http/error.rs"), "/problems/");
+    assert!(code.len() >= 20, "the problem types of src/http/error.rs: {code:?}");
+    let page: Vec<String> = table_rows(&read("docs/reference/errors.md"), "/problems/")
+        .into_iter()
+        .map(|(kind, _)| kind)
+        .collect();
+    assert_eq!(page, code, "docs/reference/errors.md against src/http/error.rs");
+}
+
+#[test]
+fn the_sqlstate_codes_of_the_reference_are_those_the_migrations_raise() {
+    let mut raised = Vec::new();
+    for entry in std::fs::read_dir(root().join("migrations")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "sql") {
+            let sql = std::fs::read_to_string(&path).unwrap();
+            for (at, _) in sql.match_indices("errcode = 'CL") {
+                raised.push(sql[at + "errcode = '".len()..][..5].to_owned());
+            }
+        }
+    }
+    raised.sort();
+    raised.dedup();
+    assert!(raised.len() >= 13, "the codes the migrations raise: {raised:?}");
+    let page = table_rows(&read("docs/reference/errors.md"), "CL");
+    let migrations = table_rows(&read("migrations/README.md"), "CL");
+    let codes: Vec<String> = page.iter().map(|(code, _)| code.clone()).collect();
+    assert_eq!(codes, raised, "docs/reference/errors.md against the migrations");
+    assert_eq!(page, migrations, "docs/reference/errors.md against migrations/README.md");
+}
+
+/// A table cell: one line, `|` escaped.
+fn cell(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ").replace('|', "\\|")
+}
+
+/// `{"$ref": "#/components/schemas/X"}` (or an array of them) as `X`.
+fn schema_name(schema: &serde_json::Value) -> String {
+    if let Some(r) = schema["$ref"].as_str() {
+        return format!("`{}`", r.rsplit('/').next().unwrap_or(r));
+    }
+    if let Some(items) = schema.get("items") {
+        return format!("array of {}", schema_name(items));
+    }
+    match &schema["type"] {
+        serde_json::Value::String(t) => format!("`{t}`"),
+        serde_json::Value::Array(types) => {
+            let names: Vec<&str> = types.iter().filter_map(|t| t.as_str()).collect();
+            format!("`{}`", names.join(" | "))
+        }
+        _ => "JSON".to_owned(),
+    }
+}
+
+/// The API reference page, from the OpenAPI document.
+fn api_page(doc: &serde_json::Value) -> String {
+    use std::fmt::Write;
+    let mut md = String::from(
+        "# HTTP API\n\n\
+         <!-- Generated from docs/openapi.json by tests/it/docs.rs: do not edit; \
+         UPDATE_DOCS=1 cargo test --test it docs:: rewrites it. -->\n\n",
+    );
+    let _ = writeln!(md, "{}\n", doc["info"]["description"].as_str().unwrap_or(""));
+    md.push_str(
+        "This page is generated from the OpenAPI 3.1 document the server serves at \
+         `GET /openapi.json` (no token), committed as [`docs/openapi.json`](../openapi.json) \
+         and checked against the code by the tests. Every operation but the health checks, \
+         `/console` and `/openapi.json` takes `Authorization: Bearer <token>`. The schemas \
+         named below are defined in that document.\n",
+    );
+    let mut by_tag: Vec<(String, Vec<String>)> = Vec::new();
+    let paths = doc["paths"].as_object().expect("paths");
+    for (path, operations) in paths {
+        for (method, op) in operations.as_object().expect("operations") {
+            let tag = op["tags"][0].as_str().unwrap_or("other").to_owned();
+            let mut text = format!("### `{} {path}`\n\n", method.to_uppercase());
+            let summary = op["summary"].as_str().unwrap_or("");
+            let description = op["description"].as_str().unwrap_or("");
+            for part in [summary, description] {
+                if !part.is_empty() {
+                    let _ = writeln!(text, "{}\n", part.trim());
+                }
+            }
+            if let Some(params) = op["parameters"].as_array().filter(|p| !p.is_empty()) {
+                text.push_str("| parameter | in | required | type | meaning |\n|---|---|---|---|---|\n");
+                for p in params {
+                    let _ = writeln!(
+                        text,
+                        "| `{}` | {} | {} | {} | {} |",
+                        p["name"].as_str().unwrap_or(""),
+                        p["in"].as_str().unwrap_or(""),
+                        if p["required"].as_bool() == Some(true) { "yes" } else { "no" },
+                        schema_name(&p["schema"]),
+                        cell(p["description"].as_str().unwrap_or("")),
+                    );
+                }
+                text.push('\n');
+            }
+            if let Some(content) = op["requestBody"]["content"].as_object() {
+                for (media, body) in content {
+                    let _ = writeln!(text, "Body: {} (`{media}`).\n", schema_name(&body["schema"]));
+                }
+            }
+            text.push_str("| status | meaning | body |\n|---|---|---|\n");
+            for (status, response) in op["responses"].as_object().expect("responses") {
+                let bodies: Vec<String> = response["content"]
+                    .as_object()
+                    .map(|c| c.values().map(|b| schema_name(&b["schema"])).collect())
+                    .unwrap_or_default();
+                let _ = writeln!(
+                    text,
+                    "| {status} | {} | {} |",
+                    cell(response["description"].as_str().unwrap_or("")),
+                    bodies.join(", "),
+                );
+            }
+            text.push('\n');
+            match by_tag.iter_mut().find(|(t, _)| *t == tag) {
+                Some((_, ops)) => ops.push(text),
+                None => by_tag.push((tag, vec![text])),
+            }
+        }
+    }
+    for (tag, ops) in by_tag {
+        let _ = writeln!(md, "\n## {}{}\n", tag[..1].to_uppercase(), &tag[1..]);
+        for op in ops {
+            md.push_str(&op);
+        }
+    }
+    md.trim_end().to_owned() + "\n"
+}
+
+#[test]
+fn the_api_reference_is_generated_from_the_openapi_document() {
+    let doc: serde_json::Value = serde_json::from_str(&read("docs/openapi.json")).unwrap();
+    generated_page("docs/reference/api.md", &api_page(&doc));
+}
+
+/// `command-ledger ARGS --help`, with no environment (a variable that is
+/// set would show its value in the help).
+fn help(args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_command-ledger"))
+        .args(args)
+        .arg("--help")
+        .env_clear()
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{args:?} --help: {out:?}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The subcommands a help text lists under `Commands:` (but `help`).
+fn subcommands(help: &str) -> Vec<String> {
+    help.lines()
+        .skip_while(|line| line.trim() != "Commands:")
+        .skip(1)
+        .take_while(|line| line.starts_with("  "))
+        .filter_map(|line| line.split_whitespace().next())
+        .filter(|name| *name != "help")
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn the_command_line_reference_is_the_binarys_help() {
+    use std::fmt::Write;
+    let mut md = String::from(
+        "# Command line\n\n\
+         <!-- Generated from `command-ledger --help` by tests/it/docs.rs: do not edit; \
+         UPDATE_DOCS=1 cargo test --test it docs:: rewrites it. -->\n\n\
+         Every subcommand's `--help`, as the binary prints it. Flags that read an \
+         environment variable say which (`[env: NAME=]`); [Configuration](../operate/configuration.md) \
+         has them in one table.\n",
+    );
+    let mut queue: Vec<Vec<String>> = vec![vec![]];
+    while let Some(args) = queue.pop() {
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        let text = help(&refs);
+        let name = std::iter::once("command-ledger")
+            .chain(refs.iter().copied())
+            .collect::<Vec<_>>()
+            .join(" ");
+        let _ = write!(md, "\n## `{name}`\n\n```text\n{}\n```\n", text.trim_end());
+        // Depth first, in the order the help lists them.
+        for sub in subcommands(&text).into_iter().rev() {
+            let mut next = args.clone();
+            next.push(sub);
+            queue.push(next);
+        }
+    }
+    assert!(md.matches("\n## `").count() >= 20, "{md}");
+    generated_page("docs/reference/cli.md", &md);
 }
