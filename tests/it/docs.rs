@@ -475,22 +475,102 @@ fn the_command_line_reference_is_the_binarys_help() {
          environment variable say which (`[env: NAME=]`); [Configuration](../operate/configuration.md) \
          has them in one table.\n",
     );
+    for (args, text) in every_help() {
+        let name = format!("command-ledger {args}");
+        let _ = write!(md, "\n## `{}`\n\n```text\n{}\n```\n", name.trim_end(), text.trim_end());
+    }
+    assert!(md.matches("\n## `").count() >= 20, "{md}");
+    generated_page("docs/reference/cli.md", &md);
+}
+
+/// Every subcommand's `--help`, as (the words after `command-ledger`, the
+/// text), depth first in the order the helps list them.
+fn every_help() -> Vec<(String, String)> {
+    let mut out = Vec::new();
     let mut queue: Vec<Vec<String>> = vec![vec![]];
     while let Some(args) = queue.pop() {
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();
         let text = help(&refs);
-        let name = std::iter::once("command-ledger")
-            .chain(refs.iter().copied())
-            .collect::<Vec<_>>()
-            .join(" ");
-        let _ = write!(md, "\n## `{name}`\n\n```text\n{}\n```\n", text.trim_end());
-        // Depth first, in the order the help lists them.
         for sub in subcommands(&text).into_iter().rev() {
             let mut next = args.clone();
             next.push(sub);
             queue.push(next);
         }
+        out.push((args.join(" "), text));
     }
-    assert!(md.matches("\n## `").count() >= 20, "{md}");
-    generated_page("docs/reference/cli.md", &md);
+    out
+}
+
+/// The code spans of a table cell: "`serve --tls-cert`, `--tls-key`".
+fn spans(cell: &str) -> Vec<&str> {
+    cell.split('`').skip(1).step_by(2).collect()
+}
+
+/// The help line that documents `flag` (`--listen`), if `text` has one.
+fn flag_line<'a>(text: &'a str, flag: &str) -> Option<&'a str> {
+    text.lines().find(|line| {
+        line.match_indices(flag).any(|(at, _)| {
+            let after = line[at + flag.len()..].chars().next();
+            !after.is_some_and(|c| c.is_ascii_alphanumeric() || c == '-')
+        })
+    })
+}
+
+#[test]
+fn the_configuration_table_names_the_flags_variables_and_defaults_of_the_binary() {
+    let helps = every_help();
+    let page = read("docs/operate/configuration.md");
+    let mut checked = 0;
+    let mut wrong = Vec::new();
+    for line in page.lines().filter(|l| l.starts_with("| ") && !l.starts_with("| flag")) {
+        let cells: Vec<&str> = line.trim_matches('|').split(" | ").map(str::trim).collect();
+        let [flags, envs, default, ..] = cells[..] else {
+            continue;
+        };
+        let mut sub: Option<&str> = None;
+        let mut helps_of_row: Vec<&str> = Vec::new();
+        for span in spans(flags) {
+            let flag = match span.split_once(' ') {
+                Some((s, f)) => {
+                    sub = Some(s);
+                    f
+                }
+                None => span,
+            };
+            let candidates: Vec<&str> = helps
+                .iter()
+                .filter(|(name, _)| sub.is_none_or(|s| name == s))
+                .map(|(_, text)| text.as_str())
+                .collect();
+            let found: Vec<&str> = candidates
+                .iter()
+                .filter_map(|text| flag_line(text, flag))
+                .collect();
+            checked += 1;
+            if found.is_empty() {
+                wrong.push(format!("{span}: no such flag in `{}` --help", sub.unwrap_or("any")));
+                continue;
+            }
+            // A default the binary shows must be the table's.
+            if let Some(shown) = found[0].split("[default: ").nth(1).and_then(|d| d.split(']').next())
+                && !spans(default).contains(&shown)
+            {
+                wrong.push(format!("{span}: the binary's default is `{shown}`, the table says {default}"));
+            }
+            helps_of_row.extend(candidates);
+        }
+        for env in spans(envs).into_iter().filter(|e| *e != "RUST_LOG") {
+            checked += 1;
+            let pool: Vec<&str> = if helps_of_row.is_empty() {
+                helps.iter().map(|(_, t)| t.as_str()).collect()
+            } else {
+                helps_of_row.clone()
+            };
+            if !pool.iter().any(|text| text.contains(&format!("[env: {env}"))) {
+                wrong.push(format!("{env}: no flag of that row reads it"));
+            }
+        }
+    }
+    assert!(checked >= 40, "only {checked} flags and variables found in the table");
+    assert!(wrong.is_empty(), "docs/operate/configuration.md: {wrong:#?}");
 }
