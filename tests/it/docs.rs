@@ -234,7 +234,7 @@ fn generated_page(path: &str, generated: &str) {
             .lines()
             .zip(generated.lines())
             .position(|(a, b)| a != b)
-            .map_or(committed.lines().count().min(generated.lines().count()), |n| n)
+            .unwrap_or_else(|| committed.lines().count().min(generated.lines().count()))
             + 1;
         panic!(
             "{path} is not what the code generates (first difference at line {line}): \
@@ -262,7 +262,10 @@ fn the_state_machine_diagram_draws_exactly_the_transitions_of_the_code() {
         .map(|(from, to)| (from.as_str().to_owned(), to.as_str().to_owned()))
         .collect();
     code.sort();
-    assert_eq!(drawn, code, "docs/diagrams/state-machine.dot against domain::TRANSITIONS");
+    assert_eq!(
+        drawn, code,
+        "docs/diagrams/state-machine.dot against domain::TRANSITIONS"
+    );
 }
 
 /// The `| `x` | ...` rows of the tables in `text` whose first cell is a
@@ -271,7 +274,11 @@ fn table_rows(text: &str, prefix: &str) -> Vec<(String, Vec<String>)> {
     let mut rows: Vec<(String, Vec<String>)> = text
         .lines()
         .filter_map(|line| {
-            let cells: Vec<&str> = line.strip_prefix('|')?.strip_suffix('|')?.split(" | ").collect();
+            let cells: Vec<&str> = line
+                .strip_prefix('|')?
+                .strip_suffix('|')?
+                .split(" | ")
+                .collect();
             let first = cells.first()?.trim().strip_prefix('`')?.strip_suffix('`')?;
             first.starts_with(prefix).then(|| {
                 (
@@ -302,12 +309,18 @@ fn quoted(text: &str, prefix: &str) -> Vec<String> {
 #[test]
 fn the_problem_types_of_the_reference_are_those_the_code_answers() {
     let code = quoted(&read("src/http/error.rs"), "/problems/");
-    assert!(code.len() >= 20, "the problem types of src/http/error.rs: {code:?}");
+    assert!(
+        code.len() >= 20,
+        "the problem types of src/http/error.rs: {code:?}"
+    );
     let page: Vec<String> = table_rows(&read("docs/reference/errors.md"), "/problems/")
         .into_iter()
         .map(|(kind, _)| kind)
         .collect();
-    assert_eq!(page, code, "docs/reference/errors.md against src/http/error.rs");
+    assert_eq!(
+        page, code,
+        "docs/reference/errors.md against src/http/error.rs"
+    );
 }
 
 #[test]
@@ -324,34 +337,98 @@ fn the_sqlstate_codes_of_the_reference_are_those_the_migrations_raise() {
     }
     raised.sort();
     raised.dedup();
-    assert!(raised.len() >= 13, "the codes the migrations raise: {raised:?}");
+    assert!(
+        raised.len() >= 13,
+        "the codes the migrations raise: {raised:?}"
+    );
     let page = table_rows(&read("docs/reference/errors.md"), "CL");
     let migrations = table_rows(&read("migrations/README.md"), "CL");
     let codes: Vec<String> = page.iter().map(|(code, _)| code.clone()).collect();
-    assert_eq!(codes, raised, "docs/reference/errors.md against the migrations");
-    assert_eq!(page, migrations, "docs/reference/errors.md against migrations/README.md");
+    assert_eq!(
+        codes, raised,
+        "docs/reference/errors.md against the migrations"
+    );
+    assert_eq!(
+        page, migrations,
+        "docs/reference/errors.md against migrations/README.md"
+    );
 }
 
 /// A table cell: one line, `|` escaped.
 fn cell(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ").replace('|', "\\|")
+    text.split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .replace('|', "\\|")
 }
 
-/// `{"$ref": "#/components/schemas/X"}` (or an array of them) as `X`.
+/// A schema in a few words: `X` for a reference to a named schema (a link
+/// to its section), `array of ...`, `a | b` written `a or b` (a table cell
+/// must not hold a `|`).
 fn schema_name(schema: &serde_json::Value) -> String {
     if let Some(r) = schema["$ref"].as_str() {
-        return format!("`{}`", r.rsplit('/').next().unwrap_or(r));
+        let name = r.rsplit('/').next().unwrap_or(r);
+        return format!("[`{name}`](#{})", name.to_lowercase());
+    }
+    for combinator in ["oneOf", "anyOf", "allOf"] {
+        if let Some(parts) = schema[combinator].as_array() {
+            let names: Vec<String> = parts.iter().map(schema_name).collect();
+            let joint = if combinator == "allOf" {
+                " and "
+            } else {
+                " or "
+            };
+            return names.join(joint);
+        }
     }
     if let Some(items) = schema.get("items") {
         return format!("array of {}", schema_name(items));
     }
+    let format = schema["format"]
+        .as_str()
+        .map(|f| format!(" ({f})"))
+        .unwrap_or_default();
     match &schema["type"] {
-        serde_json::Value::String(t) => format!("`{t}`"),
+        serde_json::Value::String(t) => format!("`{t}`{format}"),
         serde_json::Value::Array(types) => {
-            let names: Vec<&str> = types.iter().filter_map(|t| t.as_str()).collect();
-            format!("`{}`", names.join(" | "))
+            let names: Vec<String> = types
+                .iter()
+                .filter_map(|t| t.as_str())
+                .map(|t| format!("`{t}`"))
+                .collect();
+            format!("{}{format}", names.join(" or "))
         }
-        _ => "JSON".to_owned(),
+        _ => "any JSON".to_owned(),
+    }
+}
+
+/// The properties of an object schema (and of the objects an `allOf`
+/// joins), as rows of a table.
+fn property_rows(schema: &serde_json::Value, md: &mut String) {
+    use std::fmt::Write;
+    if let Some(parts) = schema["allOf"].as_array() {
+        for part in parts {
+            property_rows(part, md);
+        }
+    }
+    let required: Vec<&str> = schema["required"]
+        .as_array()
+        .map(|r| r.iter().filter_map(|v| v.as_str()).collect())
+        .unwrap_or_default();
+    if let Some(properties) = schema["properties"].as_object() {
+        for (name, property) in properties {
+            let _ = writeln!(
+                md,
+                "| `{name}` | {} | {} | {} |",
+                schema_name(property),
+                if required.contains(&name.as_str()) {
+                    "yes"
+                } else {
+                    "no"
+                },
+                cell(property["description"].as_str().unwrap_or("")),
+            );
+        }
     }
 }
 
@@ -363,7 +440,11 @@ fn api_page(doc: &serde_json::Value) -> String {
          <!-- Generated from docs/openapi.json by tests/it/docs.rs: do not edit; \
          UPDATE_DOCS=1 cargo test --test it docs:: rewrites it. -->\n\n",
     );
-    let _ = writeln!(md, "{}\n", doc["info"]["description"].as_str().unwrap_or(""));
+    let _ = writeln!(
+        md,
+        "{}\n",
+        doc["info"]["description"].as_str().unwrap_or("")
+    );
     md.push_str(
         "This page is generated from the OpenAPI 3.1 document the server serves at \
          `GET /openapi.json` (no token), committed as [`docs/openapi.json`](../openapi.json) \
@@ -385,14 +466,20 @@ fn api_page(doc: &serde_json::Value) -> String {
                 }
             }
             if let Some(params) = op["parameters"].as_array().filter(|p| !p.is_empty()) {
-                text.push_str("| parameter | in | required | type | meaning |\n|---|---|---|---|---|\n");
+                text.push_str(
+                    "| parameter | in | required | type | meaning |\n|---|---|---|---|---|\n",
+                );
                 for p in params {
                     let _ = writeln!(
                         text,
                         "| `{}` | {} | {} | {} | {} |",
                         p["name"].as_str().unwrap_or(""),
                         p["in"].as_str().unwrap_or(""),
-                        if p["required"].as_bool() == Some(true) { "yes" } else { "no" },
+                        if p["required"].as_bool() == Some(true) {
+                            "yes"
+                        } else {
+                            "no"
+                        },
                         schema_name(&p["schema"]),
                         cell(p["description"].as_str().unwrap_or("")),
                     );
@@ -401,7 +488,11 @@ fn api_page(doc: &serde_json::Value) -> String {
             }
             if let Some(content) = op["requestBody"]["content"].as_object() {
                 for (media, body) in content {
-                    let _ = writeln!(text, "Body: {} (`{media}`).\n", schema_name(&body["schema"]));
+                    let _ = writeln!(
+                        text,
+                        "Body: {} (`{media}`).\n",
+                        schema_name(&body["schema"])
+                    );
                 }
             }
             text.push_str("| status | meaning | body |\n|---|---|---|\n");
@@ -410,11 +501,15 @@ fn api_page(doc: &serde_json::Value) -> String {
                     .as_object()
                     .map(|c| c.values().map(|b| schema_name(&b["schema"])).collect())
                     .unwrap_or_default();
+                let meaning = match response["description"].as_str().unwrap_or("") {
+                    "" if status.starts_with(['4', '5']) => "a [problem](errors.md#problem-types)",
+                    other => other,
+                };
                 let _ = writeln!(
                     text,
                     "| {status} | {} | {} |",
-                    cell(response["description"].as_str().unwrap_or("")),
-                    bodies.join(", "),
+                    cell(meaning),
+                    bodies.join(", ")
                 );
             }
             text.push('\n');
@@ -424,10 +519,38 @@ fn api_page(doc: &serde_json::Value) -> String {
             }
         }
     }
+    // Devices' operations first, the operators' and the admission layer's after.
+    let order = [
+        "commands",
+        "holds",
+        "authorities",
+        "operations",
+        "admission layer",
+    ];
+    by_tag.sort_by_key(|(tag, _)| order.iter().position(|t| t == tag).unwrap_or(order.len()));
     for (tag, ops) in by_tag {
         let _ = writeln!(md, "\n## {}{}\n", tag[..1].to_uppercase(), &tag[1..]);
         for op in ops {
             md.push_str(&op);
+        }
+    }
+    md.push_str("\n## Schemas\n");
+    for (name, schema) in doc["components"]["schemas"].as_object().expect("schemas") {
+        let _ = writeln!(md, "\n### {name}\n");
+        if let Some(description) = schema["description"].as_str() {
+            let _ = writeln!(
+                md,
+                "{}\n",
+                description.split_whitespace().collect::<Vec<_>>().join(" ")
+            );
+        }
+        let mut rows = String::new();
+        property_rows(schema, &mut rows);
+        if rows.is_empty() {
+            let _ = writeln!(md, "{}.", schema_name(schema));
+        } else {
+            md.push_str("| field | type | required | meaning |\n|---|---|---|---|\n");
+            md.push_str(&rows);
         }
     }
     md.trim_end().to_owned() + "\n"
@@ -477,7 +600,12 @@ fn the_command_line_reference_is_the_binarys_help() {
     );
     for (args, text) in every_help() {
         let name = format!("command-ledger {args}");
-        let _ = write!(md, "\n## `{}`\n\n```text\n{}\n```\n", name.trim_end(), text.trim_end());
+        let _ = write!(
+            md,
+            "\n## `{}`\n\n```text\n{}\n```\n",
+            name.trim_end(),
+            text.trim_end()
+        );
     }
     assert!(md.matches("\n## `").count() >= 20, "{md}");
     generated_page("docs/reference/cli.md", &md);
@@ -522,8 +650,11 @@ fn the_configuration_table_names_the_flags_variables_and_defaults_of_the_binary(
     let page = read("docs/operate/configuration.md");
     let mut checked = 0;
     let mut wrong = Vec::new();
-    for line in page.lines().filter(|l| l.starts_with("| ") && !l.starts_with("| flag")) {
-        let cells: Vec<&str> = line.trim_matches('|').split(" | ").map(str::trim).collect();
+    for line in page
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| flag"))
+    {
+        let cells: Vec<&str> = line.trim_matches('|').split('|').map(str::trim).collect();
         let [flags, envs, default, ..] = cells[..] else {
             continue;
         };
@@ -548,14 +679,22 @@ fn the_configuration_table_names_the_flags_variables_and_defaults_of_the_binary(
                 .collect();
             checked += 1;
             if found.is_empty() {
-                wrong.push(format!("{span}: no such flag in `{}` --help", sub.unwrap_or("any")));
+                wrong.push(format!(
+                    "{span}: no such flag in `{}` --help",
+                    sub.unwrap_or("any")
+                ));
                 continue;
             }
             // A default the binary shows must be the table's.
-            if let Some(shown) = found[0].split("[default: ").nth(1).and_then(|d| d.split(']').next())
+            if let Some(shown) = found[0]
+                .split("[default: ")
+                .nth(1)
+                .and_then(|d| d.split(']').next())
                 && !spans(default).contains(&shown)
             {
-                wrong.push(format!("{span}: the binary's default is `{shown}`, the table says {default}"));
+                wrong.push(format!(
+                    "{span}: the binary's default is `{shown}`, the table says {default}"
+                ));
             }
             helps_of_row.extend(candidates);
         }
@@ -566,11 +705,20 @@ fn the_configuration_table_names_the_flags_variables_and_defaults_of_the_binary(
             } else {
                 helps_of_row.clone()
             };
-            if !pool.iter().any(|text| text.contains(&format!("[env: {env}"))) {
+            if !pool
+                .iter()
+                .any(|text| text.contains(&format!("[env: {env}")))
+            {
                 wrong.push(format!("{env}: no flag of that row reads it"));
             }
         }
     }
-    assert!(checked >= 40, "only {checked} flags and variables found in the table");
-    assert!(wrong.is_empty(), "docs/operate/configuration.md: {wrong:#?}");
+    assert!(
+        checked >= 40,
+        "only {checked} flags and variables found in the table"
+    );
+    assert!(
+        wrong.is_empty(),
+        "docs/operate/configuration.md: {wrong:#?}"
+    );
 }
