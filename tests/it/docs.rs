@@ -634,14 +634,27 @@ fn spans(cell: &str) -> Vec<&str> {
     cell.split('`').skip(1).step_by(2).collect()
 }
 
-/// The help line that documents `flag` (`--listen`), if `text` has one.
-fn flag_line<'a>(text: &'a str, flag: &str) -> Option<&'a str> {
-    text.lines().find(|line| {
+/// What a help text says about `flag` (`--listen`): its line and the
+/// description under it (clap's long help puts the defaults there), if the
+/// text has the flag.
+fn flag_help(text: &str, flag: &str) -> Option<String> {
+    let lines: Vec<&str> = text.lines().collect();
+    let at = lines.iter().position(|line| {
         line.match_indices(flag).any(|(at, _)| {
             let after = line[at + flag.len()..].chars().next();
             !after.is_some_and(|c| c.is_ascii_alphanumeric() || c == '-')
         })
-    })
+    })?;
+    let description = lines[at + 1..]
+        .iter()
+        .take_while(|line| !line.trim().is_empty() && !line.trim_start().starts_with('-'));
+    Some(
+        std::iter::once(&lines[at])
+            .chain(description)
+            .copied()
+            .collect::<Vec<_>>()
+            .join(" "),
+    )
 }
 
 #[test]
@@ -673,9 +686,9 @@ fn the_configuration_table_names_the_flags_variables_and_defaults_of_the_binary(
                 .filter(|(name, _)| sub.is_none_or(|s| name == s))
                 .map(|(_, text)| text.as_str())
                 .collect();
-            let found: Vec<&str> = candidates
+            let found: Vec<String> = candidates
                 .iter()
-                .filter_map(|text| flag_line(text, flag))
+                .filter_map(|text| flag_help(text, flag))
                 .collect();
             checked += 1;
             if found.is_empty() {
