@@ -51,3 +51,16 @@ def test_ambiguous_is_an_outcome_of_its_own():
            "created_at": "2026-12-01T00:00:00.123456789Z", "updated_at": "2026-12-01T00:00:00Z"}
     assert Command.from_json(raw).outcome == Ambiguous({"reason": "timeout"})
     assert Command.from_json(dict(raw, state="effect_started")).outcome == InFlight(State.EFFECT_STARTED)
+
+
+def test_a_server_time_keeps_its_zone_whatever_its_fraction():
+    from datetime import timedelta, timezone
+
+    from command_ledger.types import _time
+
+    assert _time("2026-12-03T08:01:31.123456789Z").tzinfo is not None
+    assert _time("2026-12-03T08:01:31.123456789Z").utcoffset() == timedelta(0)
+    assert _time("2026-12-03T08:01:31Z").tzinfo is not None
+    assert _time("2026-12-03T08:01:31.5+02:00").utcoffset() == timedelta(hours=2)
+    assert _time("2026-12-03T08:01:31.5+02:00") == _time("2026-12-03T06:01:31.5Z")
+    assert _time("2026-12-03T06:01:31.5Z").astimezone(timezone.utc).microsecond == 500000

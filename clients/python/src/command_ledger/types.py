@@ -93,8 +93,8 @@ def _time(value: Optional[str]) -> Optional[datetime]:
     # fromisoformat takes at most six fractional digits.
     head, dot, rest = text.partition(".")
     if dot:
-        digits = "".join(c for c in rest if c.isdigit())
-        zone = rest[len(digits):]
+        digits = rest[: len(rest) - len(rest.lstrip("0123456789"))]
+        zone = rest[len(digits) :]
         text = f"{head}.{digits[:6]}{zone}"
     return datetime.fromisoformat(text)
 
