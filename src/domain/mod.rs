@@ -13,6 +13,7 @@ pub mod outcome;
 pub mod recovery;
 pub mod state;
 pub mod token;
+pub mod webhook;
 
 pub use admission::{Disposition, disposition};
 pub use canonical::{CanonError, Policy};
