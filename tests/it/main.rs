@@ -41,3 +41,4 @@ mod telemetry;
 mod tls;
 mod verify;
 mod waiting;
+mod webhooks;
