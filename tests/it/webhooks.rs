@@ -299,7 +299,8 @@ async fn a_receiver_that_never_answers_is_retried_with_backoff_until_the_event_e
     // No attempt after the expiry.
     let (expires_at, last_at): (chrono::DateTime<chrono::Utc>, chrono::DateTime<chrono::Utc>) =
         sqlx::query_as(
-            "select e.expires_at, max(a.at) from webhook_events e join webhook_attempts a on a.event_id = e.id \
+            "select e.expires_at, max(a.at) from webhook_events e \
+             join webhook_attempts a on a.authority_id = e.authority_id and a.event_id = e.id \
              where e.id = $1 group by e.expires_at",
         )
         .bind(event)
@@ -692,7 +693,8 @@ async fn an_applied_outcome_recorded_by_a_custodian_is_pushed_with_its_result() 
     assert_eq!(body["key"], "applied-1");
     assert!(body["result"].is_object(), "{body}");
     let row = sqlx::query(
-        "select h.hash, c.result from command_history h join commands c on c.id = h.command_id \
+        "select h.hash, c.result from command_history h \
+         join commands c on c.authority_id = h.authority_id and c.id = h.command_id \
          where h.command_id = $1::uuid and h.to_state = 'applied'",
     )
     .bind(&command)
