@@ -164,6 +164,10 @@ begin
         raise exception 'command % identity columns are immutable', old.id
             using errcode = 'CL003';
     end if;
+    if new.not_before is distinct from old.not_before or new.priority <> old.priority then
+        raise exception 'command % not_before and priority are immutable', old.id
+            using errcode = 'CL003';
+    end if;
     if new.intent_digest is distinct from old.intent_digest
        or new.canonical_rules is distinct from old.canonical_rules
        or new.intent_epoch is distinct from old.intent_epoch then
@@ -412,7 +416,8 @@ begin
             entry_reason, entry_digest, null,
             ledger_entry_hash(null, new.id, null, new.state, entry_at, entry_actor, new.authority_generation,
                               entry_reason, entry_digest));
-    insert into command_queue (authority_id, id) values (new.authority_id, new.id);
+    insert into command_queue (authority_id, id, rank, ready_at)
+    values (new.authority_id, new.id, ledger_claim_rank(new.created_at, new.not_before, new.priority), new.not_before);
     return null;
 end;
 $$;
@@ -443,12 +448,13 @@ begin
                ledger_row_digest(n::commands) as row_digest
         from new_rows n
         left join ledger_actors() a on a.command_id = n.id
-        offset 0 -- evaluated once per row: see the head of this file
+        offset 0 -- evaluated once per row: see the head of 0025
     ) e
     order by e.id;
 
-    insert into command_queue (authority_id, id)
-    select n.authority_id, n.id from new_rows n;
+    insert into command_queue (authority_id, id, rank, ready_at)
+    select n.authority_id, n.id, ledger_claim_rank(n.created_at, n.not_before, n.priority), n.not_before
+    from new_rows n;
     return null;
 end;
 $$;
@@ -552,10 +558,10 @@ begin
         raise exception 'hold % is % and cannot change', old.id, old.state using errcode = 'CL006';
     end if;
     if (new.id, new.scope, new.kind, new.authority_id, new.args, new.canonical, new.request_digest,
-        new.intent_digest, new.resembles, new.created_at)
+        new.intent_digest, new.resembles, new.created_at, new.not_before, new.priority)
        is distinct from
        (old.id, old.scope, old.kind, old.authority_id, old.args, old.canonical, old.request_digest,
-        old.intent_digest, old.resembles, old.created_at) then
+        old.intent_digest, old.resembles, old.created_at, old.not_before, old.priority) then
         raise exception 'hold % request columns are immutable', old.id using errcode = 'CL006';
     end if;
     return new;
@@ -595,6 +601,23 @@ $$;
 --
 
 COMMENT ON FUNCTION public.ledger_actors() IS 'Per-command actors of a multi-row insert: setting command_ledger.actors ({"<command id>": actor}), as rows.';
+
+--
+-- Name: ledger_claim_rank(timestamp with time zone, timestamp with time zone, smallint); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ledger_claim_rank(created_at timestamp with time zone, not_before timestamp with time zone, priority smallint) RETURNS bigint
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+    select floor(extract(epoch from greatest(created_at, not_before) at time zone 'UTC') * 1000)::bigint
+           - priority::bigint * 10000
+$$;
+
+--
+-- Name: FUNCTION ledger_claim_rank(created_at timestamp with time zone, not_before timestamp with time zone, priority smallint); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ledger_claim_rank(created_at timestamp with time zone, not_before timestamp with time zone, priority smallint) IS 'The claim rank of a queued command: the millisecond it became claimable (recorded, or not_before when later) less 10,000 per level of priority. Lower is claimed first; ties by id (src/domain/schedule.rs).';
 
 --
 -- Name: ledger_count_history(); Type: FUNCTION; Schema: public; Owner: -
@@ -905,7 +928,10 @@ CREATE TABLE public.commands (
     canonical_rules text[] DEFAULT '{}'::text[] NOT NULL,
     intent_epoch integer,
     retry_of uuid,
+    not_before timestamp with time zone,
+    priority smallint DEFAULT 0 NOT NULL,
     CONSTRAINT commands_authority_format CHECK ((authority_id ~ '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$'::text)),
+    CONSTRAINT commands_deadline_after_not_before CHECK (((not_before IS NULL) OR (deadline_at IS NULL) OR (deadline_at > not_before))),
     CONSTRAINT commands_digest_is_sha256 CHECK ((octet_length(request_digest) = 32)),
     CONSTRAINT commands_finished_iff_terminal CHECK (((state = ANY (ARRAY['applied'::text, 'failed'::text, 'ambiguous'::text, 'cancelled'::text, 'expired'::text])) = (finished_at IS NOT NULL))),
     CONSTRAINT commands_generation_non_negative CHECK ((authority_generation >= 0)),
@@ -915,6 +941,7 @@ CREATE TABLE public.commands (
     CONSTRAINT commands_kind_format CHECK ((kind ~ '^[a-z][a-z0-9_.-]{0,63}$'::text)),
     CONSTRAINT commands_pinned_generation_non_negative CHECK ((pinned_generation >= 0)),
     CONSTRAINT commands_prepared_has_generation CHECK (((state = ANY (ARRAY['pending'::text, 'cancelled'::text, 'expired'::text])) OR (authority_generation IS NOT NULL))),
+    CONSTRAINT commands_priority_in_range CHECK (((priority >= '-100'::integer) AND (priority <= 100))),
     CONSTRAINT commands_result_only_when_applied CHECK (((result IS NULL) OR (state = 'applied'::text))),
     CONSTRAINT commands_state_known CHECK ((state = ANY (ARRAY['pending'::text, 'prepared'::text, 'effect_started'::text, 'applied'::text, 'failed'::text, 'ambiguous'::text, 'cancelled'::text, 'expired'::text])))
 )
@@ -1063,6 +1090,18 @@ COMMENT ON COLUMN public.commands.intent_epoch IS 'For commands admitted under t
 --
 
 COMMENT ON COLUMN public.commands.retry_of IS 'The command of the same intent this one retries: that one ended with nothing done (failed, expired, cancelled, or ambiguous and resolved not_applied), and the kind releases such intents (on_failure = release). Null otherwise. Not a foreign key: the retried command may be pruned first.';
+
+--
+-- Name: COLUMN commands.not_before; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.not_before IS 'The command is not claimed before this instant (null: as soon as possible). Fixed when recorded.';
+
+--
+-- Name: COLUMN commands.priority; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.priority IS 'Higher is claimed first within an authority, with aging (see ledger_claim_rank): -100 to 100, the kind''s priority unless the command asked for another within the kind''s max_priority. Fixed when recorded.';
 
 --
 -- Name: CONSTRAINT commands_state_known ON commands; Type: COMMENT; Schema: public; Owner: -
@@ -1920,7 +1959,9 @@ COMMENT ON COLUMN public.command_keys.command_id IS 'The command it names (comma
 
 CREATE TABLE public.command_queue (
     authority_id text NOT NULL,
-    id uuid NOT NULL
+    id uuid NOT NULL,
+    rank bigint NOT NULL,
+    ready_at timestamp with time zone
 )
 WITH (autovacuum_vacuum_scale_factor='0', autovacuum_vacuum_threshold='5000', autovacuum_vacuum_insert_scale_factor='0', autovacuum_vacuum_insert_threshold='5000');
 
@@ -1941,6 +1982,18 @@ COMMENT ON COLUMN public.command_queue.authority_id IS 'The authority whose cust
 --
 
 COMMENT ON COLUMN public.command_queue.id IS 'The pending command (commands.id).';
+
+--
+-- Name: COLUMN command_queue.rank; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.command_queue.rank IS 'ledger_claim_rank of the command: the claim takes an authority''s lowest ranks first (ties: oldest id).';
+
+--
+-- Name: COLUMN command_queue.ready_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.command_queue.ready_at IS 'The command''s not_before (null: claimable now); the claim skips rows whose time is ahead.';
 
 --
 -- Name: command_oldest_in_flight; Type: VIEW; Schema: public; Owner: -
@@ -2147,8 +2200,11 @@ CREATE TABLE public.holds (
     decided_by text,
     decision_reason text,
     command_id uuid,
+    not_before timestamp with time zone,
+    priority smallint DEFAULT 0 NOT NULL,
     CONSTRAINT holds_decided_iff_not_open CHECK (((state = 'open'::text) = ((decided_at IS NULL) AND (decided_by IS NULL)))),
     CONSTRAINT holds_digests_are_sha256 CHECK (((octet_length(request_digest) = 32) AND (octet_length(intent_digest) = 32))),
+    CONSTRAINT holds_priority_in_range CHECK (((priority >= '-100'::integer) AND (priority <= 100))),
     CONSTRAINT holds_released_has_command CHECK (((state = 'released'::text) = (command_id IS NOT NULL))),
     CONSTRAINT holds_state_known CHECK ((state = ANY (ARRAY['open'::text, 'released'::text, 'rejected'::text])))
 );
@@ -2278,6 +2334,18 @@ COMMENT ON COLUMN public.holds.decision_reason IS 'Why, as the operator said.';
 --
 
 COMMENT ON COLUMN public.holds.command_id IS 'The command recorded when the hold was released.';
+
+--
+-- Name: COLUMN holds.not_before; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.holds.not_before IS 'not_before of the held request, carried to the command on release.';
+
+--
+-- Name: COLUMN holds.priority; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.holds.priority IS 'Priority of the held request, carried to the command on release.';
 
 --
 -- Name: principals; Type: TABLE; Schema: public; Owner: -
@@ -3004,6 +3072,18 @@ COMMENT ON INDEX public.command_history_ambiguous_idx IS 'Commands that ended am
 --
 
 CREATE INDEX command_history_command_idx ON public.command_history USING btree (command_id, id);
+
+--
+-- Name: command_queue_claim_order; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX command_queue_claim_order ON public.command_queue USING btree (authority_id, rank, id);
+
+--
+-- Name: command_queue_scheduled; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX command_queue_scheduled ON public.command_queue USING btree (authority_id, ready_at) WHERE (ready_at IS NOT NULL);
 
 --
 -- Name: commands_authority_id_idx; Type: INDEX; Schema: public; Owner: -

@@ -24,6 +24,9 @@
 //! email_fields = ["customer"]
 //! volatile_fields = ["attempt"]          # dropped, on top of request_id, trace_id, ...
 //!
+//! priority = 0                           # -100..=100: higher is claimed first (with aging)
+//! max_priority = 10                      # the most a command may ask for (default: priority)
+//!
 //! description = "Refund a customer"     # for callers: GET /v1/kinds, MCP tools
 //! [kinds.refund.args_schema]             # a JSON Schema of the args: enforced at
 //! type = "object"                        # admission, shown to callers (unset: any args)
@@ -45,6 +48,7 @@ use crate::domain::admission::{
 };
 use crate::domain::args_schema::ArgsSchema;
 use crate::domain::canonical::Policy;
+use crate::domain::schedule::PriorityRule;
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -97,6 +101,12 @@ pub struct KindConfig {
     /// object, and callers are shown one made from `money_fields` and
     /// `email_fields`.
     pub args_schema: Option<Value>,
+    /// The kind's priority (-100..=100, default 0): higher is claimed first
+    /// within an authority, with aging (`domain::schedule`).
+    pub priority: Option<i64>,
+    /// The highest priority a command of the kind may ask for (default:
+    /// `priority`).
+    pub max_priority: Option<i64>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -222,6 +232,7 @@ impl Catalog {
                     .map(ArgsSchema::compile)
                     .transpose()
                     .map_err(invalid)?,
+                priority: PriorityRule::new(cfg.priority, cfg.max_priority).map_err(invalid)?,
             };
             policies.set(kind, policy);
             policies.describe(

@@ -168,6 +168,15 @@ pub struct Command {
     pub error: Option<Value>,
     pub request_digest: String,
     pub deadline: Option<DateTime<Utc>>,
+    /// Not claimed before this instant.
+    #[serde(default)]
+    pub not_before: Option<DateTime<Utc>>,
+    /// Pending and waiting for `not_before`, when the server answered.
+    #[serde(default)]
+    pub scheduled: bool,
+    /// Higher is claimed first within the authority.
+    #[serde(default)]
+    pub priority: i16,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     pub finished_at: Option<DateTime<Utc>>,
@@ -323,6 +332,10 @@ pub struct Submission {
     pub key: Option<String>,
     pub run_id: Option<String>,
     pub deadline: Option<DateTime<Utc>>,
+    /// Not to be claimed before this instant.
+    pub not_before: Option<DateTime<Utc>>,
+    /// -100..=100; `None`: the kind's.
+    pub priority: Option<i16>,
     /// Ask the server to answer once the command is terminal, or after this long.
     pub wait: Option<Duration>,
 }
@@ -337,6 +350,8 @@ impl Submission {
             key: None,
             run_id: None,
             deadline: None,
+            not_before: None,
+            priority: None,
             wait: None,
         }
     }
@@ -371,6 +386,22 @@ impl Submission {
         self
     }
 
+    /// Not to be claimed before `at` (recorded at once; cancellable until
+    /// it starts).
+    #[must_use]
+    pub fn not_before(mut self, at: DateTime<Utc>) -> Self {
+        self.not_before = Some(at);
+        self
+    }
+
+    /// Claimed before lower priorities of its authority (with aging), within
+    /// what the kind allows.
+    #[must_use]
+    pub fn priority(mut self, priority: i16) -> Self {
+        self.priority = Some(priority);
+        self
+    }
+
     #[must_use]
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = Some(wait);
@@ -388,6 +419,12 @@ impl Submission {
         }
         if let Some(deadline) = &self.deadline {
             body["deadline"] = json!(deadline);
+        }
+        if let Some(at) = &self.not_before {
+            body["not_before"] = json!(at);
+        }
+        if let Some(priority) = self.priority {
+            body["priority"] = json!(priority);
         }
         body
     }

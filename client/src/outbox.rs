@@ -54,6 +54,10 @@ pub struct Entry {
     pub kind: String,
     pub authority: String,
     pub args: Value,
+    /// Not to be claimed before this instant (RFC 3339, as recorded).
+    pub not_before: Option<String>,
+    /// The priority asked for, if any.
+    pub priority: Option<i16>,
     /// The server's answer (the command, a hold, or a refusal), once known.
     pub answer: Option<Value>,
 }
@@ -95,6 +99,17 @@ impl Outbox {
                  answered_at text
              );",
         )?;
+        // Outboxes made before commands had a schedule and a priority get
+        // the two columns (empty for what they hold).
+        let columns: Vec<String> = conn
+            .prepare("select name from pragma_table_info('outbox')")?
+            .query_map([], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        for (column, ty) in [("not_before", "text"), ("priority", "integer")] {
+            if !columns.iter().any(|c| c == column) {
+                conn.execute_batch(&format!("alter table outbox add column {column} {ty}"))?;
+            }
+        }
         Ok(Outbox {
             conn: Mutex::new(conn),
         })
@@ -108,8 +123,16 @@ impl Outbox {
             .clone()
             .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
         self.lock().execute(
-            "insert into outbox (key, kind, authority, args) values (?1, ?2, ?3, ?4)",
-            params![key, s.kind, s.authority, s.args.to_string()],
+            "insert into outbox (key, kind, authority, args, not_before, priority)
+             values (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![
+                key,
+                s.kind,
+                s.authority,
+                s.args.to_string(),
+                s.not_before.map(|t| t.to_rfc3339()),
+                s.priority,
+            ],
         )?;
         Ok(key)
     }
@@ -118,19 +141,22 @@ impl Outbox {
     pub fn entries(&self) -> Result<Vec<Entry>, OutboxError> {
         let conn = self.lock();
         let mut stmt =
-            conn.prepare("select key, kind, authority, args, answer from outbox order by seq")?;
+            conn.prepare("select key, kind, authority, args, answer, not_before, priority from outbox order by seq")?;
         let rows = stmt.query_map([], |r| {
             Ok((
-                r.get::<_, String>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, String>(2)?,
-                r.get::<_, String>(3)?,
-                r.get::<_, Option<String>>(4)?,
+                (
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                    r.get::<_, Option<String>>(4)?,
+                ),
+                (r.get::<_, Option<String>>(5)?, r.get::<_, Option<i16>>(6)?),
             ))
         })?;
         let mut entries = Vec::new();
         for row in rows {
-            let (key, kind, authority, args, answer) = row?;
+            let ((key, kind, authority, args, answer), (not_before, priority)) = row?;
             let parse = |text: &str| {
                 serde_json::from_str(text).map_err(|e| OutboxError::Corrupt {
                     key: key.clone(),
@@ -143,6 +169,8 @@ impl Outbox {
                 key,
                 kind,
                 authority,
+                not_before,
+                priority,
             });
         }
         Ok(entries)
@@ -175,9 +203,16 @@ impl Outbox {
             let batch: Vec<Submission> = chunk
                 .iter()
                 .map(|entry| {
-                    Submission::new(&entry.kind, &entry.authority)
+                    let mut s = Submission::new(&entry.kind, &entry.authority)
                         .args(entry.args.clone())
-                        .key(&entry.key)
+                        .key(&entry.key);
+                    s.not_before = entry
+                        .not_before
+                        .as_deref()
+                        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+                        .map(|t| t.with_timezone(&chrono::Utc));
+                    s.priority = entry.priority;
+                    s
                 })
                 .collect();
             let answers = match client.submit_batch(&batch).await {

@@ -37,6 +37,9 @@ pub enum CommandsCommand {
         /// 7d) or an RFC 3339 instant.
         #[arg(long, value_parser = since)]
         since: Option<DateTime<Utc>>,
+        /// Only pending commands waiting for their not_before.
+        #[arg(long)]
+        scheduled: bool,
         /// At most this many.
         #[arg(long, default_value_t = 50)]
         limit: i64,
@@ -134,6 +137,7 @@ pub(super) async fn commands(
             state,
             authority,
             since,
+            scheduled,
             limit,
             output,
         } => {
@@ -147,11 +151,25 @@ pub(super) async fn commands(
                 kind: None,
                 key: None,
                 principal: None,
+                scheduled,
                 limit,
             };
             let rows = crate::db::commands::list(&db.pool, &filter).await?;
             if output.json {
                 print_json(&Value::Array(rows.iter().map(command_json).collect()));
+            } else if scheduled {
+                print_table(
+                    &[
+                        "id",
+                        "kind",
+                        "authority",
+                        "priority",
+                        "key",
+                        "created",
+                        "not_before",
+                    ],
+                    rows.iter().map(scheduled_cells).collect(),
+                );
             } else {
                 print_table(
                     &[
@@ -345,6 +363,18 @@ fn command_cells(c: &CommandRow) -> Vec<String> {
     ]
 }
 
+fn scheduled_cells(c: &CommandRow) -> Vec<String> {
+    vec![
+        c.id.to_string(),
+        c.kind.clone(),
+        c.authority_id.clone(),
+        c.priority.to_string(),
+        c.idempotency_key.chars().take(24).collect(),
+        time(Some(c.created_at)),
+        time(c.not_before),
+    ]
+}
+
 fn show_command(
     c: &CommandRow,
     history: &[HistoryRow],
@@ -376,6 +406,12 @@ fn show_command(
     }
     if let Some(r) = c.retry_of {
         println!("retry of  {r}");
+    }
+    if let Some(t) = c.not_before {
+        println!("not before {}", t.format("%Y-%m-%d %H:%M:%S%.3f UTC"));
+    }
+    if c.priority != 0 {
+        println!("priority  {}", c.priority);
     }
     if let Some(r) = &c.result {
         println!("result    {r}");

@@ -38,6 +38,19 @@ fn duration(s: &str) -> Result<std::time::Duration, String> {
         .ok_or_else(|| format!("{s:?} is not a duration like 500ms, 10s, 2m or 30d"))
 }
 
+/// An instant ahead: RFC 3339, or a duration from now (`30s`, `5m`, `2h`).
+fn instant_ahead(s: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
+    if let Ok(t) = chrono::DateTime::parse_from_rfc3339(s) {
+        return Ok(t.with_timezone(&chrono::Utc));
+    }
+    let ahead = crate::catalog::parse_duration(s).ok_or_else(|| {
+        format!("{s:?} is neither an RFC 3339 instant nor a duration like 30s, 5m or 2h")
+    })?;
+    chrono::Duration::from_std(ahead)
+        .map(|d| chrono::Utc::now() + d)
+        .map_err(|_| format!("{s:?} is too far ahead"))
+}
+
 /// The operating-system user running this command, for audit actors.
 fn os_user() -> String {
     std::env::var("USER")

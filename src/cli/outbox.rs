@@ -31,6 +31,13 @@ pub enum OutboxAction {
         /// The idempotency key (default: a new UUIDv7).
         #[arg(long)]
         key: Option<String>,
+        /// Not to be claimed before this instant: RFC 3339, or a duration
+        /// from now (`30s`, `5m`), fixed when the entry is added.
+        #[arg(long, value_parser = super::instant_ahead)]
+        not_before: Option<chrono::DateTime<chrono::Utc>>,
+        /// Priority, -100 to 100 (default: the kind's).
+        #[arg(long, allow_hyphen_values = true)]
+        priority: Option<i16>,
     },
     /// Send every unanswered command, in order, in batches (one request and
     /// one commit each), and record each answer.
@@ -74,9 +81,13 @@ pub(super) async fn run(cmd: OutboxCommand) -> anyhow::Result<()> {
             authority,
             args,
             key,
+            not_before,
+            priority,
         } => {
             let mut s = Submission::new(kind, authority).args(super::submit::parse_args(&args)?);
             s.key = key;
+            s.not_before = not_before;
+            s.priority = priority;
             println!("{}", outbox.record(&s)?);
         }
         OutboxAction::Flush { url, token, batch } => {

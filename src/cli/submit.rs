@@ -41,6 +41,13 @@ pub struct SubmitArgs {
     /// submission can be repeated safely).
     #[arg(long)]
     pub key: Option<String>,
+    /// Not to be claimed before this instant: RFC 3339, or a duration from
+    /// now (`30s`, `5m`). Recorded at once; cancellable until it starts.
+    #[arg(long, value_parser = super::instant_ahead)]
+    pub not_before: Option<chrono::DateTime<chrono::Utc>>,
+    /// Priority, -100 to 100 (default: the kind's; at most its max_priority).
+    #[arg(long, allow_hyphen_values = true)]
+    pub priority: Option<i16>,
     /// Wait this long for the outcome (`10s`, `2m`); default: return once recorded.
     #[arg(long, value_parser = super::duration)]
     pub wait: Option<std::time::Duration>,
@@ -91,6 +98,8 @@ pub(super) async fn run(a: SubmitArgs) -> anyhow::Result<u8> {
     if let Some(key) = &a.key {
         submission = submission.key(key);
     }
+    submission.not_before = a.not_before;
+    submission.priority = a.priority;
     let client = Client::new(&a.url, &a.token);
     let submitted = match client.submit(&submission).await {
         Ok(s) => s,

@@ -128,6 +128,9 @@ impl Custodian {
         let batch = usize::try_from(self.config.batch_size)
             .unwrap_or(1)
             .clamp(1, pipeline.max_in_flight);
+        // When the next scheduled command falls due, if one was waiting when
+        // a claim last found nothing.
+        let mut due: Option<tokio::time::Instant> = None;
         loop {
             // With less than half a batch of room, wait for more: many small
             // claims cost more than fewer full ones.
@@ -145,12 +148,26 @@ impl Custodian {
                     .turn(&pipeline, &done_tx, room as i64, &mut report)
                     .await
                 {
-                    Ok(()) => more = report.claimed >= room,
+                    Ok(()) => {
+                        more = report.claimed >= room;
+                        // Nothing was claimable: sleep no later than the
+                        // next scheduled command's time (asked only then,
+                        // so a busy queue pays nothing for it).
+                        if report.claimed == 0 {
+                            due = self.next_due().await;
+                        }
+                    }
                     Err(e) => {
                         tracing::warn!(error = %e, "claim failed; retrying after the next wake-up");
                     }
                 }
             }
+            let due_sleep = async move {
+                match due {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending::<()>().await,
+                }
+            };
 
             let listen = async {
                 if listener.recv().await.is_none() {
@@ -174,6 +191,7 @@ impl Custodian {
                 () = std::future::ready(()), if more => {}
                 () = listen => {}
                 _ = poll.tick() => {}
+                () = due_sleep => due = None,
                 () = pipeline.capacity.notified(), if short => {}
             }
         }
@@ -216,6 +234,23 @@ impl Custodian {
 
     /// One turn: claim and start up to `limit` commands, and dispatch every
     /// one whose `effect_started` is committed.
+    /// When the next scheduled command of this custodian's authorities
+    /// falls due, as an instant of the runtime's clock; `None` when none
+    /// waits or the question failed (the poll still finds it then).
+    async fn next_due(&self) -> Option<tokio::time::Instant> {
+        match crate::db::lifecycle::next_due(&self.pool, &self.config.authorities).await {
+            Ok(Some(at)) => {
+                let ahead = (at - chrono::Utc::now()).to_std().unwrap_or(Duration::ZERO);
+                Some(tokio::time::Instant::now() + ahead)
+            }
+            Ok(None) => None,
+            Err(e) => {
+                tracing::debug!(error = %e, "next scheduled command not found");
+                None
+            }
+        }
+    }
+
     async fn turn(
         &self,
         pipeline: &Pipeline,

@@ -43,6 +43,10 @@ pub struct CommandRow {
     /// The command of the same intent this one retries (it ended with
     /// nothing done, and the kind releases such intents).
     pub retry_of: Option<Uuid>,
+    /// Not claimed before this instant.
+    pub not_before: Option<DateTime<Utc>>,
+    /// Higher is claimed first within the authority (`domain::schedule`).
+    pub priority: i16,
 }
 
 impl CommandRow {
@@ -84,6 +88,8 @@ pub struct Request<'a> {
     pub intent_digest: &'a [u8],
     pub digest_version: i16,
     pub deadline_at: Option<DateTime<Utc>>,
+    pub not_before: Option<DateTime<Utc>>,
+    pub priority: i16,
 }
 
 /// What a submission records. Assembled only by [`NewCommand::new`]. It owns
@@ -106,6 +112,8 @@ pub struct NewCommand {
     pub args: Value,
     pub canonical: Value,
     pub deadline_at: Option<DateTime<Utc>>,
+    pub not_before: Option<DateTime<Utc>>,
+    pub priority: i16,
     pub actor: String,
     /// The command of the same intent this one retries, if any.
     pub retry_of: Option<Uuid>,
@@ -137,6 +145,8 @@ impl NewCommand {
             args: request.args.clone(),
             canonical: request.canonical.clone(),
             deadline_at: request.deadline_at,
+            not_before: request.not_before,
+            priority: request.priority,
             actor: actor.to_owned(),
             retry_of: None,
         }
@@ -236,6 +246,8 @@ pub struct ListFilter {
     pub key: Option<String>,
     /// Only commands of the principal of this name.
     pub principal: Option<String>,
+    /// Only pending commands waiting for their `not_before`.
+    pub scheduled: bool,
     pub limit: i64,
 }
 
@@ -276,16 +288,20 @@ pub async fn list(
     filter: &ListFilter,
 ) -> Result<Vec<CommandRow>, sqlx::Error> {
     let (low_id, high_id) = filter.id_range();
-    if let Some(state) = filter
-        .state
-        .filter(|s| !s.is_terminal() || *s == State::Ambiguous)
-    {
+    // Scheduled commands are pending ones.
+    let state = match (filter.scheduled, filter.state) {
+        (false, state) => state,
+        (true, None | Some(State::Pending)) => Some(State::Pending),
+        (true, Some(_)) => return Ok(Vec::new()),
+    };
+    if let Some(state) = state.filter(|s| !s.is_terminal() || *s == State::Ambiguous) {
         return sqlx::query_as!(
             CommandRow,
             r#"
             select * from commands
             where id in (
-                    select id from command_queue where $2 = 'pending'
+                    select id from command_queue
+                    where $2 = 'pending' and (not $12 or (ready_at is not null and ready_at > now()))
                     union all
                     select id from command_in_flight where $2 in ('prepared', 'effect_started')
                     union all
@@ -315,6 +331,7 @@ pub async fn list(
             filter.key.as_deref(),
             filter.principal.as_deref(),
             low_id,
+            filter.scheduled,
         )
         .fetch_all(ex)
         .await;

@@ -31,6 +31,8 @@ pub struct HoldRow {
     pub decided_by: Option<String>,
     pub decision_reason: Option<String>,
     pub command_id: Option<Uuid>,
+    pub not_before: Option<DateTime<Utc>>,
+    pub priority: i16,
 }
 
 impl HoldRow {
@@ -49,6 +51,8 @@ impl HoldRow {
             intent_digest: &self.intent_digest,
             digest_version: self.digest_version,
             deadline_at: self.deadline_at,
+            not_before: self.not_before,
+            priority: self.priority,
         }
     }
 }
@@ -69,6 +73,8 @@ pub struct NewHold<'a> {
     pub intent_digest: &'a [u8],
     pub digest_version: i16,
     pub deadline_at: Option<DateTime<Utc>>,
+    pub not_before: Option<DateTime<Utc>>,
+    pub priority: i16,
     pub resembles: Uuid,
 }
 
@@ -89,6 +95,8 @@ impl<'a> NewHold<'a> {
             intent_digest: request.intent_digest,
             digest_version: request.digest_version,
             deadline_at: request.deadline_at,
+            not_before: request.not_before,
+            priority: request.priority,
             resembles,
         }
     }
@@ -100,8 +108,9 @@ pub async fn hold(conn: &mut sqlx::PgConnection, h: &NewHold<'_>) -> Result<Hold
         HoldRow,
         r#"
         insert into holds (id, scope, kind, authority_id, pinned_generation, run_id, args, canonical,
-                           canonical_rules, request_digest, intent_digest, digest_version, deadline_at, resembles)
-        values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+                           canonical_rules, request_digest, intent_digest, digest_version, deadline_at, resembles,
+                           not_before, priority)
+        values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
         -- A fresh id collides with nothing: the only conflict is the open
         -- request (holds_open_request_unique, which on Citus also names the
         -- authority, so no column list would fit both layouts).
@@ -122,6 +131,8 @@ pub async fn hold(conn: &mut sqlx::PgConnection, h: &NewHold<'_>) -> Result<Hold
         h.digest_version,
         h.deadline_at,
         h.resembles,
+        h.not_before,
+        h.priority,
     )
     .fetch_optional(&mut *conn)
     .await?;

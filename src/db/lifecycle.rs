@@ -43,6 +43,25 @@ pub async fn claim(
     .await
 }
 
+/// When the next command of `authorities` that waits for its `not_before`
+/// falls due (`None`: none waits). From the queue's index of scheduled
+/// commands, which holds nothing for commands without a `not_before`.
+pub async fn next_due(
+    ex: impl PgExecutor<'_>,
+    authorities: &[String],
+) -> Result<Option<chrono::DateTime<chrono::Utc>>, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"
+        select min(q.ready_at) as "due"
+        from command_queue q
+        where q.authority_id = any($1) and q.ready_at is not null and q.ready_at > now()
+        "#,
+        authorities,
+    )
+    .fetch_one(ex)
+    .await
+}
+
 /// The claim statement's text, as [`claim`] runs it.
 const CLAIM_SQL: &str = include_str!("sql/claim.sql");
 

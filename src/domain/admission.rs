@@ -9,6 +9,7 @@ use std::time::Duration;
 use super::args_schema::ArgsSchema;
 use super::canonical::Policy;
 use super::digest::RequestDigest;
+use super::schedule::PriorityRule;
 
 /// The outcome of recording a submission.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,6 +117,8 @@ pub struct KindPolicy {
     /// The args the kind declares (the catalog's `args_schema`): enforced
     /// at admission, and what callers are shown. `None`: any args object.
     pub args_schema: Option<ArgsSchema>,
+    /// The kind's priority, and the highest a command may ask for.
+    pub priority: PriorityRule,
 }
 
 impl Default for KindPolicy {
@@ -131,6 +134,7 @@ impl Default for KindPolicy {
             dedup_scope: DedupScope::Fleet,
             on_failure: OnFailure::Release,
             args_schema: None,
+            priority: PriorityRule::default(),
         }
     }
 }

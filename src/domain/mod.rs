@@ -11,6 +11,7 @@ pub mod money;
 pub mod names;
 pub mod outcome;
 pub mod recovery;
+pub mod schedule;
 pub mod state;
 pub mod token;
 pub mod webhook;

@@ -59,6 +59,13 @@ pub(super) struct BatchItemBody {
     run_id: Option<String>,
     #[serde(default)]
     deadline: Option<DateTime<Utc>>,
+    /// As in `POST /v1/commands`.
+    #[serde(default)]
+    not_before: Option<DateTime<Utc>>,
+    /// As in `POST /v1/commands`.
+    #[serde(default)]
+    #[schema(minimum = -100, maximum = 100)]
+    priority: Option<i64>,
 }
 
 /// One item's answer.
@@ -170,6 +177,8 @@ fn item(state: &AppState, raw: Value) -> Result<BatchItem, ApiError> {
         args: body.args,
         run_id: body.run_id,
         deadline: body.deadline,
+        not_before: body.not_before,
+        priority: body.priority,
     })?;
     let policy = state.policies.get(sub.kind.as_str()).clone();
     Ok(BatchItem { key, sub, policy })

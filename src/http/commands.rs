@@ -39,6 +39,12 @@ pub(super) struct CommandView<'a> {
     error: Option<&'a Value>,
     request_digest: String,
     deadline: Option<DateTime<Utc>>,
+    /// Not claimed before this instant; null: as soon as possible.
+    not_before: Option<DateTime<Utc>>,
+    /// Pending and waiting for its `not_before`, when this was read.
+    scheduled: bool,
+    /// Higher is claimed first within the authority (-100..=100, with aging).
+    priority: i16,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
     finished_at: Option<DateTime<Utc>>,
@@ -88,6 +94,13 @@ pub(super) fn view(row: &CommandRow, disposition: Option<Disposition>) -> Comman
         error: row.error.as_ref(),
         request_digest: hex::encode(&row.request_digest),
         deadline: row.deadline_at,
+        not_before: row.not_before,
+        scheduled: crate::domain::schedule::scheduled(
+            row.state() == crate::domain::State::Pending,
+            row.not_before,
+            Utc::now(),
+        ),
+        priority: row.priority,
         created_at: row.created_at,
         updated_at: row.updated_at,
         finished_at: row.finished_at,
@@ -279,6 +292,8 @@ pub(super) struct ListQuery {
     /// Only commands recorded before this instant (RFC 3339).
     #[param(format = DateTime)]
     until: Option<String>,
+    /// `true`: only pending commands waiting for their `not_before`.
+    scheduled: Option<bool>,
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -365,6 +380,7 @@ fn list_filter(q: &ListQuery, scope: Option<Vec<Uuid>>) -> Result<(ListFilter, i
         kind,
         key: q.key.clone(),
         principal: q.principal.clone(),
+        scheduled: q.scheduled.unwrap_or(false),
         limit: limit + 1,
     };
     Ok((filter, limit))

@@ -95,6 +95,7 @@ impl From<LedgerError> for ApiError {
             LedgerError::Key(e) => ApiError::IdempotencyKey(e),
             LedgerError::InvalidArgs(e) => ApiError::InvalidArgs(e),
             LedgerError::ArgsMismatch(e) => ApiError::ArgsMismatch(e),
+            LedgerError::Schedule(e) => ApiError::InvalidBody(e.to_string()),
             LedgerError::KeyConflict {
                 command_id,
                 stored_digest,

@@ -97,6 +97,8 @@ pub(super) async fn explain(
         args: args(body.args)?,
         run_id: run_id(body.run_id)?,
         deadline: None,
+        not_before: None,
+        priority: None,
     };
     // What admission would read, or refuse: the same check, nothing recorded.
     let c = crate::ledger::submit::read(&sub, policy)?;

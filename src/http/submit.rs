@@ -49,6 +49,15 @@ pub(super) struct SubmitBody {
     /// RFC 3339; after it the command must not start.
     #[serde(default)]
     pub(super) deadline: Option<DateTime<Utc>>,
+    /// RFC 3339; the command is not claimed before it (recorded at once,
+    /// cancellable until it starts). A `deadline` must be later.
+    #[serde(default)]
+    pub(super) not_before: Option<DateTime<Utc>>,
+    /// -100..=100, higher claimed first within the authority (with aging);
+    /// default: the kind's `priority`; at most its `max_priority`.
+    #[serde(default)]
+    #[schema(minimum = -100, maximum = 100)]
+    pub(super) priority: Option<i64>,
 }
 
 /// `"agent-1"`, or `{"id": "agent-1", "generation": 7}` to pin a generation.
@@ -194,6 +203,8 @@ pub(super) fn validate(body: SubmitBody) -> Result<Submission, ApiError> {
         args: args(body.args)?,
         run_id: run_id(body.run_id)?,
         deadline: body.deadline,
+        not_before: body.not_before,
+        priority: body.priority,
     })
 }
 
@@ -301,6 +312,13 @@ pub(super) struct InvokeBody {
     authority: Option<AuthorityField>,
     #[serde(default)]
     deadline: Option<DateTime<Utc>>,
+    /// As `not_before` in `POST /v1/commands` (also spelled `not_before`).
+    #[serde(default, alias = "not_before")]
+    not_before: Option<DateTime<Utc>>,
+    /// As `priority` in `POST /v1/commands`.
+    #[serde(default)]
+    #[schema(minimum = -100, maximum = 100)]
+    priority: Option<i64>,
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -368,6 +386,8 @@ pub(super) async fn invoke(
         args: args(body.args)?,
         run_id: run_id(body.run_id)?,
         deadline: body.deadline,
+        not_before: body.not_before,
+        priority: body.priority,
     };
     let (admitted, canonical) = admit(
         &state.pool,

@@ -18,6 +18,7 @@ pub mod webhooks;
 pub use wake::{OutcomeWake, PendingWake};
 
 use crate::domain::args_schema::SchemaMismatch;
+use crate::domain::schedule::ScheduleError;
 use crate::domain::{CanonError, KeyError};
 
 /// Why a use case refused or failed.
@@ -35,6 +36,9 @@ pub enum LedgerError {
     /// The arguments do not match the kind's declared `args_schema`.
     #[error(transparent)]
     ArgsMismatch(#[from] SchemaMismatch),
+    /// The command's `not_before`, deadline or priority cannot be had.
+    #[error(transparent)]
+    Schedule(#[from] ScheduleError),
     /// The key already names a different request.
     #[error("idempotency key reused for a different request (command {command_id})")]
     KeyConflict {

@@ -26,6 +26,7 @@ use crate::db::{self, CommandRow, NewCommand, Principal, Request};
 use crate::domain::admission::{
     IntentVerdict, KeyMode, KindPolicy, Latest, derived_key, intent_verdict,
 };
+use crate::domain::schedule;
 use crate::domain::{
     AuthorityRef, CanonicalRequest, Disposition, IdempotencyKey, KeyError, Kind, RequestDigest,
     State, canonical_request, canonical_request_at, differences, disposition, request_digest_v1,
@@ -39,6 +40,10 @@ pub struct Submission {
     pub args: Value,
     pub run_id: Option<String>,
     pub deadline: Option<DateTime<Utc>>,
+    /// Not to be claimed before this instant.
+    pub not_before: Option<DateTime<Utc>>,
+    /// The priority asked for; `None`: the kind's.
+    pub priority: Option<i64>,
 }
 
 /// What admission works with besides the request.
@@ -49,6 +54,8 @@ struct Ctx<'a> {
     /// The dedup space the request is admitted in: the principal's fleet or
     /// the principal itself, as the kind's `dedup_scope` says.
     scope: Uuid,
+    /// The command's priority: the one asked for, or the kind's.
+    priority: i16,
 }
 
 /// What admission did with a request.
@@ -78,6 +85,7 @@ pub async fn admit(
         wake,
         group,
         scope: policy.dedup_scope.scope(principal.id, principal.fleet_id),
+        priority: priority(sub, policy)?,
     };
     let admitted = match key {
         Some(key) if policy.guard_keyed => {
@@ -101,6 +109,8 @@ pub async fn admit(
 /// before anything is recorded; `POST /v1/intents/explain` too, so that it
 /// refuses what admission would.
 pub fn read(sub: &Submission, policy: &KindPolicy) -> Result<CanonicalRequest, LedgerError> {
+    schedule::check_window(sub.not_before, sub.deadline)?;
+    priority(sub, policy)?;
     let canonical = canonical_request(
         sub.kind.as_str(),
         &sub.authority.canonical(),
@@ -120,6 +130,12 @@ pub fn read(sub: &Submission, policy: &KindPolicy) -> Result<CanonicalRequest, L
     Ok(canonical?)
 }
 
+/// The priority a submission's command gets: the one it asked for, within
+/// what its kind allows, or the kind's.
+fn priority(sub: &Submission, policy: &KindPolicy) -> Result<i16, LedgerError> {
+    Ok(policy.priority.resolve(sub.kind.as_str(), sub.priority)?)
+}
+
 /// The request a submission records, as a command or as a hold.
 fn request<'a>(ctx: &Ctx<'_>, sub: &'a Submission, canonical: &'a CanonicalRequest) -> Request<'a> {
     Request {
@@ -135,6 +151,8 @@ fn request<'a>(ctx: &Ctx<'_>, sub: &'a Submission, canonical: &'a CanonicalReque
         intent_digest: canonical.intent_digest.as_bytes(),
         digest_version: canonical.version,
         deadline_at: sub.deadline,
+        not_before: sub.not_before,
+        priority: ctx.priority,
     }
 }
 
@@ -294,6 +312,8 @@ pub async fn admit_batch(
                     .policy
                     .dedup_scope
                     .scope(principal.id, principal.fleet_id),
+                // `read` accepted it, so it resolves.
+                priority: priority(&item.sub, &item.policy).ok()?,
             };
             let request = request(&ctx, &item.sub, canonical);
             Some((i, NewCommand::new(&request, key.as_str(), None, &actor)))

@@ -229,6 +229,8 @@ fn new_command(scope: Uuid, key: &str, args: &Value, actor: &str) -> NewCommand 
         intent_digest: &digest,
         digest_version: 2,
         deadline_at: None,
+        not_before: None,
+        priority: 0,
     };
     NewCommand::new(&request, key, None, actor)
 }

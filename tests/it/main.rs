@@ -31,6 +31,7 @@ mod release;
 mod resolutions;
 mod retention;
 mod roles;
+mod schedule;
 mod schema;
 mod schema_file;
 mod search;

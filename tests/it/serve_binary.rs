@@ -473,8 +473,9 @@ impl Drop for KillOnDrop {
     }
 }
 
-/// The README's crash session: `serve` is killed (SIGKILL) while two refunds
-/// are `effect_started`, one the demo sink applied and one it never did.
+/// The book's crash session (docs/start/first-crash.md): `serve` is killed
+/// (SIGKILL) while two refunds are `effect_started`, one the demo sink
+/// applied and one it never did.
 /// The next `serve` adopts the cluster the dead one left running, and its
 /// recovery settles both through the sink's reconcile probe instead of
 /// calling them ambiguous; its Ctrl-C then stops the adopted cluster.

@@ -1,6 +1,7 @@
-//! What the logs promise (README, "API"): a request's log lines sit in a
-//! `request` span with its `request_id` (the client's `x-request-id`, or the
-//! one made for it and returned); an effect's lines sit in an `effect` span
+//! What the logs promise (docs/devices/http.md, "Reading and searching"):
+//! a request's log lines sit in a `request` span with its `request_id` (the
+//! client's `x-request-id`, or the one made for it and returned); an
+//! effect's lines sit in an `effect` span
 //! with the command id, kind, authority and generation; `--log-format json`
 //! writes one JSON object per line. Read from the subscriber the binary
 //! installs (`telemetry::subscriber`), writing to a buffer, and from the

@@ -6,6 +6,7 @@ import json
 import socket
 import time
 import uuid
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -120,6 +121,20 @@ def test_get_wait_cancel_history_and_a_409(client):
     with pytest.raises(ConflictError) as e:
         client.cancel(applied.id)
     assert e.value.status == 409 and e.value.type is ProblemType.CANCEL_TOO_LATE
+
+
+def test_a_command_for_later_is_recorded_now_shown_scheduled_and_cancellable(client):
+    later = datetime.now(timezone.utc) + timedelta(hours=1)
+    submitted = client.submit("steer", "agent-7", {"direction": "up"}, not_before=later, priority=-3)
+    command = submitted.command
+    assert command.state is State.PENDING and command.scheduled
+    assert abs((command.not_before - later).total_seconds()) < 0.001
+    assert command.priority == -3
+    assert client.get(command.id).scheduled
+    assert isinstance(client.cancel(command.id).outcome, Cancelled)
+    with pytest.raises(ProblemError) as e:
+        client.submit("steer", "agent-7", {"direction": "up"}, priority=5)
+    assert e.value.status == 400 and "max_priority" in e.value.detail
 
 
 def test_ambiguous_is_an_outcome_not_an_exception(client):

@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import uuid
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -90,6 +91,17 @@ def test_a_batch_flush_records_a_refused_item_as_its_answer_and_never_resends_it
         report = outbox.flush(client)
         assert (report.answered, report.refused) == (0, 0), "answers, refusals included, are final"
         assert ledger.count() == 6
+
+
+def test_an_outbox_entry_keeps_its_schedule_and_priority_to_the_server(client, tmp_path):
+    later = datetime.now(timezone.utc) + timedelta(hours=1)
+    with Outbox(str(tmp_path / "outbox.sqlite")) as outbox:
+        key = outbox.enqueue("steer", "agent-7", {"direction": "down"}, not_before=later, priority=-2)
+        assert outbox.flush(client).answered == 1
+        answer = outbox.answer(key)
+        assert (answer["scheduled"], answer["priority"]) == (True, -2)
+        assert abs((datetime.fromisoformat(answer["not_before"].replace("Z", "+00:00")) - later).total_seconds()) < 0.001
+        client.cancel(answer["id"])
 
 
 def test_with_the_network_down_a_flush_keeps_everything_for_the_next_one(api_url, token, ledger, tmp_path):

@@ -96,6 +96,10 @@ export interface InvokeOptions {
   /** Defaults to the authority the catalog names for the tool. */
   authority?: string;
   deadline?: Date | string;
+  /** Not to be claimed before this instant (recorded at once). */
+  notBefore?: Date | string;
+  /** -100..100; unset: the kind's (at most its max_priority). */
+  priority?: number;
   /** How long the server waits for the outcome (default 30 s). */
   waitS?: number;
 }
@@ -208,6 +212,8 @@ export class Client {
     if (options.runId !== undefined) b["runId"] = options.runId;
     if (options.authority !== undefined) b["authority"] = options.authority;
     if (options.deadline !== undefined) b["deadline"] = instant(options.deadline);
+    if (options.notBefore !== undefined) b["notBefore"] = instant(options.notBefore);
+    if (options.priority !== undefined) b["priority"] = options.priority;
     const waitS = clampWait(options.waitS ?? 30);
     const r = await this.send("POST", "/v1/invoke", b, { Prefer: `wait=${waitS}` }, waitS);
     return decode(r) as unknown as Invoked;
@@ -275,6 +281,8 @@ export function body(s: Submission): Raw {
   };
   if (s.runId !== undefined) b["run_id"] = s.runId;
   if (s.deadline !== undefined) b["deadline"] = instant(s.deadline);
+  if (s.notBefore !== undefined) b["not_before"] = instant(s.notBefore);
+  if (s.priority !== undefined) b["priority"] = s.priority;
   return b;
 }
 

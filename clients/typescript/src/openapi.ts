@@ -627,6 +627,16 @@ export interface components {
              */
             idempotency_key?: string | null;
             kind: string;
+            /**
+             * Format: date-time
+             * @description As in `POST /v1/commands`.
+             */
+            not_before?: string | null;
+            /**
+             * Format: int64
+             * @description As in `POST /v1/commands`.
+             */
+            priority?: number | null;
             run_id?: string | null;
         };
         /** @description A command as the API shows it. */
@@ -654,6 +664,16 @@ export interface components {
             id: string;
             idempotency_key: string;
             kind: string;
+            /**
+             * Format: date-time
+             * @description Not claimed before this instant; null: as soon as possible.
+             */
+            not_before?: string | null;
+            /**
+             * Format: int32
+             * @description Higher is claimed first within the authority (-100..=100, with aging).
+             */
+            priority: number;
             request_digest: string;
             resolution?: components["schemas"]["ResolutionView"] | null;
             result?: Record<string, never> | null;
@@ -664,6 +684,8 @@ export interface components {
              */
             retry_of?: string | null;
             run_id?: string | null;
+            /** @description Pending and waiting for its `not_before`, when this was read. */
+            scheduled: boolean;
             state: string;
             /** Format: date-time */
             updated_at: string;
@@ -837,6 +859,16 @@ export interface components {
             authority?: components["schemas"]["AuthorityField"] | null;
             /** Format: date-time */
             deadline?: string | null;
+            /**
+             * Format: date-time
+             * @description As `not_before` in `POST /v1/commands` (also spelled `not_before`).
+             */
+            notBefore?: string | null;
+            /**
+             * Format: int64
+             * @description As `priority` in `POST /v1/commands`.
+             */
+            priority?: number | null;
             runId?: string | null;
             /** @description The kind of command, as `kind` in `POST /v1/commands`. */
             tool: string;
@@ -1031,6 +1063,18 @@ export interface components {
              */
             deadline?: string | null;
             kind: string;
+            /**
+             * Format: date-time
+             * @description RFC 3339; the command is not claimed before it (recorded at once,
+             *     cancellable until it starts). A `deadline` must be later.
+             */
+            not_before?: string | null;
+            /**
+             * Format: int64
+             * @description -100..=100, higher claimed first within the authority (with aging);
+             *     default: the kind's `priority`; at most its `max_priority`.
+             */
+            priority?: number | null;
             /** @description 1-128 characters of printable ASCII; names the agent run the request belongs to. */
             run_id?: string | null;
         };
@@ -1639,6 +1683,8 @@ export interface operations {
                 since?: string;
                 /** @description Only commands recorded before this instant (RFC 3339). */
                 until?: string;
+                /** @description `true`: only pending commands waiting for their `not_before`. */
+                scheduled?: boolean;
             };
             header?: never;
             path?: never;

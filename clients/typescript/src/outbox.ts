@@ -37,6 +37,10 @@ export interface Entry {
   args: Record<string, unknown>;
   /** The server's answer (the command, `{disposition: "held", hold}` or `{refused: problem}`), once known. */
   answer: Record<string, unknown> | null;
+  /** Not to be claimed before this instant (ISO 8601, as recorded). */
+  notBefore: string | null;
+  /** The priority asked for, if any. */
+  priority: number | null;
 }
 
 export interface FlushReport {
@@ -67,7 +71,15 @@ interface Db {
   close(): unknown;
 }
 
-type Row = { key: string; kind: string; authority: string; args: string; answer: string | null };
+type Row = {
+  key: string;
+  kind: string;
+  authority: string;
+  args: string;
+  answer: string | null;
+  not_before: string | null;
+  priority: number | null;
+};
 
 const SCHEMA = `
 create table if not exists outbox (
@@ -78,7 +90,9 @@ create table if not exists outbox (
     args text not null,
     recorded_at text not null default (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
     answer text,
-    answered_at text
+    answered_at text,
+    not_before text,
+    priority integer
 )`;
 
 async function openDb(path: string): Promise<Db> {
@@ -108,6 +122,14 @@ export class Outbox {
     db.exec("pragma journal_mode = wal");
     db.exec("pragma synchronous = full");
     db.exec(SCHEMA);
+    // Outboxes made before commands had a schedule and a priority get the two columns.
+    const columns = new Set((db.prepare("pragma table_info(outbox)").all() as { name: string }[]).map((c) => c.name));
+    for (const [column, type] of [
+      ["not_before", "text"],
+      ["priority", "integer"],
+    ] as const) {
+      if (!columns.has(column)) db.exec(`alter table outbox add column ${column} ${type}`);
+    }
     return new Outbox(db);
   }
 
@@ -124,21 +146,34 @@ export class Outbox {
   /** Writes the command down, durably, and returns its key (the one given, or
    * a new UUIDv7). Nothing is sent. A key already in the outbox throws: one
    * key, one entry. */
-  enqueue(kind: string, authority: string, args: Record<string, unknown> = {}, options: { key?: string } = {}): string {
+  enqueue(
+    kind: string,
+    authority: string,
+    args: Record<string, unknown> = {},
+    options: { key?: string; notBefore?: Date | string; priority?: number } = {},
+  ): string {
     const key = options.key ?? uuid7();
-    this.db.prepare("insert into outbox (key, kind, authority, args) values (?, ?, ?, ?)").run(key, kind, authority, JSON.stringify(args));
+    const notBefore =
+      options.notBefore === undefined ? null : typeof options.notBefore === "string" ? options.notBefore : options.notBefore.toISOString();
+    this.db
+      .prepare("insert into outbox (key, kind, authority, args, not_before, priority) values (?, ?, ?, ?, ?, ?)")
+      .run(key, kind, authority, JSON.stringify(args), notBefore, options.priority ?? null);
     return key;
   }
 
   /** Every entry, in the order recorded. */
   entries(): Entry[] {
-    const rows = this.db.prepare("select key, kind, authority, args, answer from outbox order by seq").all() as Row[];
+    const rows = this.db
+      .prepare("select key, kind, authority, args, answer, not_before, priority from outbox order by seq")
+      .all() as Row[];
     return rows.map((r) => ({
       key: r.key,
       kind: r.kind,
       authority: r.authority,
       args: JSON.parse(r.args),
       answer: r.answer === null ? null : JSON.parse(r.answer),
+      notBefore: r.not_before ?? null,
+      priority: r.priority ?? null,
     }));
   }
 
@@ -159,7 +194,16 @@ export class Outbox {
       for (const e of chunk) observe("before_send", e.key);
       let answers;
       try {
-        answers = await client.submitBatch(chunk.map((e) => ({ kind: e.kind, authority: e.authority, args: e.args, key: e.key })));
+        answers = await client.submitBatch(
+          chunk.map((e) => ({
+            kind: e.kind,
+            authority: e.authority,
+            args: e.args,
+            key: e.key,
+            ...(e.notBefore === null ? {} : { notBefore: e.notBefore }),
+            ...(e.priority === null ? {} : { priority: e.priority }),
+          })),
+        );
       } catch (e) {
         if (!(e instanceof LedgerError)) throw e;
         report.pending = unanswered.length - start;

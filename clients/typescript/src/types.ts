@@ -138,6 +138,10 @@ export interface Submission {
   deadline?: Date | string;
   /** Pin the command to this generation of the authority. */
   generation?: number;
+  /** Not to be claimed before this instant (recorded at once; cancellable until it starts). */
+  notBefore?: Date | string;
+  /** -100..100; unset: the kind's (at most its max_priority). */
+  priority?: number;
 }
 
 /** The answer to a submission, with the key it was made under: store the key

@@ -116,6 +116,22 @@ test("get, wait, cancel, history, and a 409", async () => {
   assert.equal(e.type, "/problems/cancel-too-late");
 });
 
+test("a command for later is recorded now, shown scheduled, and cancellable", async () => {
+  const client = new Client(env("COMMAND_LEDGER_URL"), newToken(), FAST);
+  const later = new Date(Date.now() + 3600_000);
+  const { command } = await client.submit({ kind: "steer", authority: "agent-7", args: { direction: "up" }, notBefore: later, priority: -3 });
+  assert.equal(command.state, "pending");
+  assert.equal(command.scheduled, true);
+  assert.equal(new Date(command.not_before).getTime(), later.getTime());
+  assert.equal(command.priority, -3);
+  assert.equal((await client.get(command.id)).scheduled, true);
+  assert.equal((await client.cancel(command.id)).state, "cancelled");
+  const e = await client.submit({ kind: "steer", authority: "agent-7", args: { direction: "up" }, priority: 5 }).catch((e) => e);
+  assert.ok(e instanceof ProblemError, String(e));
+  assert.equal(e.status, 400);
+  assert.match(e.detail, /max_priority/);
+});
+
 test("ambiguous is an outcome, not an exception", async () => {
   const client = new Client(env("COMMAND_LEDGER_URL"), newToken(), FAST);
   // The demo sink applies it and never answers.

@@ -98,6 +98,22 @@ test("a batch flush records a refused item as its answer and never resends it", 
   }
 });
 
+test("an outbox entry keeps its schedule and priority to the server", async () => {
+  const client = new Client(env("COMMAND_LEDGER_URL"), newToken(), FAST);
+  const later = new Date(Date.now() + 3600_000);
+  const outbox = await Outbox.open(dbPath());
+  try {
+    const key = outbox.enqueue("steer", "agent-7", { direction: "down" }, { notBefore: later, priority: -2 });
+    assert.equal((await outbox.flush(client)).answered, 1);
+    const answer = outbox.answer(key);
+    assert.deepEqual([answer.scheduled, answer.priority], [true, -2]);
+    assert.equal(new Date(answer.not_before).getTime(), later.getTime());
+    await client.cancel(answer.id);
+  } finally {
+    outbox.close();
+  }
+});
+
 test("with the network down a flush keeps everything for the next one", async () => {
   const token = newToken();
   const offline = new Client(await deadUrl(), token, { maxAttempts: 2, maxElapsedMs: 2000, baseDelayMs: 10, maxDelayMs: 50, attemptTimeoutMs: 2000 });

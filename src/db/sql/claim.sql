@@ -12,16 +12,19 @@
             for share
         ),
         queued as (
-            -- Per leased authority, its oldest unclaimed rows from the queue
+            -- Per leased authority, its first unclaimed rows from the queue
             -- table (the claimable set lives there, not in an index of
             -- commands). Locking the queue row keeps other claimers off it;
             -- the commands trigger deletes it when the row leaves pending.
+            -- Lowest claim rank first (priority, aged: migration 0028), ties
+            -- by id (arrival); a command whose not_before is ahead waits.
             select l.id as authority_id, q.id, l.generation
             from lease l
             cross join lateral (
                 select q.id from command_queue q
                 where q.authority_id = l.id and q.authority_id = any($1)
-                order by q.id
+                  and (q.ready_at is null or q.ready_at <= l.at)
+                order by q.rank, q.id
                 limit $3
                 for update of q skip locked
             ) q

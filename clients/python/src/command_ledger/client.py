@@ -128,13 +128,15 @@ class Client:
         run_id: Optional[str] = None,
         deadline: Optional[datetime] = None,
         generation: Optional[int] = None,
+        not_before: Optional[datetime] = None,
+        priority: Optional[int] = None,
         wait: float = 0,
     ) -> Submitted:
         """Records a command (`POST /v1/commands`) and returns it with its key.
 
         With `wait`, the server answers once the command is terminal, or
         after that many seconds (at most 60) with its state then."""
-        s = Submission(kind, authority, args or {}, key, run_id, deadline, generation)
+        s = Submission(kind, authority, args or {}, key, run_id, deadline, generation, not_before, priority)
         return self.submit_one(s, wait=wait)
 
     def submit_one(self, s: Submission, *, wait: float = 0) -> Submitted:
@@ -207,6 +209,8 @@ class Client:
         run_id: Optional[str] = None,
         authority: Optional[str] = None,
         deadline: Optional[datetime] = None,
+        not_before: Optional[datetime] = None,
+        priority: Optional[int] = None,
         wait: float = 30,
     ) -> Invoked:
         """Records an agent's tool call as an intent (`POST /v1/invoke`) and
@@ -220,6 +224,10 @@ class Client:
             body["authority"] = authority
         if deadline is not None:
             body["deadline"] = deadline.isoformat()
+        if not_before is not None:
+            body["notBefore"] = not_before.isoformat()
+        if priority is not None:
+            body["priority"] = priority
         wait_s = int(min(max(wait, 0), SERVER_WAIT_CAP))
         r = self._send("POST", "/v1/invoke", body, {"Prefer": f"wait={wait_s}"}, wait_s)
         return Invoked.from_json(_decode(r))

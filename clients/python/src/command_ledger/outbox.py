@@ -23,6 +23,7 @@ import enum
 import json
 import sqlite3
 import threading
+from datetime import datetime
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -42,7 +43,9 @@ create table if not exists outbox (
     args text not null,
     recorded_at text not null default (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
     answer text,
-    answered_at text
+    answered_at text,
+    not_before text,
+    priority integer
 )
 """
 
@@ -64,6 +67,9 @@ class Entry:
     # The server's answer (the command, `{"disposition": "held", "hold": ...}`
     # or `{"refused": problem}`), once known.
     answer: Optional[dict]
+    # Not to be claimed before this instant (ISO 8601, as recorded), and the priority asked for.
+    not_before: Optional[str] = None
+    priority: Optional[int] = None
 
 
 @dataclass
@@ -85,6 +91,11 @@ class Outbox:
         self._db.execute("pragma journal_mode = wal")
         self._db.execute("pragma synchronous = full")
         self._db.execute(_SCHEMA)
+        # Outboxes made before commands had a schedule and a priority get the two columns.
+        columns = {row[1] for row in self._db.execute("pragma table_info(outbox)")}
+        for column, ty in (("not_before", "text"), ("priority", "integer")):
+            if column not in columns:
+                self._db.execute(f"alter table outbox add column {column} {ty}")
 
     def close(self) -> None:
         self._db.close()
@@ -95,23 +106,44 @@ class Outbox:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def enqueue(self, kind: str, authority: str, args: Optional[dict] = None, *, key: Optional[str] = None) -> str:
+    def enqueue(
+        self,
+        kind: str,
+        authority: str,
+        args: Optional[dict] = None,
+        *,
+        key: Optional[str] = None,
+        not_before: Optional[datetime] = None,
+        priority: Optional[int] = None,
+    ) -> str:
         """Writes the command down, durably, and returns its key (the one
         given, or a new UUIDv7). Nothing is sent. A key already in the outbox
         raises `sqlite3.IntegrityError`: one key, one entry."""
         key = key or uuid7()
         with self._lock:
             self._db.execute(
-                "insert into outbox (key, kind, authority, args) values (?, ?, ?, ?)",
-                (key, kind, authority, json.dumps(args or {}, separators=(",", ":"))),
+                "insert into outbox (key, kind, authority, args, not_before, priority) values (?, ?, ?, ?, ?, ?)",
+                (
+                    key,
+                    kind,
+                    authority,
+                    json.dumps(args or {}, separators=(",", ":")),
+                    not_before.isoformat() if not_before is not None else None,
+                    priority,
+                ),
             )
         return key
 
     def entries(self) -> list:
         """Every entry, in the order recorded."""
         with self._lock:
-            rows = self._db.execute("select key, kind, authority, args, answer from outbox order by seq").fetchall()
-        return [Entry(k, kind, a, json.loads(args), json.loads(ans) if ans else None) for k, kind, a, args, ans in rows]
+            rows = self._db.execute(
+                "select key, kind, authority, args, answer, not_before, priority from outbox order by seq"
+            ).fetchall()
+        return [
+            Entry(k, kind, a, json.loads(args), json.loads(ans) if ans else None, nb, p)
+            for k, kind, a, args, ans, nb, p in rows
+        ]
 
     def answer(self, key: str) -> Optional[dict]:
         """The answer recorded for `key`, if any."""
@@ -139,7 +171,19 @@ class Outbox:
             for e in chunk:
                 observe(FlushStep.BEFORE_SEND, e.key)
             try:
-                answers = client.submit_batch([Submission(e.kind, e.authority, e.args, key=e.key) for e in chunk])
+                answers = client.submit_batch(
+                    [
+                        Submission(
+                            e.kind,
+                            e.authority,
+                            e.args,
+                            key=e.key,
+                            not_before=datetime.fromisoformat(e.not_before) if e.not_before else None,
+                            priority=e.priority,
+                        )
+                        for e in chunk
+                    ]
+                )
             except LedgerError as err:
                 report.pending = len(unanswered) - sent
                 report.stopped_by = str(err)

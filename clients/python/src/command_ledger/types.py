@@ -197,6 +197,11 @@ class Command:
     fingerprint: Optional[str] = None
     canonical_rules: list = field(default_factory=list)
     retry_of: Optional[str] = None
+    # Not claimed before this instant; `scheduled`: pending and waiting for it.
+    not_before: Optional[datetime] = None
+    scheduled: bool = False
+    # Higher is claimed first within the authority (-100..100, with aging).
+    priority: int = 0
     raw: dict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -220,6 +225,9 @@ class Command:
             fingerprint=j.get("fingerprint"),
             canonical_rules=list(j.get("canonical_rules") or []),
             retry_of=j.get("retry_of"),
+            not_before=_time(j.get("not_before")),
+            scheduled=bool(j.get("scheduled", False)),
+            priority=int(j.get("priority") or 0),
             raw=j,
         )
 
@@ -318,6 +326,10 @@ class Submission:
     deadline: Optional[datetime] = None
     # Pin the command to this generation of the authority.
     generation: Optional[int] = None
+    # Not to be claimed before this instant (recorded at once; cancellable until it starts).
+    not_before: Optional[datetime] = None
+    # -100..100; None: the kind's (at most its max_priority).
+    priority: Optional[int] = None
 
     def body(self) -> dict:
         authority: Json = self.authority
@@ -328,6 +340,10 @@ class Submission:
             body["run_id"] = self.run_id
         if self.deadline is not None:
             body["deadline"] = self.deadline.isoformat()
+        if self.not_before is not None:
+            body["not_before"] = self.not_before.isoformat()
+        if self.priority is not None:
+            body["priority"] = self.priority
         return body
 
 
