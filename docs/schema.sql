@@ -486,6 +486,63 @@ $$;
 COMMENT ON FUNCTION public.commands_retry_of_immutable() IS 'Refuses any change of commands.retry_of after insert.';
 
 --
+-- Name: commands_webhook_events(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.commands_webhook_events() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+declare
+    endpoint record;
+    entry_hash bytea;
+    body jsonb;
+    event_id uuid;
+begin
+    -- Live endpoints of the command's scope: for a scope without any, this
+    -- one probe of webhook_endpoints_by_scope is all the trigger costs.
+    for endpoint in
+        select e.id from webhook_endpoints e
+        where e.scope = new.scope and e.disabled_at is null
+          and (e.kinds is null or new.kind = any (e.kinds))
+          and (e.states is null or new.state = any (e.states))
+        order by e.id
+    loop
+        if body is null then
+            -- The terminal entry, written by the history trigger before this
+            -- one runs (see the head of migration 0029). A terminal state has
+            -- no way out, so there is exactly one entry into it.
+            select h.hash into entry_hash from command_history h
+            where h.authority_id = new.authority_id and h.command_id = new.id and h.to_state = new.state
+            order by h.command_id desc, h.id desc
+            limit 1;
+            body := jsonb_build_object(
+                'command_id', new.id,
+                'key', new.idempotency_key,
+                'kind', new.kind,
+                'authority', new.authority_id,
+                'state', new.state,
+                'result', new.result,
+                'error', new.error,
+                'finished_at', new.finished_at,
+                'history_hash', encode(entry_hash, 'hex'));
+        end if;
+        -- Computed first: on a Citus shard the insert then names constants only.
+        event_id := ledger_uuid_v7();
+        insert into webhook_events (id, authority_id, endpoint_id, command_id, payload)
+        values (event_id, new.authority_id, endpoint.id, new.id, body);
+    end loop;
+    return null;
+end;
+$$;
+
+--
+-- Name: FUNCTION commands_webhook_events(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.commands_webhook_events() IS 'After a command''s state becomes terminal: one webhook_events row per live endpoint of its scope that asks for its kind and state, with the hash of its terminal history entry, in the outcome''s transaction. One index probe when the scope has no endpoint.';
+
+--
 -- Name: holds_guard(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -1117,6 +1174,30 @@ $$;
 COMMENT ON FUNCTION public.ledger_utc(t timestamp with time zone) IS 'A timestamp in the canonical texts of the history chain: UTC, microseconds, independent of TimeZone.';
 
 --
+-- Name: ledger_uuid_v7(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ledger_uuid_v7() RETURNS uuid
+    LANGUAGE sql
+    AS $$
+    -- The 48-bit Unix time in milliseconds over the first six bytes of a
+    -- random (v4) UUID; setting bits 52 and 53 turns its version 4 into 7.
+    select encode(set_bit(set_bit(overlay(uuid_send(gen_random_uuid())
+                                          placing substring(int8send(floor(extract(epoch from clock_timestamp()) * 1000)::bigint)
+                                                            from 3)
+                                          from 1 for 6),
+                                  52, 1),
+                          53, 1),
+                  'hex')::uuid
+$$;
+
+--
+-- Name: FUNCTION ledger_uuid_v7(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ledger_uuid_v7() IS 'A new UUID version 7 (RFC 9562): milliseconds since the Unix epoch, then random bits; ids made later sort later.';
+
+--
 -- Name: principals_own_fleet(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -1416,6 +1497,26 @@ $$;
 --
 
 COMMENT ON FUNCTION public.refuse_resolution_change() IS 'Refuses update, delete and truncate on command_resolutions: a recorded resolution is evidence.';
+
+--
+-- Name: refuse_webhook_truncate(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.refuse_webhook_truncate() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+begin
+    raise exception '% is kept: disable an endpoint instead of truncating', tg_table_name
+        using errcode = 'CL014';
+end;
+$$;
+
+--
+-- Name: FUNCTION refuse_webhook_truncate(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.refuse_webhook_truncate() IS 'Refuses truncate on webhook_endpoints, webhook_events and webhook_attempts (CL014): endpoints are disabled, and what was sent, when, stays on record.';
 
 --
 -- Name: _sqlx_migrations; Type: TABLE; Schema: public; Owner: -
@@ -2507,6 +2608,252 @@ COMMENT ON COLUMN public.pruned_commands.pruned_by IS 'The actor that pruned it 
 COMMENT ON COLUMN public.pruned_commands.record IS '{"command": the commands row, "history": [its command_history rows, oldest first], "coalesced": [the coalesced_requests rows answered with it]} as they were when pruned.';
 
 --
+-- Name: webhook_attempts; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.webhook_attempts (
+    authority_id text NOT NULL,
+    event_id uuid NOT NULL,
+    n integer NOT NULL,
+    at timestamp with time zone NOT NULL,
+    status integer,
+    error text,
+    duration_ms integer NOT NULL,
+    CONSTRAINT webhook_attempts_duration_non_negative CHECK ((duration_ms >= 0)),
+    CONSTRAINT webhook_attempts_n_positive CHECK ((n > 0)),
+    CONSTRAINT webhook_attempts_status_or_error CHECK (((status IS NOT NULL) OR (error IS NOT NULL)))
+);
+
+--
+-- Name: TABLE webhook_attempts; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.webhook_attempts IS 'Each finished attempt to send a webhook_events row: when, what the receiver answered (or why nothing came back), how long it took. Written by the deliverer that made it.';
+
+--
+-- Name: COLUMN webhook_attempts.authority_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.webhook_attempts.authority_id IS 'The event''s authority (the distribution column, as webhook_events).';
+
+--
+-- Name: COLUMN webhook_attempts.event_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.webhook_attempts.event_id IS 'The event sent.';
+
+--
+-- Name: COLUMN webhook_attempts.n; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.webhook_attempts.n IS 'Which attempt (1 for the first), as sent in Ledger-Attempt.';
+
+--
+-- Name: COLUMN webhook_attempts.at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.webhook_attempts.at IS 'When the request was sent.';
+
+--
+-- Name: COLUMN webhook_attempts.status; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.webhook_attempts.status IS 'The HTTP status the receiver answered (null: no answer).';
+
+--
+-- Name: COLUMN webhook_attempts.error; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.webhook_attempts.error IS 'Why it failed: the address refused by the URL rule, the connection, the timeout, or the non-2xx status.';
+
+--
+-- Name: COLUMN webhook_attempts.duration_ms; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.webhook_attempts.duration_ms IS 'From the connection to the answer (or the failure), in milliseconds.';
+
+--
+-- Name: webhook_endpoints; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.webhook_endpoints (
+    id uuid NOT NULL,
+    scope uuid NOT NULL,
+    url text NOT NULL,
+    kinds text[],
+    states text[],
+    secret text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    created_by text NOT NULL,
+    disabled_at timestamp with time zone,
+    CONSTRAINT webhook_endpoints_kinds_not_empty CHECK ((cardinality(kinds) > 0)),
+    CONSTRAINT webhook_endpoints_secret_length CHECK ((char_length(secret) >= 32)),
+    CONSTRAINT webhook_endpoints_states_terminal CHECK (((cardinality(states) > 0) AND (states <@ ARRAY['applied'::text, 'failed'::text, 'ambiguous'::text, 'cancelled'::text, 'expired'::text]))),
+    CONSTRAINT webhook_endpoints_url_length CHECK (((char_length(url) >= 1) AND (char_length(url) <= 2048)))
+);
+
+--
+-- Name: TABLE webhook_endpoints; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.webhook_endpoints IS 'Where a principal or a fleet wants the outcomes of its commands pushed: each command of the scope that reaches a terminal state (of the kinds and states asked for) becomes a webhook_events row. Registered with POST /v1/webhooks; disabled, never deleted, with DELETE /v1/webhooks/{id}.';
+
+--
+-- Name: COLUMN webhook_endpoints.id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.webhook_endpoints.id IS 'Stable identifier (UUIDv7, made by the API).';
+
+--
+-- Name: COLUMN webhook_endpoints.scope; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.webhook_endpoints.scope IS 'The dedup space whose commands it receives, matched against commands.scope: the registering principal''s fleet id (commands of kinds with dedup_scope = fleet, any member''s) or its own id (kinds with dedup_scope = principal), as the registration asked; admission decides which scope a command is recorded in.';
+
+--
+-- Name: COLUMN webhook_endpoints.url; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.webhook_endpoints.url IS 'Where events are POSTed: http or https, no user name or password; not an address of the ledger''s own network (loopback, private, link-local, unique-local, and their IPv4-mapped forms) unless the operator allows private targets. Checked at registration and again when each connection is made.';
+
+--
+-- Name: COLUMN webhook_endpoints.kinds; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.webhook_endpoints.kinds IS 'Only commands of these kinds (null: every kind).';
+
+--
+-- Name: COLUMN webhook_endpoints.states; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.webhook_endpoints.states IS 'Only these terminal states (null: all five).';
+
+--
+-- Name: COLUMN webhook_endpoints.secret; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.webhook_endpoints.secret IS 'The HMAC-SHA256 key events are signed with (Ledger-Signature), kept so that deliverers can sign; shown to the registrant once, never listed, and not readable by ledger_inspector.';
+
+--
+-- Name: COLUMN webhook_endpoints.created_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.webhook_endpoints.created_at IS 'When it was registered.';
+
+--
+-- Name: COLUMN webhook_endpoints.created_by; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.webhook_endpoints.created_by IS 'Who registered it, as history names actors (device:<name>, operator:<name>).';
+
+--
+-- Name: COLUMN webhook_endpoints.disabled_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.webhook_endpoints.disabled_at IS 'When it was disabled: no new events from then on; events already written are still delivered.';
+
+--
+-- Name: webhook_events; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.webhook_events (
+    id uuid NOT NULL,
+    authority_id text NOT NULL,
+    endpoint_id uuid NOT NULL,
+    command_id uuid NOT NULL,
+    payload jsonb NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    expires_at timestamp with time zone,
+    next_attempt_at timestamp with time zone DEFAULT now(),
+    attempts integer DEFAULT 0 NOT NULL,
+    delivered_at timestamp with time zone,
+    state text DEFAULT 'pending'::text NOT NULL,
+    last_error text,
+    CONSTRAINT webhook_events_attempts_non_negative CHECK ((attempts >= 0)),
+    CONSTRAINT webhook_events_delivered_iff_delivered_at CHECK (((state = 'delivered'::text) = (delivered_at IS NOT NULL))),
+    CONSTRAINT webhook_events_pending_iff_scheduled CHECK (((state = 'pending'::text) = (next_attempt_at IS NOT NULL))),
+    CONSTRAINT webhook_events_state_known CHECK ((state = ANY (ARRAY['pending'::text, 'delivered'::text, 'expired'::text])))
+);
+
+--
+-- Name: TABLE webhook_events; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.webhook_events IS 'An outcome to push: written by the commands_webhook_events trigger in the transaction that made the command terminal, one per matching endpoint; sent by a deliverer (serve, custodian) until a 2xx (delivered) or its expiry (expired). An operator may redeliver one (POST /v1/webhooks/events/{id}/redeliver). Not a foreign key to commands: a command may be pruned before its events are.';
+
+--
+-- Name: COLUMN webhook_events.id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.webhook_events.id IS 'UUIDv7; sent as Ledger-Event-Id and as the body''s event_id: the key a receiver drops duplicates by, since delivery is at least once.';
+
+--
+-- Name: COLUMN webhook_events.authority_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.webhook_events.authority_id IS 'The command''s authority: the column the ledger is distributed by, so an event lives on its command''s shard.';
+
+--
+-- Name: COLUMN webhook_events.endpoint_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.webhook_events.endpoint_id IS 'The webhook_endpoints row it is sent to (no foreign key: on Citus the events are distributed and the endpoints a reference table; endpoints are never deleted).';
+
+--
+-- Name: COLUMN webhook_events.command_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.webhook_events.command_id IS 'The command whose outcome it reports.';
+
+--
+-- Name: COLUMN webhook_events.payload; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.webhook_events.payload IS 'What is sent, beside event_id and created_at: command_id, key, kind, authority, state, result, error, finished_at, and history_hash (hex), the hash of the command''s terminal command_history entry, which `verify` recomputes.';
+
+--
+-- Name: COLUMN webhook_events.created_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.webhook_events.created_at IS 'When the command became terminal (the outcome''s transaction).';
+
+--
+-- Name: COLUMN webhook_events.expires_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.webhook_events.expires_at IS 'After this no attempt is made and the event is expired: set by the first deliverer that takes it up (the time of that first attempt plus its --webhook-expiry), and again by a redelivery. Null until then.';
+
+--
+-- Name: COLUMN webhook_events.next_attempt_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.webhook_events.next_attempt_at IS 'While pending: when it is due. A deliverer that takes it up moves this past its request''s timeout (a lease: if the deliverer dies mid-send, another sends it again after that). Null once delivered or expired.';
+
+--
+-- Name: COLUMN webhook_events.attempts; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.webhook_events.attempts IS 'How many attempts were started (webhook_attempts holds each one that finished).';
+
+--
+-- Name: COLUMN webhook_events.delivered_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.webhook_events.delivered_at IS 'When a receiver answered 2xx.';
+
+--
+-- Name: COLUMN webhook_events.state; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.webhook_events.state IS 'pending (to send), delivered (a 2xx came back) or expired (no more attempts).';
+
+--
+-- Name: COLUMN webhook_events.last_error; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.webhook_events.last_error IS 'What the last failed attempt, or the expiry, said.';
+
+--
 -- Name: _sqlx_migrations _sqlx_migrations_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -2682,6 +3029,27 @@ ALTER TABLE ONLY public.pruned_commands
     ADD CONSTRAINT pruned_commands_pkey PRIMARY KEY (id);
 
 --
+-- Name: webhook_attempts webhook_attempts_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.webhook_attempts
+    ADD CONSTRAINT webhook_attempts_pkey PRIMARY KEY (event_id, n);
+
+--
+-- Name: webhook_endpoints webhook_endpoints_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.webhook_endpoints
+    ADD CONSTRAINT webhook_endpoints_pkey PRIMARY KEY (id);
+
+--
+-- Name: webhook_events webhook_events_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.webhook_events
+    ADD CONSTRAINT webhook_events_pkey PRIMARY KEY (id);
+
+--
 -- Name: coalesced_requests_command_idx; Type: INDEX; Schema: public; Owner: -
 --
 
@@ -2800,6 +3168,42 @@ CREATE INDEX principals_fleet_idx ON public.principals USING btree (fleet_id);
 --
 
 CREATE INDEX pruned_commands_scope_key_idx ON public.pruned_commands USING btree (scope, idempotency_key);
+
+--
+-- Name: webhook_endpoints_by_scope; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX webhook_endpoints_by_scope ON public.webhook_endpoints USING btree (scope) WHERE (disabled_at IS NULL);
+
+--
+-- Name: INDEX webhook_endpoints_by_scope; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON INDEX public.webhook_endpoints_by_scope IS 'The one probe the outcome trigger makes for a terminal command: live endpoints of its scope.';
+
+--
+-- Name: webhook_events_by_endpoint; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX webhook_events_by_endpoint ON public.webhook_events USING btree (endpoint_id, id);
+
+--
+-- Name: INDEX webhook_events_by_endpoint; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON INDEX public.webhook_events_by_endpoint IS 'An endpoint''s events, newest last (ids are time-ordered).';
+
+--
+-- Name: webhook_events_due; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX webhook_events_due ON public.webhook_events USING btree (next_attempt_at) WHERE (state = 'pending'::text);
+
+--
+-- Name: INDEX webhook_events_due; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON INDEX public.webhook_events_due IS 'Pending events by when they are due: what deliverers claim.';
 
 --
 -- Name: api_tokens api_tokens_kept; Type: TRIGGER; Schema: public; Owner: -
@@ -2946,6 +3350,12 @@ CREATE TRIGGER commands_record_inserts AFTER INSERT ON public.commands REFERENCI
 CREATE TRIGGER commands_retry_of_immutable BEFORE UPDATE OF retry_of ON public.commands FOR EACH ROW WHEN ((new.retry_of IS DISTINCT FROM old.retry_of)) EXECUTE FUNCTION public.commands_retry_of_immutable();
 
 --
+-- Name: commands commands_webhook_events; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE CONSTRAINT TRIGGER commands_webhook_events AFTER UPDATE OF state ON public.commands DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (((old.state IS DISTINCT FROM new.state) AND (new.state = ANY (ARRAY['applied'::text, 'failed'::text, 'ambiguous'::text, 'cancelled'::text, 'expired'::text])))) EXECUTE FUNCTION public.commands_webhook_events();
+
+--
 -- Name: fleets fleets_kept; Type: TRIGGER; Schema: public; Owner: -
 --
 
@@ -2980,6 +3390,24 @@ CREATE TRIGGER principals_own_fleet BEFORE INSERT ON public.principals FOR EACH 
 --
 
 CREATE TRIGGER pruned_commands_append_only BEFORE DELETE OR UPDATE OR TRUNCATE ON public.pruned_commands FOR EACH STATEMENT EXECUTE FUNCTION public.refuse_archive_change();
+
+--
+-- Name: webhook_attempts webhook_attempts_kept; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER webhook_attempts_kept BEFORE TRUNCATE ON public.webhook_attempts FOR EACH STATEMENT EXECUTE FUNCTION public.refuse_webhook_truncate();
+
+--
+-- Name: webhook_endpoints webhook_endpoints_kept; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER webhook_endpoints_kept BEFORE TRUNCATE ON public.webhook_endpoints FOR EACH STATEMENT EXECUTE FUNCTION public.refuse_webhook_truncate();
+
+--
+-- Name: webhook_events webhook_events_kept; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER webhook_events_kept BEFORE TRUNCATE ON public.webhook_events FOR EACH STATEMENT EXECUTE FUNCTION public.refuse_webhook_truncate();
 
 --
 -- Name: api_tokens api_tokens_principal_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
@@ -3367,6 +3795,120 @@ GRANT SELECT ON TABLE public.ledger_distribution TO ledger_inspector;
 GRANT SELECT ON TABLE public.pruned_commands TO ledger_api;
 GRANT SELECT ON TABLE public.pruned_commands TO ledger_inspector;
 GRANT SELECT ON TABLE public.pruned_commands TO ledger_retention;
+
+--
+-- Name: TABLE webhook_attempts; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT SELECT,INSERT ON TABLE public.webhook_attempts TO ledger_api;
+GRANT SELECT,INSERT ON TABLE public.webhook_attempts TO ledger_custodian;
+GRANT SELECT ON TABLE public.webhook_attempts TO ledger_inspector;
+
+--
+-- Name: TABLE webhook_endpoints; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT SELECT,INSERT ON TABLE public.webhook_endpoints TO ledger_api;
+GRANT SELECT ON TABLE public.webhook_endpoints TO ledger_custodian;
+
+--
+-- Name: COLUMN webhook_endpoints.id; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT SELECT(id) ON TABLE public.webhook_endpoints TO ledger_inspector;
+
+--
+-- Name: COLUMN webhook_endpoints.scope; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT SELECT(scope) ON TABLE public.webhook_endpoints TO ledger_inspector;
+
+--
+-- Name: COLUMN webhook_endpoints.url; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT SELECT(url) ON TABLE public.webhook_endpoints TO ledger_inspector;
+
+--
+-- Name: COLUMN webhook_endpoints.kinds; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT SELECT(kinds) ON TABLE public.webhook_endpoints TO ledger_inspector;
+
+--
+-- Name: COLUMN webhook_endpoints.states; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT SELECT(states) ON TABLE public.webhook_endpoints TO ledger_inspector;
+
+--
+-- Name: COLUMN webhook_endpoints.created_at; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT SELECT(created_at) ON TABLE public.webhook_endpoints TO ledger_inspector;
+
+--
+-- Name: COLUMN webhook_endpoints.created_by; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT SELECT(created_by) ON TABLE public.webhook_endpoints TO ledger_inspector;
+
+--
+-- Name: COLUMN webhook_endpoints.disabled_at; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT UPDATE(disabled_at) ON TABLE public.webhook_endpoints TO ledger_api;
+GRANT SELECT(disabled_at) ON TABLE public.webhook_endpoints TO ledger_inspector;
+
+--
+-- Name: TABLE webhook_events; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT SELECT ON TABLE public.webhook_events TO ledger_api;
+GRANT SELECT ON TABLE public.webhook_events TO ledger_custodian;
+GRANT SELECT ON TABLE public.webhook_events TO ledger_inspector;
+
+--
+-- Name: COLUMN webhook_events.expires_at; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT UPDATE(expires_at) ON TABLE public.webhook_events TO ledger_api;
+GRANT UPDATE(expires_at) ON TABLE public.webhook_events TO ledger_custodian;
+
+--
+-- Name: COLUMN webhook_events.next_attempt_at; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT UPDATE(next_attempt_at) ON TABLE public.webhook_events TO ledger_api;
+GRANT UPDATE(next_attempt_at) ON TABLE public.webhook_events TO ledger_custodian;
+
+--
+-- Name: COLUMN webhook_events.attempts; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT UPDATE(attempts) ON TABLE public.webhook_events TO ledger_api;
+GRANT UPDATE(attempts) ON TABLE public.webhook_events TO ledger_custodian;
+
+--
+-- Name: COLUMN webhook_events.delivered_at; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT UPDATE(delivered_at) ON TABLE public.webhook_events TO ledger_api;
+GRANT UPDATE(delivered_at) ON TABLE public.webhook_events TO ledger_custodian;
+
+--
+-- Name: COLUMN webhook_events.state; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT UPDATE(state) ON TABLE public.webhook_events TO ledger_api;
+GRANT UPDATE(state) ON TABLE public.webhook_events TO ledger_custodian;
+
+--
+-- Name: COLUMN webhook_events.last_error; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT UPDATE(last_error) ON TABLE public.webhook_events TO ledger_api;
+GRANT UPDATE(last_error) ON TABLE public.webhook_events TO ledger_custodian;
 
 --
 -- PostgreSQL database dump complete

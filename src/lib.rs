@@ -17,6 +17,8 @@
 //!   route is routed at the path its OpenAPI attribute names.
 //! - [`custodian`]: leases, the fenced steps (claim, start, record), the one
 //!   pipeline that drives them, effects and executors, recovery.
+//! - [`webhooks`]: the deliverer of outcome webhooks (signed, retried with
+//!   backoff, sent only to addresses the URL rule allows).
 //! - [`catalog`]: reads `ledger.toml` (the kinds) into the admission
 //!   policies (`domain::admission::Policies`) and the executors' settings.
 //! - [`mcp`]: the MCP server for agents: the API's kinds as tools, each call
@@ -41,3 +43,4 @@ pub mod ledger;
 pub mod mcp;
 pub mod metrics;
 pub mod telemetry;
+pub mod webhooks;

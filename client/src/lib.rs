@@ -44,6 +44,11 @@
 //! # Ok(()) }
 //! ```
 //!
+//! Outcome webhooks are managed here too: [`Client::register_webhook`],
+//! [`Client::webhooks`], [`Client::disable_webhook`],
+//! [`Client::webhook_events`] and [`Client::redeliver_webhook_event`]
+//! (docs/WEBHOOKS.md says what is sent and how to check its signature).
+//!
 //! Plain HTTP only (loopback, or behind a TLS-terminating proxy). With the
 //! `outbox` feature, [`outbox::Outbox`] keeps commands in a local SQLite
 //! file, written before they are sent, for devices that lose power or
@@ -463,6 +468,112 @@ pub struct Kind {
     pub args_schema: Value,
 }
 
+/// Whose commands a webhook endpoint receives.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WebhookScope {
+    /// The caller's fleet: kinds with `dedup_scope = fleet` (the default), any member's commands.
+    #[default]
+    Fleet,
+    /// The caller alone: kinds with `dedup_scope = principal`.
+    Principal,
+}
+
+/// An endpoint to register (`POST /v1/webhooks`).
+#[derive(Debug, Clone, Serialize)]
+pub struct WebhookRegistration {
+    pub url: String,
+    /// Only these kinds (`None`: every kind).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kinds: Option<Vec<String>>,
+    /// Only these terminal states (`None`: all five).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub states: Option<Vec<String>>,
+    pub scope: WebhookScope,
+}
+
+impl WebhookRegistration {
+    pub fn new(url: impl Into<String>) -> Self {
+        WebhookRegistration {
+            url: url.into(),
+            kinds: None,
+            states: None,
+            scope: WebhookScope::default(),
+        }
+    }
+
+    #[must_use]
+    pub fn kinds<I: IntoIterator<Item = S>, S: Into<String>>(mut self, kinds: I) -> Self {
+        self.kinds = Some(kinds.into_iter().map(Into::into).collect());
+        self
+    }
+
+    #[must_use]
+    pub fn states<I: IntoIterator<Item = S>, S: Into<String>>(mut self, states: I) -> Self {
+        self.states = Some(states.into_iter().map(Into::into).collect());
+        self
+    }
+
+    #[must_use]
+    pub fn scope(mut self, scope: WebhookScope) -> Self {
+        self.scope = scope;
+        self
+    }
+}
+
+/// A webhook endpoint, as listed (never its secret).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Webhook {
+    pub id: Uuid,
+    pub url: String,
+    /// The dedup space whose commands it receives (a fleet's or a principal's id).
+    pub scope: Uuid,
+    pub kinds: Option<Vec<String>>,
+    pub states: Option<Vec<String>>,
+    pub created_at: DateTime<Utc>,
+    pub created_by: String,
+    pub disabled_at: Option<DateTime<Utc>>,
+}
+
+/// A registered endpoint and its secret, which is shown this once.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RegisteredWebhook {
+    #[serde(flatten)]
+    pub webhook: Webhook,
+    /// The key of `Ledger-Signature` (HMAC-SHA256 over `"{t}.{body}"`).
+    pub secret: String,
+}
+
+/// One attempt at sending a webhook event.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WebhookAttempt {
+    pub n: i32,
+    pub at: DateTime<Utc>,
+    /// The receiver's status; `None` when none came back.
+    pub status: Option<i32>,
+    pub error: Option<String>,
+    pub duration_ms: i32,
+}
+
+/// A webhook event: an outcome to push to one endpoint.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WebhookEvent {
+    /// Sent as `Ledger-Event-Id`: the receiver's key for duplicates.
+    pub id: Uuid,
+    pub endpoint_id: Uuid,
+    pub command_id: Uuid,
+    /// `pending`, `delivered` or `expired`.
+    pub state: String,
+    pub created_at: DateTime<Utc>,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub next_attempt_at: Option<DateTime<Utc>>,
+    pub delivered_at: Option<DateTime<Utc>>,
+    pub last_error: Option<String>,
+    /// What is sent beside `event_id` and `created_at`.
+    pub payload: Value,
+    pub attempts: Vec<WebhookAttempt>,
+}
+
 /// A client of one ledger API, with one bearer token.
 #[derive(Debug, Clone)]
 pub struct Client {
@@ -641,6 +752,77 @@ impl Client {
         let wait = Duration::from_secs(30);
         decode(
             self.send(Method::POST, "/v1/invoke", wait, |r| r.json(&body))
+                .await?,
+        )
+        .await
+    }
+
+    /// Registers a webhook endpoint (`POST /v1/webhooks`); the answer holds
+    /// its secret, shown this once. Sent once, never retried: a lost answer
+    /// could leave an endpoint registered (`webhooks` lists it, and
+    /// `disable_webhook` removes it).
+    pub async fn register_webhook(
+        &self,
+        registration: &WebhookRegistration,
+    ) -> Result<RegisteredWebhook, Error> {
+        let once = Client {
+            retry: RetryPolicy {
+                max_attempts: 1,
+                ..self.retry.clone()
+            },
+            ..self.clone()
+        };
+        decode(
+            once.send(Method::POST, "/v1/webhooks", Duration::ZERO, |r| {
+                r.json(registration)
+            })
+            .await?,
+        )
+        .await
+    }
+
+    /// The caller's webhook endpoints (an operator's: every endpoint).
+    pub async fn webhooks(&self) -> Result<Vec<Webhook>, Error> {
+        #[derive(Deserialize)]
+        struct List {
+            items: Vec<Webhook>,
+        }
+        let l: List = decode(
+            self.send(Method::GET, "/v1/webhooks", Duration::ZERO, |r| r)
+                .await?,
+        )
+        .await?;
+        Ok(l.items)
+    }
+
+    /// Disables an endpoint: no more events; its pending ones expire.
+    /// Repeating it is harmless.
+    pub async fn disable_webhook(&self, id: Uuid) -> Result<Webhook, Error> {
+        let path = format!("/v1/webhooks/{id}");
+        decode(
+            self.send(Method::DELETE, &path, Duration::ZERO, |r| r)
+                .await?,
+        )
+        .await
+    }
+
+    /// An endpoint's latest events (at most `limit`, 1-100), newest first,
+    /// each with its attempts.
+    pub async fn webhook_events(&self, id: Uuid, limit: u8) -> Result<Vec<WebhookEvent>, Error> {
+        #[derive(Deserialize)]
+        struct List {
+            items: Vec<WebhookEvent>,
+        }
+        let path = format!("/v1/webhooks/{id}/events?limit={limit}");
+        let l: List = decode(self.send(Method::GET, &path, Duration::ZERO, |r| r).await?).await?;
+        Ok(l.items)
+    }
+
+    /// Sends an event again (operators): pending, due now, same id.
+    pub async fn redeliver_webhook_event(&self, id: Uuid) -> Result<WebhookEvent, Error> {
+        let path = format!("/v1/webhooks/events/{id}/redeliver");
+        decode(
+            self.send(Method::POST, &path, Duration::ZERO, |r| r)
                 .await?,
         )
         .await

@@ -80,6 +80,8 @@ pub struct CustodianCommand {
     pub metrics_listen: Option<SocketAddr>,
     #[command(flatten)]
     pub options: CustodianArgs,
+    #[command(flatten)]
+    pub webhooks: super::WebhookArgs,
 }
 
 #[derive(Debug, Args)]
@@ -177,10 +179,16 @@ pub(super) async fn run(
     )
     .await?;
     let pool = cmd.options.pool(&db, "command-ledger-custodian").await?;
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let (task, stats) = spawn_custodian(pool.clone(), config, effects, async move {
-        let _ = stop_rx.await;
-    });
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = move || {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        }
+    };
+    let (task, stats) = spawn_custodian(pool.clone(), config, effects, stopped());
+    // Outcome webhooks are sent by custodians too, acting as the custodian.
+    let deliverer = cmd.webhooks.spawn(pool.clone(), stopped());
     if let Some(addr) = cmd.metrics_listen {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
@@ -210,8 +218,13 @@ pub(super) async fn run(
         });
     }
     super::shutdown_signal().await;
-    let _ = stop_tx.send(());
+    let _ = stop_tx.send(true);
     let result = task.await.context("custodian task")?;
+    if let Some(deliverer) = deliverer
+        && let Err(e) = deliverer.await
+    {
+        tracing::error!(error = %e, "webhook deliverer task failed");
+    }
     pool.close().await;
     db.close().await?;
     result

@@ -19,7 +19,7 @@ use crate::domain::state::State;
 pub struct Output {
     /// Print JSON (one document) instead of a table.
     #[arg(long, global = true)]
-    json: bool,
+    pub(super) json: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -335,7 +335,7 @@ pub(super) async fn authorities(
     Ok(())
 }
 
-fn time(t: Option<DateTime<Utc>>) -> String {
+pub(super) fn time(t: Option<DateTime<Utc>>) -> String {
     t.map_or_else(
         || "-".to_owned(),
         |t| t.format("%Y-%m-%d %H:%M:%S").to_string(),
@@ -476,7 +476,7 @@ fn authority_json(a: &AuthorityRow) -> Value {
 }
 
 #[allow(clippy::print_stdout)]
-fn print_json(v: &Value) {
+pub(super) fn print_json(v: &Value) {
     println!(
         "{}",
         serde_json::to_string_pretty(v).expect("a JSON value serializes")
@@ -485,7 +485,7 @@ fn print_json(v: &Value) {
 
 /// Columns padded to their widest cell.
 #[allow(clippy::print_stdout)]
-fn print_table(header: &[&str], rows: Vec<Vec<String>>) {
+pub(super) fn print_table(header: &[&str], rows: Vec<Vec<String>>) {
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {

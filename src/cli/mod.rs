@@ -1,7 +1,8 @@
 //! The command line: `serve` (serve.rs), `custodian`, `demo-sink` and
 //! `recover` (custodian.rs), `migrate`, `role-password` and `inspector-role` (here), `token`
 //! (token.rs), `prune` (prune.rs), `verify` (verify.rs), the operator's
-//! `commands`, `holds` and `authorities` (inspect.rs), and the API's clients
+//! `commands`, `holds` and `authorities` (inspect.rs), `webhooks`
+//! (webhooks.rs, with the deliverer's options), and the API's clients
 //! `submit` (submit.rs), `outbox` (outbox.rs) and `mcp` (mcp.rs); plus what they share: the
 //! database (database.rs), durations and the shutdown signal. Every
 //! subcommand but the API's clients talks to `DATABASE_URL` when it is set,
@@ -18,6 +19,7 @@ mod serve;
 mod submit;
 mod token;
 mod verify;
+mod webhooks;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -28,6 +30,7 @@ pub use custodian::{CustodianArgs, spawn_custodian};
 pub use database::Database;
 pub use submit::exit as submit_exit;
 pub use token::{issue_token, issue_token_in};
+pub use webhooks::WebhookArgs;
 
 /// A duration argument (500ms, 10s, 2m, 12h, 30d), for every subcommand.
 fn duration(s: &str) -> Result<std::time::Duration, String> {
@@ -143,6 +146,10 @@ pub enum Command {
     /// Authorities and their leases: `list`.
     #[command(subcommand)]
     Authorities(inspect::AuthoritiesCommand),
+    /// Outcome webhooks: `list` (endpoints and their events' states),
+    /// `events ENDPOINT`, `redeliver EVENT`.
+    #[command(subcommand)]
+    Webhooks(webhooks::WebhooksCommand),
     /// Remove finished commands past the retention window, in bounded
     /// batches, archiving each with its history first.
     Prune(prune::PruneArgs),
@@ -245,6 +252,7 @@ async fn run_command(
         Command::Authorities(cmd) => {
             inspect::authorities(cli.database_url, cli.state_dir, cmd).await
         }
+        Command::Webhooks(cmd) => webhooks::run(cli.database_url, cli.state_dir, cmd).await,
         Command::Recover(cmd) => custodian::run_recover(cli.database_url, cli.state_dir, cmd).await,
     }
 }

@@ -69,6 +69,8 @@ pub struct ServeArgs {
     pub api_database_url: Option<String>,
     #[command(flatten)]
     pub custodian_options: CustodianArgs,
+    #[command(flatten)]
+    pub webhooks: super::WebhookArgs,
 }
 
 pub(super) async fn run(
@@ -181,6 +183,13 @@ pub(super) async fn run(
         per_second: args.rate_limit_per_second,
         burst: args.rate_limit_burst,
     });
+    state.webhooks = args.webhooks.config();
+    // Outcome webhooks are sent by this process too, acting as the API.
+    let deliverer = args.webhooks.spawn(api_pool.clone(), stopped());
+    if args.webhooks.webhooks_allow_private {
+        extras
+            .push("webhooks:       private targets allowed (--webhooks-allow-private)".to_owned());
+    }
     let api_task = tokio::spawn(http::serve_with(listener, state, tls, stopped()));
     if embedded {
         let token = first_operator_token(&db, state_dir).await?;
@@ -198,6 +207,11 @@ pub(super) async fn run(
             Ok(Err(e)) => tracing::error!(error = %e, "custodian stopped with an error"),
             Err(e) => tracing::error!(error = %e, "custodian task failed"),
         }
+    }
+    if let Some(deliverer) = deliverer
+        && let Err(e) = deliverer.await
+    {
+        tracing::error!(error = %e, "webhook deliverer task failed");
     }
     tracing::info!("API and custodian stopped; closing the database");
     api_pool.close().await;

@@ -40,6 +40,7 @@ pub mod resolutions;
 pub mod roles;
 pub mod txn;
 pub mod verify;
+pub mod webhooks;
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions as _, Connection as _, PgPool};

@@ -14,6 +14,7 @@ pub mod recovery;
 pub mod schedule;
 pub mod state;
 pub mod token;
+pub mod webhook;
 
 pub use admission::{Disposition, disposition};
 pub use canonical::{CanonError, Policy};

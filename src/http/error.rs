@@ -76,6 +76,10 @@ pub enum ApiError {
     },
     #[error("the command has a recorded resolution already; resolutions are never changed")]
     AlreadyResolved { command_id: uuid::Uuid },
+    #[error(
+        "this scope has {limit} live webhook endpoints already, the most it may have; disable one first"
+    )]
+    TooManyWebhooks { limit: usize },
     #[error("too many requests from this principal; retry after the time in Retry-After")]
     RateLimited { retry_after: std::time::Duration },
     #[error("the ledger database is unavailable")]
@@ -189,7 +193,8 @@ impl ApiError {
             | ApiError::CancelTooLate { .. }
             | ApiError::HoldDecided { .. }
             | ApiError::NotAmbiguous { .. }
-            | ApiError::AlreadyResolved { .. } => StatusCode::CONFLICT,
+            | ApiError::AlreadyResolved { .. }
+            | ApiError::TooManyWebhooks { .. } => StatusCode::CONFLICT,
             ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -221,6 +226,7 @@ impl ApiError {
             ApiError::HoldDecided { .. } => "/problems/hold-decided",
             ApiError::NotAmbiguous { .. } => "/problems/not-ambiguous",
             ApiError::AlreadyResolved { .. } => "/problems/already-resolved",
+            ApiError::TooManyWebhooks { .. } => "/problems/too-many-webhooks",
             ApiError::RateLimited { .. } => "/problems/rate-limited",
             ApiError::Unavailable(_) => "/problems/unavailable",
             ApiError::Internal(_) => "/problems/internal",
@@ -251,6 +257,7 @@ impl ApiError {
             ApiError::HoldDecided { .. } => "Hold already decided",
             ApiError::NotAmbiguous { .. } => "Command is not ambiguous",
             ApiError::AlreadyResolved { .. } => "Command already resolved",
+            ApiError::TooManyWebhooks { .. } => "Too many webhook endpoints",
             ApiError::RateLimited { .. } => "Too many requests",
             ApiError::Unavailable(_) => "Service unavailable",
             ApiError::Internal(_) => "Internal error",
@@ -302,6 +309,9 @@ impl ApiError {
             }
             ApiError::AlreadyResolved { command_id } => {
                 ext.insert("command_id".into(), json!(command_id));
+            }
+            ApiError::TooManyWebhooks { limit } => {
+                ext.insert("limit".into(), json!(limit));
             }
             _ => {}
         }

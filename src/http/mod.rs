@@ -24,6 +24,7 @@ mod resolutions;
 mod submit;
 mod tls;
 pub mod wait;
+mod webhooks;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -86,6 +87,10 @@ pub struct AppState {
     /// Serialization conflicts retried by this process's SERIALIZABLE
     /// writes (cancels), for `/metrics`.
     pub serialization_retries: Arc<std::sync::atomic::AtomicU64>,
+    /// The webhook settings the API applies too: whether endpoints may be
+    /// private addresses (registration), and how long a redelivered event
+    /// is tried (the deliverers' expiry).
+    pub webhooks: crate::webhooks::DelivererConfig,
 }
 
 impl AppState {
@@ -120,6 +125,7 @@ impl AppState {
             epoch: adapter::Epoch::first(),
             api_reset: false,
             serialization_retries: Arc::default(),
+            webhooks: crate::webhooks::DelivererConfig::default(),
         }
     }
 }
@@ -184,6 +190,11 @@ pub fn router(state: AppState) -> Router {
             resolutions::__path_probe_authority,
             resolutions::probe_authority,
         ),
+        documented(webhooks::__path_register, webhooks::register),
+        documented(webhooks::__path_list, webhooks::list),
+        documented(webhooks::__path_disable, webhooks::disable),
+        documented(webhooks::__path_events, webhooks::events),
+        documented(webhooks::__path_redeliver, webhooks::redeliver),
         documented(metrics::__path_get, metrics::get),
         documented(health::__path_healthz, health::healthz),
         documented(health::__path_readyz, health::readyz),
@@ -240,6 +251,19 @@ pub mod json {
     /// As `GET /v1/holds/{id}` returns it.
     pub fn hold(row: &HoldRow) -> Value {
         value(super::holds::hold_view(row))
+    }
+
+    /// A webhook endpoint as `GET /v1/webhooks` lists it (no secret).
+    pub fn webhook(row: &crate::db::webhooks::EndpointRow) -> Value {
+        value(super::webhooks::webhook_view(row))
+    }
+
+    /// A webhook event with its attempts, as `GET /v1/webhooks/{id}/events` lists it.
+    pub fn webhook_event(
+        row: &crate::db::webhooks::EventRow,
+        attempts: &[crate::db::webhooks::AttemptRow],
+    ) -> Value {
+        value(super::webhooks::event_view(row, attempts))
     }
 }
 

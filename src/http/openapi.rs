@@ -34,6 +34,11 @@ and 400, 414 or 431 for a request the HTTP layer cannot parse (a header value wi
         super::holds::get_one,
         super::holds::release,
         super::holds::reject,
+        super::webhooks::register,
+        super::webhooks::list,
+        super::webhooks::disable,
+        super::webhooks::events,
+        super::webhooks::redeliver,
         super::counters::get,
         super::events::stream,
         super::metrics::get,
@@ -90,7 +95,10 @@ const PROBLEM: &str = "application/problem+json";
 impl Modify for Uniform {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
         for (path, item) in &mut openapi.paths.paths {
-            for op in [&mut item.get, &mut item.post].into_iter().flatten() {
+            for op in [&mut item.get, &mut item.post, &mut item.delete]
+                .into_iter()
+                .flatten()
+            {
                 for status in shared_statuses(path, op) {
                     op.responses
                         .responses

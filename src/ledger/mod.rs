@@ -7,11 +7,13 @@
 //! - [`holds`]: release (record + wake) and reject.
 //! - [`probe`]: the seam through which the API asks a reconcile probe.
 //! - [`wake`]: waking custodians, and on Citus waiters, after a commit.
+//! - [`webhooks`]: an operator's redelivery of a webhook event.
 
 pub mod holds;
 pub mod probe;
 pub mod submit;
 pub mod wake;
+pub mod webhooks;
 
 pub use wake::{OutcomeWake, PendingWake};
 

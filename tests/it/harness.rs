@@ -425,8 +425,19 @@ impl TestApp {
     pub(crate) async fn spawn_with(
         policies: command_ledger::domain::admission::Policies,
     ) -> TestApp {
+        Self::spawn_configured(policies, |_| {}).await
+    }
+
+    /// The API with these admission policies and `configure`'s changes to
+    /// its state (webhook settings, limits, ...).
+    pub(crate) async fn spawn_configured(
+        policies: command_ledger::domain::admission::Policies,
+        configure: impl FnOnce(&mut AppState),
+    ) -> TestApp {
         let (db_url, pool) = fresh_database().await;
-        let addr = serve_state(AppState::new(as_role(&pool, ServiceRole::Api), policies)).await;
+        let mut state = AppState::new(as_role(&pool, ServiceRole::Api), policies);
+        configure(&mut state);
+        let addr = serve_state(state).await;
         TestApp {
             base: format!("http://{addr}"),
             db_url,

@@ -42,3 +42,4 @@ mod telemetry;
 mod tls;
 mod verify;
 mod waiting;
+mod webhooks;

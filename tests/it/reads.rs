@@ -345,6 +345,7 @@ async fn every_documented_operation_is_routed_and_nothing_else_is() {
         for (method, present) in [
             (reqwest::Method::GET, item.get.is_some()),
             (reqwest::Method::POST, item.post.is_some()),
+            (reqwest::Method::DELETE, item.delete.is_some()),
         ] {
             if !present {
                 continue;

@@ -22,7 +22,7 @@ use crate::harness::{TestApp, refund};
 
 /// Log output kept in memory.
 #[derive(Debug, Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
+pub(crate) struct Captured(Arc<Mutex<Vec<u8>>>);
 
 impl std::io::Write for Captured {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
@@ -38,7 +38,7 @@ impl std::io::Write for Captured {
 impl Captured {
     /// The binary's subscriber in `format`, at its default levels (plus
     /// this test crate's own events at info), writing here.
-    fn subscriber(&self, format: LogFormat) -> tracing::Dispatch {
+    pub(crate) fn subscriber(&self, format: LogFormat) -> tracing::Dispatch {
         // tracing caches, when a callsite is first hit, whether any
         // subscriber wants it. While one dispatcher alone is registered, it
         // asks only the hitting thread's default: another test's thread
@@ -52,7 +52,7 @@ impl Captured {
         telemetry::subscriber(format, filter, move || sink.clone(), false)
     }
 
-    fn lines(&self) -> Vec<String> {
+    pub(crate) fn lines(&self) -> Vec<String> {
         String::from_utf8(self.0.lock().unwrap().clone())
             .unwrap()
             .lines()

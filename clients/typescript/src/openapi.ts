@@ -466,10 +466,117 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/webhooks": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * `GET /v1/webhooks`: the caller's endpoints (its own scope's and its
+         *     fleet's); an operator's, every endpoint. Never a secret.
+         */
+        get: operations["listWebhooks"];
+        put?: never;
+        /**
+         * `POST /v1/webhooks`: registers an endpoint for the caller's fleet (or,
+         *     with `"scope": "principal"`, for the caller alone) and shows its secret
+         *     once.
+         */
+        post: operations["registerWebhook"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks/events/{id}/redeliver": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * `POST /v1/webhooks/events/{id}/redeliver`: sends an event again
+         *     (operators): pending, due now, tried until the deliverers' expiry from
+         *     now, whatever became of it before. Its id stays the same, so a receiver
+         *     that has it already drops the copy.
+         */
+        post: operations["redeliverWebhookEvent"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * `DELETE /v1/webhooks/{id}`: disables an endpoint (its own scope's or
+         *     fleet's; an operator, any): no more events, its pending ones expired.
+         *     Disabling it again changes nothing and succeeds.
+         */
+        delete: operations["disableWebhook"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks/{id}/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * `GET /v1/webhooks/{id}/events[?limit=N]`: an endpoint's latest events,
+         *     newest first, each with its attempts.
+         */
+        get: operations["listWebhookEvents"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /** @description One attempt at sending an event. */
+        AttemptView: {
+            /** Format: date-time */
+            at: string;
+            /** Format: int32 */
+            duration_ms: number;
+            /** @description Why it failed; null for a 2xx. */
+            error?: string | null;
+            /**
+             * Format: int32
+             * @description 1 for the first (as sent in `Ledger-Attempt`).
+             */
+            n: number;
+            /**
+             * Format: int32
+             * @description The receiver's HTTP status; null when none came back.
+             */
+            status?: number | null;
+        };
         /** @description `"agent-1"`, or `{"id": "agent-1", "generation": 7}` to pin a generation. */
         AuthorityField: components["schemas"]["AuthorityName"] | components["schemas"]["PinnedAuthority"];
         AuthorityName: string;
@@ -621,6 +728,46 @@ export interface components {
             requests: number;
             /** Format: date-time */
             since: string;
+        };
+        /** @description `{"items": [event, ...]}`, newest first. */
+        EventList: {
+            items: components["schemas"]["EventView"][];
+        };
+        /** @description An event: what is sent, where it stands, each attempt. */
+        EventView: {
+            /** @description Every attempt that finished, first first. */
+            attempts: components["schemas"]["AttemptView"][];
+            /** Format: uuid */
+            command_id: string;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            delivered_at?: string | null;
+            /** Format: uuid */
+            endpoint_id: string;
+            /**
+             * Format: date-time
+             * @description No attempt after this; null until the first attempt.
+             */
+            expires_at?: string | null;
+            /**
+             * Format: uuid
+             * @description Sent as `Ledger-Event-Id` and `event_id`: the receiver's key for duplicates.
+             */
+            id: string;
+            last_error?: string | null;
+            /**
+             * Format: date-time
+             * @description When a pending event is due.
+             */
+            next_attempt_at?: string | null;
+            /**
+             * @description The body sent, apart from `event_id` and `created_at`: command_id,
+             *     key, kind, authority, state, result, error, finished_at, history_hash.
+             */
+            payload: Record<string, never>;
+            /** @description `pending`, `delivered` or `expired`. */
+            state: string;
         };
         /**
          * @description A request to explain: the body of `POST /v1/commands` or of
@@ -834,6 +981,28 @@ export interface components {
             title: string;
             type: string;
         };
+        /** @description A registered endpoint, with its secret: shown this once. */
+        RegisteredWebhook: components["schemas"]["WebhookView"] & {
+            /**
+             * @description The HMAC-SHA256 key of `Ledger-Signature` (`whsec_` and 64 hex
+             *     digits; the whole string is the key). Never shown again.
+             */
+            secret: string;
+        };
+        /** @description `{"url", "kinds"?, "states"?, "scope"?}` */
+        Registration: {
+            /** @description Only commands of these kinds (1-64 kinds; omit for every kind). */
+            kinds?: string[] | null;
+            scope?: components["schemas"]["ScopeChoice"] | null;
+            /** @description Only these terminal states (omit for all five). */
+            states?: string[] | null;
+            /**
+             * @description Where events are POSTed: http or https, no user name or password,
+             *     at most 2048 characters; not an address of the ledger's own network
+             *     unless the operator allows private targets.
+             */
+            url: string;
+        };
         /** @description The body of `POST /api/release`. */
         ReleaseBody: {
             /**
@@ -876,6 +1045,11 @@ export interface components {
             resolution: components["schemas"]["ResolutionView"];
         };
         /**
+         * @description Whose commands an endpoint receives.
+         * @enum {string}
+         */
+        ScopeChoice: "fleet" | "principal";
+        /**
          * @description The body of `POST /v1/commands`. Nothing else is accepted: the state,
          *     scope, generation and timestamps belong to the ledger.
          */
@@ -906,6 +1080,34 @@ export interface components {
         };
         /** @description What `POST /v1/commands` answers: the command, or the hold that stopped it. */
         Submitted: components["schemas"]["CommandView"] | components["schemas"]["HeldAnswer"];
+        /** @description `{"items": [endpoint, ...]}` */
+        WebhookList: {
+            items: components["schemas"]["WebhookView"][];
+        };
+        /** @description An endpoint as the API shows it: never its secret. */
+        WebhookView: {
+            /** Format: date-time */
+            created_at: string;
+            created_by: string;
+            /**
+             * Format: date-time
+             * @description Set once disabled: no new events, and pending ones expired.
+             */
+            disabled_at?: string | null;
+            /** Format: uuid */
+            id: string;
+            /** @description Only these kinds; null: every kind. */
+            kinds?: string[] | null;
+            /**
+             * Format: uuid
+             * @description The dedup space whose commands it receives: the registering
+             *     principal's fleet id or its own id (commands.scope).
+             */
+            scope: string;
+            /** @description Only these terminal states; null: all five. */
+            states?: string[] | null;
+            url: string;
+        };
     };
     responses: never;
     parameters: never;
@@ -2793,6 +2995,346 @@ export interface operations {
                 };
             };
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description too many requests from this principal; see Retry-After */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description the database cannot be reached; nothing was recorded; see Retry-After */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    listWebhooks: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookList"];
+                };
+            };
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description too many requests from this principal; see Retry-After */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description the database cannot be reached; nothing was recorded; see Retry-After */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    registerWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["Registration"];
+            };
+        };
+        responses: {
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RegisteredWebhook"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description the body did not arrive in time */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description the body is too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description the body is not JSON */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description too many requests from this principal; see Retry-After */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description the database cannot be reached; nothing was recorded; see Retry-After */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    redeliverWebhookEvent: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description event id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EventView"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description too many requests from this principal; see Retry-After */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description the database cannot be reached; nothing was recorded; see Retry-After */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    disableWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description endpoint id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookView"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description too many requests from this principal; see Retry-After */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description the database cannot be reached; nothing was recorded; see Retry-After */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    listWebhookEvents: {
+        parameters: {
+            query?: {
+                /** @description Most events, 1-100 (default 20). */
+                limit?: number;
+            };
+            header?: never;
+            path: {
+                /** @description endpoint id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EventList"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };

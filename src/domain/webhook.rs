@@ -1,0 +1,686 @@
+//! Outcome webhooks, the pure part: the signature an event is sent with and
+//! how a receiver checks it, when a failed delivery is tried again, and which
+//! URLs and addresses an endpoint may name. No I/O: clocks, secrets and the
+//! addresses a host resolved to come in as arguments.
+
+use chrono::{DateTime, Utc};
+use hmac::{Hmac, KeyInit as _, Mac as _};
+use sha2::Sha256;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::time::Duration;
+
+/// The header carrying the signature: `t=<unix seconds>,v1=<hex>`.
+pub const SIGNATURE_HEADER: &str = "Ledger-Signature";
+/// The header carrying the event's id, the receiver's key for dropping
+/// duplicates (also the body's `event_id`).
+pub const EVENT_ID_HEADER: &str = "Ledger-Event-Id";
+/// The header numbering the attempt (1 for the first), for the receiver's logs.
+pub const ATTEMPT_HEADER: &str = "Ledger-Attempt";
+/// Marks an endpoint's secret, so a leaked one is recognisable in scans.
+pub const SECRET_PREFIX: &str = "whsec_";
+/// How far a receiver should let a signature's time be from its clock.
+pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(300);
+
+/// The terminal states an endpoint may ask for (all of them by default).
+pub const TERMINAL_STATES: [&str; 5] = ["applied", "failed", "ambiguous", "cancelled", "expired"];
+
+/// An endpoint's secret for 32 random bytes: shown once, when the endpoint
+/// is registered; the HMAC key is the whole string, prefix included.
+pub fn format_secret(random: &[u8; 32]) -> String {
+    format!("{SECRET_PREFIX}{}", hex::encode(random))
+}
+
+fn mac(secret: &str, timestamp: i64, body: &[u8]) -> Hmac<Sha256> {
+    let mut mac =
+        Hmac::<Sha256>::new_from_slice(secret.as_bytes()).expect("HMAC takes keys of any length");
+    mac.update(timestamp.to_string().as_bytes());
+    mac.update(b".");
+    mac.update(body);
+    mac
+}
+
+/// HMAC-SHA256 of `"{timestamp}.{body}"` under `secret`, in lowercase hex.
+pub fn sign(secret: &str, timestamp: i64, body: &[u8]) -> String {
+    hex::encode(mac(secret, timestamp, body).finalize().into_bytes())
+}
+
+/// The `Ledger-Signature` value for `body` sent at `timestamp` (unix seconds).
+pub fn signature_header(secret: &str, timestamp: i64, body: &[u8]) -> String {
+    format!("t={timestamp},v1={}", sign(secret, timestamp, body))
+}
+
+/// Why a signature was not accepted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum VerifyError {
+    #[error("the signature header is not t=<unix seconds>,v1=<hex>")]
+    Malformed,
+    #[error("the signature is {seconds} s away from now, more than the tolerance")]
+    OutsideTolerance { seconds: u64 },
+    #[error("no v1 signature matches the body")]
+    Mismatch,
+}
+
+/// Checks a `Ledger-Signature` header against the raw body, as a receiver
+/// does: one `t`, at least one `v1` (any may match: room for a second
+/// secret while one is replaced), a time within `tolerance` of `now`, and a
+/// constant-time comparison.
+pub fn verify(
+    secret: &str,
+    header: &str,
+    body: &[u8],
+    now: i64,
+    tolerance: Duration,
+) -> Result<(), VerifyError> {
+    let mut timestamp = None;
+    let mut candidates = Vec::new();
+    for part in header.split(',') {
+        let (name, value) = part.trim().split_once('=').ok_or(VerifyError::Malformed)?;
+        match name {
+            "t" if timestamp.is_none() => {
+                timestamp = Some(value.parse::<i64>().map_err(|_| VerifyError::Malformed)?);
+            }
+            "t" => return Err(VerifyError::Malformed),
+            "v1" => candidates.push(value),
+            // Later schemes are ignored, so a receiver keeps working when one is added.
+            _ => {}
+        }
+    }
+    let timestamp = timestamp.ok_or(VerifyError::Malformed)?;
+    if candidates.is_empty() {
+        return Err(VerifyError::Malformed);
+    }
+    let away = now.abs_diff(timestamp);
+    if away > tolerance.as_secs() {
+        return Err(VerifyError::OutsideTolerance { seconds: away });
+    }
+    let expected = mac(secret, timestamp, body);
+    let matched = candidates
+        .iter()
+        .any(|c| hex::decode(c).is_ok_and(|bytes| expected.clone().verify_slice(&bytes).is_ok()));
+    if matched {
+        Ok(())
+    } else {
+        Err(VerifyError::Mismatch)
+    }
+}
+
+/// When a failed delivery is tried again: `first` after the first attempt,
+/// doubling after each further one, never more than `cap` apart. A pure
+/// function of the attempt number: every deliverer agrees on the schedule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    pub first: Duration,
+    pub cap: Duration,
+}
+
+impl Backoff {
+    /// 10 s, 20 s, 40 s, ... up to an hour apart.
+    pub const DEFAULT: Backoff = Backoff {
+        first: Duration::from_secs(10),
+        cap: Duration::from_secs(3600),
+    };
+
+    /// The wait after attempt number `attempt` (1 for the first) failed.
+    pub fn after(&self, attempt: u32) -> Duration {
+        let doublings = attempt.saturating_sub(1).min(31);
+        self.first
+            .checked_mul(1u32 << doublings)
+            .map_or(self.cap, |d| d.min(self.cap))
+    }
+}
+
+/// `now` plus `wait`, saturating at the largest time chrono represents.
+pub fn later(now: DateTime<Utc>, wait: Duration) -> DateTime<Utc> {
+    chrono::Duration::from_std(wait)
+        .ok()
+        .and_then(|w| now.checked_add_signed(w))
+        .unwrap_or(DateTime::<Utc>::MAX_UTC)
+}
+
+/// What becomes of an event after one attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterAttempt {
+    /// The receiver answered 2xx: nothing more is sent (unless an operator
+    /// redelivers it).
+    Delivered,
+    /// Tried again at this time.
+    RetryAt(DateTime<Utc>),
+    /// The next attempt would fall after the event's expiry: no more attempts.
+    Expired,
+}
+
+/// The decision after attempt number `attempt` of an event that expires at
+/// `expires_at`, made at `now`.
+pub fn after_attempt(
+    succeeded: bool,
+    attempt: u32,
+    now: DateTime<Utc>,
+    expires_at: DateTime<Utc>,
+    backoff: Backoff,
+) -> AfterAttempt {
+    if succeeded {
+        return AfterAttempt::Delivered;
+    }
+    let next = later(now, backoff.after(attempt));
+    if next < expires_at {
+        AfterAttempt::RetryAt(next)
+    } else {
+        AfterAttempt::Expired
+    }
+}
+
+/// What an address is, as far as the URL rule cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AddressClass {
+    /// Anything not below: may be sent to.
+    Public,
+    /// 127.0.0.0/8, ::1.
+    Loopback,
+    /// 10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16.
+    Private,
+    /// 100.64.0.0/10 (carrier-grade NAT).
+    SharedAddressSpace,
+    /// 169.254.0.0/16 (where cloud metadata services answer), fe80::/10.
+    LinkLocal,
+    /// fc00::/7, and the deprecated site-local fec0::/10.
+    UniqueLocal,
+    /// 224.0.0.0/4, ff00::/8.
+    Multicast,
+    /// 0.0.0.0, ::.
+    Unspecified,
+    /// 0.0.0.0/8 ("this network") and 240.0.0.0/4 (reserved, broadcast included).
+    Reserved,
+}
+
+impl AddressClass {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AddressClass::Public => "public",
+            AddressClass::Loopback => "loopback",
+            AddressClass::Private => "private",
+            AddressClass::SharedAddressSpace => "shared address space (100.64.0.0/10)",
+            AddressClass::LinkLocal => "link-local",
+            AddressClass::UniqueLocal => "unique-local",
+            AddressClass::Multicast => "multicast",
+            AddressClass::Unspecified => "unspecified",
+            AddressClass::Reserved => "reserved",
+        }
+    }
+
+    /// The class with its article, for messages ("a loopback address").
+    pub fn described(self) -> &'static str {
+        match self {
+            AddressClass::Public => "a public address",
+            AddressClass::Loopback => "a loopback address",
+            AddressClass::Private => "a private address",
+            AddressClass::SharedAddressSpace => "a shared address space (100.64.0.0/10) address",
+            AddressClass::LinkLocal => "a link-local address",
+            AddressClass::UniqueLocal => "a unique-local address",
+            AddressClass::Multicast => "a multicast address",
+            AddressClass::Unspecified => "an unspecified address",
+            AddressClass::Reserved => "a reserved address",
+        }
+    }
+
+    /// Whether an operator's `--webhooks-allow-private` lets it through:
+    /// the ranges of one's own network, never an address no web server
+    /// answers at (multicast, unspecified, reserved).
+    pub fn private(self) -> bool {
+        matches!(
+            self,
+            AddressClass::Loopback
+                | AddressClass::Private
+                | AddressClass::SharedAddressSpace
+                | AddressClass::LinkLocal
+                | AddressClass::UniqueLocal
+        )
+    }
+}
+
+/// The class of an IPv4 address.
+pub fn classify_v4(ip: Ipv4Addr) -> AddressClass {
+    let [a, b, ..] = ip.octets();
+    if ip.is_unspecified() {
+        AddressClass::Unspecified
+    } else if ip.is_loopback() {
+        AddressClass::Loopback
+    } else if ip.is_private() {
+        AddressClass::Private
+    } else if a == 100 && (64..128).contains(&b) {
+        AddressClass::SharedAddressSpace
+    } else if ip.is_link_local() {
+        AddressClass::LinkLocal
+    } else if ip.is_multicast() {
+        AddressClass::Multicast
+    } else if a == 0 || a >= 240 {
+        AddressClass::Reserved
+    } else {
+        AddressClass::Public
+    }
+}
+
+/// The class of an address. An IPv6 address that carries an IPv4 one
+/// (IPv4-mapped `::ffff:a.b.c.d`, the deprecated IPv4-compatible
+/// `::a.b.c.d`, NAT64's `64:ff9b::a.b.c.d`) is the class of that IPv4
+/// address: `::ffff:127.0.0.1` is loopback.
+pub fn classify(ip: IpAddr) -> AddressClass {
+    match ip {
+        IpAddr::V4(v4) => classify_v4(v4),
+        IpAddr::V6(v6) => classify_v6(v6),
+    }
+}
+
+fn classify_v6(ip: Ipv6Addr) -> AddressClass {
+    let s = ip.segments();
+    if ip.is_unspecified() {
+        return AddressClass::Unspecified;
+    }
+    if ip.is_loopback() {
+        return AddressClass::Loopback;
+    }
+    let embedded = |s: &[u16; 8]| Ipv4Addr::from((u32::from(s[6]) << 16) | u32::from(s[7]));
+    // ::ffff:a.b.c.d (mapped), ::a.b.c.d (compatible), 64:ff9b::a.b.c.d (NAT64).
+    if (s[..5] == [0; 5] && (s[5] == 0xffff || s[5] == 0)) || s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
+        return classify_v4(embedded(&s));
+    }
+    match s[0] {
+        x if x & 0xff00 == 0xff00 => AddressClass::Multicast,
+        x if x & 0xffc0 == 0xfe80 => AddressClass::LinkLocal,
+        x if x & 0xfe00 == 0xfc00 || x & 0xffc0 == 0xfec0 => AddressClass::UniqueLocal,
+        _ => AddressClass::Public,
+    }
+}
+
+/// Why a URL or an address may not be sent to.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UrlError {
+    #[error("the url is not a valid absolute URL: {0}")]
+    Unparsable(String),
+    #[error("the url must be at most {MAX_URL_LEN} characters")]
+    TooLong,
+    #[error("the url's scheme must be http or https, not {0}")]
+    Scheme(String),
+    #[error("the url must not carry a user name or password")]
+    UserInfo,
+    #[error("the url must name a host")]
+    NoHost,
+    #[error(
+        "{address} is {}; webhooks are not sent into the ledger's own network unless the operator allows private targets (--webhooks-allow-private)",
+        class.described()
+    )]
+    PrivateAddress {
+        address: IpAddr,
+        class: AddressClass,
+    },
+    #[error("{address} is {}, which no receiver answers at", class.described())]
+    Unroutable {
+        address: IpAddr,
+        class: AddressClass,
+    },
+}
+
+/// Longest URL an endpoint may have.
+pub const MAX_URL_LEN: usize = 2048;
+
+/// Whether `address` may be sent to.
+pub fn check_address(address: IpAddr, allow_private: bool) -> Result<(), UrlError> {
+    match classify(address) {
+        AddressClass::Public => Ok(()),
+        class if class.private() && allow_private => Ok(()),
+        class if class.private() => Err(UrlError::PrivateAddress { address, class }),
+        class => Err(UrlError::Unroutable { address, class }),
+    }
+}
+
+/// Where an endpoint's URL points.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Host {
+    /// An address written in the URL: checked here, once and for all.
+    Address(IpAddr),
+    /// A name: each address it resolves to is checked when it is resolved,
+    /// at registration and again before every connection.
+    Name(String),
+}
+
+/// An endpoint URL that passed the rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// The URL as normalised by the WHATWG rules (`http://0x7f.1/` is
+    /// `http://127.0.0.1/`: the host checked is the host connected to).
+    pub url: String,
+    pub https: bool,
+    pub host: Host,
+    pub port: u16,
+    /// Path and query, as sent in the request line.
+    pub path_and_query: String,
+}
+
+/// The URL rule: absolute, http or https, no user name or password, a host;
+/// a host written as an address must be one that may be sent to (a name is
+/// checked once resolved, [`check_address`]).
+pub fn parse_url(raw: &str, allow_private: bool) -> Result<Target, UrlError> {
+    if raw.len() > MAX_URL_LEN {
+        return Err(UrlError::TooLong);
+    }
+    let url = url::Url::parse(raw).map_err(|e| UrlError::Unparsable(e.to_string()))?;
+    let https = match url.scheme() {
+        "http" => false,
+        "https" => true,
+        other => return Err(UrlError::Scheme(other.to_owned())),
+    };
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(UrlError::UserInfo);
+    }
+    let host = match url.host() {
+        None => return Err(UrlError::NoHost),
+        Some(url::Host::Ipv4(v4)) => Host::Address(IpAddr::V4(v4)),
+        Some(url::Host::Ipv6(v6)) => Host::Address(IpAddr::V6(v6)),
+        Some(url::Host::Domain("")) => return Err(UrlError::NoHost),
+        Some(url::Host::Domain(d)) => Host::Name(d.to_owned()),
+    };
+    if let Host::Address(address) = host {
+        check_address(address, allow_private)?;
+    }
+    let port = url
+        .port_or_known_default()
+        .unwrap_or(if https { 443 } else { 80 });
+    let path_and_query = match url.query() {
+        Some(q) => format!("{}?{q}", url.path()),
+        None => url.path().to_owned(),
+    };
+    Ok(Target {
+        url: url.to_string(),
+        https,
+        host,
+        port,
+        path_and_query,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const SECRET: &str = "whsec_test";
+
+    #[test]
+    fn the_signature_is_hmac_sha256_over_the_timestamp_a_dot_and_the_body() {
+        // Computed independently, as docs/WEBHOOKS.md's receiver does:
+        // python3 -c 'import hmac,hashlib;print(hmac.new(b"whsec_test",b"1700000000.{}",hashlib.sha256).hexdigest())'
+        assert_eq!(
+            sign(SECRET, 1_700_000_000, b"{}"),
+            "35495024f4ef3f94e5a93e22221544c4b75e9a42300cd965ab81cb85cd994e91"
+        );
+        assert_eq!(
+            signature_header(SECRET, 7, b"x"),
+            format!("t=7,v1={}", sign(SECRET, 7, b"x"))
+        );
+    }
+
+    #[test]
+    fn a_signed_body_verifies_and_a_changed_one_does_not() {
+        let header = signature_header(SECRET, 1000, b"{\"a\":1}");
+        assert_eq!(
+            verify(SECRET, &header, b"{\"a\":1}", 1010, DEFAULT_TOLERANCE),
+            Ok(())
+        );
+        assert_eq!(
+            verify(SECRET, &header, b"{\"a\":2}", 1010, DEFAULT_TOLERANCE),
+            Err(VerifyError::Mismatch)
+        );
+        assert_eq!(
+            verify(
+                "whsec_other",
+                &header,
+                b"{\"a\":1}",
+                1010,
+                DEFAULT_TOLERANCE
+            ),
+            Err(VerifyError::Mismatch)
+        );
+    }
+
+    #[test]
+    fn an_old_or_future_signature_is_refused() {
+        let header = signature_header(SECRET, 1000, b"x");
+        assert_eq!(
+            verify(SECRET, &header, b"x", 1301, DEFAULT_TOLERANCE),
+            Err(VerifyError::OutsideTolerance { seconds: 301 })
+        );
+        assert_eq!(
+            verify(SECRET, &header, b"x", 699, DEFAULT_TOLERANCE),
+            Err(VerifyError::OutsideTolerance { seconds: 301 })
+        );
+        assert_eq!(
+            verify(SECRET, &header, b"x", 1300, DEFAULT_TOLERANCE),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn malformed_headers_are_refused_and_any_matching_v1_is_accepted() {
+        for bad in ["", "v1=00", "t=1", "t=x,v1=00", "t=1,t=1,v1=00", "nonsense"] {
+            assert_eq!(
+                verify(SECRET, bad, b"x", 1, DEFAULT_TOLERANCE),
+                Err(VerifyError::Malformed),
+                "{bad}"
+            );
+        }
+        let good = sign(SECRET, 5, b"x");
+        let header = format!("t=5, v1=zz, v1={good}, v2=whatever");
+        assert_eq!(verify(SECRET, &header, b"x", 5, DEFAULT_TOLERANCE), Ok(()));
+    }
+
+    #[test]
+    fn secrets_are_prefixed_and_carry_all_their_randomness() {
+        let s = format_secret(&[0xab; 32]);
+        assert!(s.starts_with(SECRET_PREFIX));
+        assert_eq!(s.len(), SECRET_PREFIX.len() + 64);
+        assert_ne!(s, format_secret(&[0xac; 32]));
+    }
+
+    #[test]
+    fn the_backoff_doubles_from_the_first_wait_up_to_the_cap() {
+        let b = Backoff {
+            first: Duration::from_secs(10),
+            cap: Duration::from_secs(60),
+        };
+        let waits: Vec<u64> = (1..=6).map(|n| b.after(n).as_secs()).collect();
+        assert_eq!(waits, [10, 20, 40, 60, 60, 60]);
+        assert_eq!(b.after(0), Duration::from_secs(10));
+        assert_eq!(b.after(u32::MAX), Duration::from_secs(60));
+    }
+
+    #[test]
+    fn an_attempt_is_delivered_retried_or_the_event_expires() {
+        let now = DateTime::from_timestamp(1_000_000, 0).unwrap();
+        let b = Backoff {
+            first: Duration::from_secs(10),
+            cap: Duration::from_secs(60),
+        };
+        let expires = now + chrono::Duration::seconds(30);
+        assert_eq!(after_attempt(true, 9, now, now, b), AfterAttempt::Delivered);
+        assert_eq!(
+            after_attempt(false, 1, now, expires, b),
+            AfterAttempt::RetryAt(now + chrono::Duration::seconds(10))
+        );
+        assert_eq!(
+            after_attempt(false, 2, now, expires, b),
+            AfterAttempt::RetryAt(now + chrono::Duration::seconds(20))
+        );
+        assert_eq!(
+            after_attempt(false, 3, now, expires, b),
+            AfterAttempt::Expired
+        );
+    }
+
+    #[test]
+    fn the_url_rule_refuses_other_schemes_user_info_and_hostless_urls() {
+        let refused = |u: &str| parse_url(u, true).unwrap_err();
+        assert!(matches!(refused("ftp://example.com/"), UrlError::Scheme(s) if s == "ftp"));
+        assert!(matches!(refused("file:///etc/passwd"), UrlError::Scheme(_)));
+        assert_eq!(refused("http://user:pw@example.com/"), UrlError::UserInfo);
+        assert_eq!(refused("http://user@example.com/"), UrlError::UserInfo);
+        assert!(matches!(refused("/relative"), UrlError::Unparsable(_)));
+        assert!(matches!(refused("not a url"), UrlError::Unparsable(_)));
+        let long = format!("http://example.com/{}", "a".repeat(MAX_URL_LEN));
+        assert_eq!(refused(&long), UrlError::TooLong);
+    }
+
+    #[test]
+    fn a_url_is_normalised_and_split_for_sending() {
+        let t = parse_url("HTTPS://Hooks.Example.com/in?x=1#frag", false).unwrap();
+        assert!(t.https);
+        assert_eq!(t.host, Host::Name("hooks.example.com".into()));
+        assert_eq!(t.port, 443);
+        assert_eq!(t.path_and_query, "/in?x=1");
+        let t = parse_url("http://203.0.113.9:8080", false).unwrap();
+        assert_eq!(t.host, Host::Address("203.0.113.9".parse().unwrap()));
+        assert_eq!((t.port, t.path_and_query.as_str()), (8080, "/"));
+    }
+
+    #[test]
+    fn loopback_and_private_addresses_are_refused_unless_allowed() {
+        for url in [
+            "http://127.0.0.1:9/",
+            "http://[::1]/",
+            "http://10.1.2.3/",
+            "http://172.16.0.1/",
+            "http://172.31.255.255/",
+            "http://192.168.1.1/",
+            "http://100.64.0.1/",
+            "http://169.254.169.254/latest/meta-data",
+            "http://[fe80::1]/",
+            "http://[fd00::1]/",
+            "http://[::ffff:127.0.0.1]/",
+            "http://[::ffff:10.0.0.1]/",
+            "http://[64:ff9b::a9fe:a9fe]/",
+            // Spellings the WHATWG parser reads as 127.0.0.1.
+            "http://2130706433/",
+            "http://0x7f.1/",
+            "http://127.1/",
+        ] {
+            assert!(
+                matches!(parse_url(url, false), Err(UrlError::PrivateAddress { .. })),
+                "{url}: {:?}",
+                parse_url(url, false)
+            );
+            assert!(parse_url(url, true).is_ok(), "{url}");
+        }
+    }
+
+    #[test]
+    fn addresses_nobody_answers_at_are_refused_even_when_private_ones_are_allowed() {
+        for url in [
+            "http://0.0.0.0/",
+            "http://[::]/",
+            "http://224.0.0.1/",
+            "http://[ff02::1]/",
+            "http://255.255.255.255/",
+            "http://[::ffff:0.0.0.0]/",
+            "http://0.1.2.3/",
+        ] {
+            assert!(
+                matches!(parse_url(url, true), Err(UrlError::Unroutable { .. })),
+                "{url}: {:?}",
+                parse_url(url, true)
+            );
+        }
+    }
+
+    #[test]
+    fn the_edges_of_the_private_ranges_are_public() {
+        for ip in [
+            "172.15.255.255",
+            "172.32.0.0",
+            "100.63.255.255",
+            "100.128.0.0",
+            "11.0.0.0",
+            "9.255.255.255",
+            "192.169.0.0",
+            "223.255.255.255",
+            "2001:db8::1",
+            "fbff::1",
+            "fe00::1",
+        ] {
+            let ip: IpAddr = ip.parse().unwrap();
+            assert_eq!(classify(ip), AddressClass::Public, "{ip}");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn every_signature_verifies_within_the_tolerance(
+            secret in "[ -~]{1,64}",
+            body in proptest::collection::vec(any::<u8>(), 0..512),
+            t in 0i64..4_000_000_000,
+            skew in -300i64..=300,
+        ) {
+            let header = signature_header(&secret, t, &body);
+            prop_assert_eq!(verify(&secret, &header, &body, t + skew, DEFAULT_TOLERANCE), Ok(()));
+        }
+
+        #[test]
+        fn a_changed_byte_of_the_body_never_verifies(
+            body in proptest::collection::vec(any::<u8>(), 1..256),
+            at in any::<proptest::sample::Index>(),
+            flip in 1u8..=255,
+        ) {
+            let header = signature_header(SECRET, 10, &body);
+            let mut changed = body;
+            let i = at.index(changed.len());
+            changed[i] ^= flip;
+            prop_assert_eq!(
+                verify(SECRET, &header, &changed, 10, DEFAULT_TOLERANCE),
+                Err(VerifyError::Mismatch)
+            );
+        }
+
+        #[test]
+        fn the_backoff_never_shrinks_and_never_passes_the_cap(
+            first_ms in 1u64..100_000,
+            cap_ms in 1u64..10_000_000,
+            n in 1u32..200,
+        ) {
+            let b = Backoff { first: Duration::from_millis(first_ms), cap: Duration::from_millis(cap_ms) };
+            prop_assert!(b.after(n) <= b.after(n + 1));
+            prop_assert!(b.after(n) <= b.cap);
+            prop_assert_eq!(b.after(1), b.first.min(b.cap));
+        }
+
+        #[test]
+        fn an_ipv6_form_of_an_ipv4_address_is_judged_as_that_address(bits in any::<u32>()) {
+            let v4 = Ipv4Addr::from(bits);
+            let class = classify_v4(v4);
+            prop_assert_eq!(classify(IpAddr::V6(v4.to_ipv6_mapped())), class);
+            let [a, b, c, d] = bits.to_be_bytes();
+            let nat64 = Ipv6Addr::new(
+                0x64, 0xff9b, 0, 0, 0, 0,
+                u16::from_be_bytes([a, b]),
+                u16::from_be_bytes([c, d]),
+            );
+            prop_assert_eq!(classify(IpAddr::V6(nat64)), class);
+        }
+
+        #[test]
+        fn every_address_of_a_private_range_is_refused_unless_allowed(
+            range in 0usize..6,
+            low in any::<u32>(),
+        ) {
+            // (network, prefix length) of the ranges the rule names.
+            let (net, len): (u32, u32) = [
+                (0x0a00_0000, 8), (0xac10_0000, 12), (0xc0a8_0000, 16),
+                (0x6440_0000, 10), (0x7f00_0000, 8), (0xa9fe_0000, 16),
+            ][range];
+            let ip = IpAddr::V4(Ipv4Addr::from(net | (low >> len)));
+            prop_assert!(
+                matches!(check_address(ip, false), Err(UrlError::PrivateAddress { .. })),
+                "{} {:?}",
+                ip,
+                classify(ip)
+            );
+            prop_assert_eq!(check_address(ip, true), Ok(()));
+        }
+    }
+}
