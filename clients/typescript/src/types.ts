@@ -59,6 +59,7 @@ export const PROBLEM_TYPES = [
   "/problems/hold-decided",
   "/problems/not-ambiguous",
   "/problems/already-resolved",
+  "/problems/too-many-webhooks",
   "/problems/rate-limited",
   "/problems/unavailable",
   "/problems/internal",

@@ -81,6 +81,7 @@ class ProblemType(str, enum.Enum):
     HOLD_DECIDED = "/problems/hold-decided"
     NOT_AMBIGUOUS = "/problems/not-ambiguous"
     ALREADY_RESOLVED = "/problems/already-resolved"
+    TOO_MANY_WEBHOOKS = "/problems/too-many-webhooks"
     RATE_LIMITED = "/problems/rate-limited"
     UNAVAILABLE = "/problems/unavailable"
     INTERNAL = "/problems/internal"
