@@ -23,9 +23,9 @@ async function invoke(runId, args) {
 }
 
 const spellings = [
-  { customer: "Ada@Example.com", amount: "$12.00", currency: "usd", trace_id: "t-a" },
-  { trace_id: "t-b", amount: "12.00 USD", customer: "ada@example.com" },
-  { currency: "USD", amount: "1200 cents", customer: "ADA@example.com", trace_id: "t-c" },
+  { to: "Ada@Example.com", amount: "$12.00", currency: "usd", trace_id: "t-a" },
+  { trace_id: "t-b", amount: "12.00 USD", to: "ada@example.com" },
+  { currency: "USD", amount: "1200 cents", to: "ADA@example.com", trace_id: "t-c" },
 ];
 const outcomes = await Promise.all(spellings.map((args, i) => invoke(`worker-${i}`, args)));
 const kinds = outcomes.map((o) => o.outcome).sort();
@@ -79,7 +79,7 @@ try {
   // The headline chart moves when a request arrives, pushed by the server.
   const total = () => page.$eval("#chart-requests", (svg) => Number(svg.dataset.total));
   const before = await total();
-  const fresh = await invoke("worker-chart", { customer: "bob@example.com", amount: "USD 3" });
+  const fresh = await invoke("worker-chart", { to: "bob@example.com", amount: "USD 3" });
   assert.equal(fresh.outcome, "executed", JSON.stringify(fresh));
   await page.waitForFunction((b) => Number(document.querySelector("#chart-requests").dataset.total) > b,
                              before, { timeout: 15000 });
@@ -87,8 +87,8 @@ try {
   // Two refunds end ambiguous: the provider applied one and went silent
   // (hang), and sat on the other without applying it (stall).
   const [applied, stalled] = await Promise.all([
-    invoke("worker-hang", { customer: "cy@example.com", amount: "USD 7", mode: "hang" }),
-    invoke("worker-stall", { customer: "di@example.com", amount: "USD 8", mode: "stall" }),
+    invoke("worker-hang", { to: "cy@example.com", amount: "USD 7", mode: "hang" }),
+    invoke("worker-stall", { to: "di@example.com", amount: "USD 8", mode: "stall" }),
   ]);
   assert.equal(applied.state, "ambiguous", JSON.stringify(applied));
   assert.equal(stalled.state, "ambiguous", JSON.stringify(stalled));
