@@ -23,7 +23,10 @@ select concat_ws(' ',
   (select count(*) from holds),
   (select count(*) from holds where state <> 'open'),
   (select count(*) from principals),
-  (select count(*) from api_tokens))
+  (select count(*) from api_tokens),
+  (select count(*) from webhook_endpoints),
+  (select count(*) from webhook_endpoints where disabled_at is not null),
+  (select count(*) from webhook_events))
 """
 
 _local = threading.local()
