@@ -1,4 +1,4 @@
--- The ledger's schema after every migration in migrations/, as
+-- The ledger's schema after the migrations in migrations/, as
 -- `pg_dump --schema-only --no-owner` prints it, normalised: the version
 -- lines, session SETs and \restrict lines are left out.
 --
@@ -220,6 +220,48 @@ begin
     return old;
 end;
 $$;
+
+--
+-- Name: commands_history_leaves(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.commands_history_leaves() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+begin
+    delete from command_history h
+    using old_rows o
+    where h.authority_id = o.authority_id and h.command_id = o.id;
+    return null;
+end;
+$$;
+
+--
+-- Name: FUNCTION commands_history_leaves(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.commands_history_leaves() IS 'After a delete of commands (prune_commands(), which archives each with its history first): their history entries go too (one node; the foreign key''s cascade did this before 0030).';
+
+--
+-- Name: commands_identity_digest_immutable(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.commands_identity_digest_immutable() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+begin
+    raise exception 'command % identity digest is written by the engine only', old.id
+        using errcode = 'CL003';
+end;
+$$;
+
+--
+-- Name: FUNCTION commands_identity_digest_immutable(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.commands_identity_digest_immutable() IS 'Refuses any change to commands.identity_digest by a statement that does not run as ledger_engine (CL003).';
 
 --
 -- Name: commands_record_change_row(); Type: FUNCTION; Schema: public; Owner: -
@@ -620,6 +662,371 @@ $$;
 COMMENT ON FUNCTION public.ledger_claim_rank(created_at timestamp with time zone, not_before timestamp with time zone, priority smallint) IS 'The claim rank of a queued command: the millisecond it became claimable (recorded, or not_before when later) less 10,000 per level of priority. Lower is claimed first; ties by id (src/domain/schedule.rs).';
 
 --
+-- Name: commands; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.commands (
+    id uuid NOT NULL,
+    scope uuid NOT NULL,
+    idempotency_key text NOT NULL,
+    request_digest bytea NOT NULL,
+    digest_version smallint NOT NULL,
+    kind text NOT NULL,
+    authority_id text NOT NULL,
+    authority_generation bigint,
+    run_id text,
+    args jsonb NOT NULL,
+    canonical jsonb NOT NULL,
+    state text DEFAULT 'pending'::text NOT NULL,
+    result jsonb,
+    error jsonb,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    deadline_at timestamp with time zone,
+    finished_at timestamp with time zone,
+    pinned_generation bigint,
+    intent_digest bytea,
+    canonical_rules text[] DEFAULT '{}'::text[] NOT NULL,
+    intent_epoch integer,
+    retry_of uuid,
+    not_before timestamp with time zone,
+    priority smallint DEFAULT 0 NOT NULL,
+    identity_digest bytea,
+    CONSTRAINT commands_authority_format CHECK ((authority_id ~ '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$'::text)),
+    CONSTRAINT commands_deadline_after_not_before CHECK (((not_before IS NULL) OR (deadline_at IS NULL) OR (deadline_at > not_before))),
+    CONSTRAINT commands_digest_is_sha256 CHECK ((octet_length(request_digest) = 32)),
+    CONSTRAINT commands_finished_iff_terminal CHECK (((state = ANY (ARRAY['applied'::text, 'failed'::text, 'ambiguous'::text, 'cancelled'::text, 'expired'::text])) = (finished_at IS NOT NULL))),
+    CONSTRAINT commands_generation_non_negative CHECK ((authority_generation >= 0)),
+    CONSTRAINT commands_identity_digest_is_sha256 CHECK (((identity_digest IS NULL) OR (octet_length(identity_digest) = 32))),
+    CONSTRAINT commands_intent_digest_is_sha256 CHECK (((intent_digest IS NULL) OR (octet_length(intent_digest) = 32))),
+    CONSTRAINT commands_intent_epoch_positive CHECK ((intent_epoch > 0)),
+    CONSTRAINT commands_key_length CHECK (((octet_length(idempotency_key) >= 1) AND (octet_length(idempotency_key) <= 255))),
+    CONSTRAINT commands_kind_format CHECK ((kind ~ '^[a-z][a-z0-9_.-]{0,63}$'::text)),
+    CONSTRAINT commands_pinned_generation_non_negative CHECK ((pinned_generation >= 0)),
+    CONSTRAINT commands_prepared_has_generation CHECK (((state = ANY (ARRAY['pending'::text, 'cancelled'::text, 'expired'::text])) OR (authority_generation IS NOT NULL))),
+    CONSTRAINT commands_priority_in_range CHECK (((priority >= '-100'::integer) AND (priority <= 100))),
+    CONSTRAINT commands_result_only_when_applied CHECK (((result IS NULL) OR (state = 'applied'::text))),
+    CONSTRAINT commands_state_known CHECK ((state = ANY (ARRAY['pending'::text, 'prepared'::text, 'effect_started'::text, 'applied'::text, 'failed'::text, 'ambiguous'::text, 'cancelled'::text, 'expired'::text])))
+)
+WITH (fillfactor='40');
+
+--
+-- Name: TABLE commands; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.commands IS 'The ledger: one row per command, written as pending before anything is dispatched.';
+
+--
+-- Name: COLUMN commands.id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.id IS 'UUID v7 (time-ordered), assigned by the service.';
+
+--
+-- Name: COLUMN commands.scope; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.scope IS 'The dedup space the command was recorded in: the submitting principal''s fleet id (kinds with dedup_scope = fleet) or its principal id (dedup_scope = principal). Keys are unique per scope, never globally.';
+
+--
+-- Name: COLUMN commands.idempotency_key; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.idempotency_key IS 'Client-chosen key (1-255 bytes of printable ASCII); unique within the scope.';
+
+--
+-- Name: COLUMN commands.request_digest; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.request_digest IS 'SHA-256 of the canonical request (kind, authority, args); decides replay vs conflict.';
+
+--
+-- Name: COLUMN commands.digest_version; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.digest_version IS 'Version of the canonicalization that produced request_digest, so old rows stay comparable.';
+
+--
+-- Name: COLUMN commands.kind; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.kind IS 'What the command does, e.g. refund; selects the effect executor.';
+
+--
+-- Name: COLUMN commands.authority_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.authority_id IS 'The authority (executor) that may run the effect.';
+
+--
+-- Name: COLUMN commands.authority_generation; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.authority_generation IS 'Authority generation bound when the command was prepared; null while pending. Fences stale executors.';
+
+--
+-- Name: COLUMN commands.run_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.run_id IS 'Optional identifier of the client run (agent session) that sent the request.';
+
+--
+-- Name: COLUMN commands.args; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.args IS 'Arguments as received (parsed JSON).';
+
+--
+-- Name: COLUMN commands.canonical; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.canonical IS 'Canonical form of the request the digest was computed over.';
+
+--
+-- Name: COLUMN commands.state; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.state IS 'Current state; changes are checked by commands_guard against command_transitions.';
+
+--
+-- Name: COLUMN commands.result; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.result IS 'Executor result, set only when applied.';
+
+--
+-- Name: COLUMN commands.error; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.error IS 'Why the command failed, became ambiguous, was cancelled or expired.';
+
+--
+-- Name: COLUMN commands.created_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.created_at IS 'When the pending row was recorded.';
+
+--
+-- Name: COLUMN commands.updated_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.updated_at IS 'Last change to the row (set by the trigger).';
+
+--
+-- Name: COLUMN commands.deadline_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.deadline_at IS 'After this instant the command must not start; null for no deadline.';
+
+--
+-- Name: COLUMN commands.finished_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.finished_at IS 'When the command reached a terminal state (set by the trigger); null until then.';
+
+--
+-- Name: COLUMN commands.pinned_generation; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.pinned_generation IS 'Set when the submission pinned the authority generation: the command runs only under that generation, and expires (authority_superseded) if the authority moves on before its effect starts.';
+
+--
+-- Name: COLUMN commands.intent_digest; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.intent_digest IS 'SHA-256 of the canonical intent: kind, authority and canonical args, without the run id. Equal for every spelling of one intent; null for rows of digest version 1.';
+
+--
+-- Name: COLUMN commands.canonical_rules; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.canonical_rules IS 'The canonicalizer rules that fired on the args, as rule@path (money@/amount, drop_volatile@/trace_id, ...).';
+
+--
+-- Name: COLUMN commands.intent_epoch; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.intent_epoch IS 'For commands admitted under the intent guard: which command of this intent (1, 2, ...) it is in its scope. Unique per (scope, intent_digest); null for commands admitted by key alone.';
+
+--
+-- Name: COLUMN commands.retry_of; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.retry_of IS 'The command of the same intent this one retries: that one ended with nothing done (failed, expired, cancelled, or ambiguous and resolved not_applied), and the kind releases such intents (on_failure = release). Null otherwise. Not a foreign key: the retried command may be pruned first.';
+
+--
+-- Name: COLUMN commands.not_before; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.not_before IS 'The command is not claimed before this instant (null: as soon as possible). Fixed when recorded.';
+
+--
+-- Name: COLUMN commands.priority; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.priority IS 'Higher is claimed first within an authority, with aging (see ledger_claim_rank): -100 to 100, the kind''s priority unless the command asked for another within the kind''s max_priority. Fixed when recorded.';
+
+--
+-- Name: COLUMN commands.identity_digest; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.identity_digest IS 'SHA-256 of the immutable columns (identity-v2, ledger_identity_digest), written by the first engine step that moves the command (0030); row-v2 history digests cover it and the columns a transition changes. A cache: verify recomputes it from the columns and never reads it.';
+
+--
+-- Name: CONSTRAINT commands_state_known ON commands; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON CONSTRAINT commands_state_known ON public.commands IS 'The states of command_states (frozen reference data), without a lock on it per change.';
+
+--
+-- Name: ledger_claim_start(text[], text, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ledger_claim_start(p_authorities text[], p_holder text, p_limit integer) RETURNS SETOF public.commands
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    SET enable_seqscan TO 'off'
+    AS $$
+declare
+    at timestamptz := now();
+    who text := ledger_actor();
+    why text := ledger_reason();
+begin
+    return query
+    with lease as materialized (
+        -- Shared lock: a takeover of the lease waits until this commits.
+        select a.id, a.generation from authorities a
+        where a.id = any(p_authorities) and a.lease_holder = p_holder and a.lease_expires_at > at
+        for share
+    ),
+    queued as materialized (
+        -- Per leased authority, its first claimable commands. The lease
+        -- admits one claimer per authority; the command rows are locked
+        -- below, skipping any another transaction holds (a cancel).
+        select l.id as authority_id, q.id, l.generation
+        from lease l
+        cross join lateral (
+            select q.id from command_queue q
+            where q.authority_id = l.id and (q.ready_at is null or q.ready_at <= at)
+            order by q.rank, q.id
+            limit p_limit
+        ) q
+        limit p_limit
+    ),
+    pending as materialized (
+        select c.authority_id, c.id, qd.generation,
+               case
+                   when c.deadline_at <= at then 'deadline_passed'
+                   when c.pinned_generation < qd.generation then 'authority_superseded'
+                   when c.pinned_generation > qd.generation then 'generation_not_current'
+               end as expiry,
+               coalesce(c.identity_digest,
+                        ledger_identity_digest(c.id, c.scope, c.idempotency_key, c.request_digest,
+                                               c.digest_version, c.kind, c.authority_id, c.run_id, c.args,
+                                               c.canonical, c.created_at, c.deadline_at, c.pinned_generation,
+                                               c.intent_digest, c.canonical_rules, c.intent_epoch)) as identity,
+               (select h.hash from command_history h where h.command_id = c.id
+                order by h.command_id desc, h.id desc limit 1) as prev
+        from queued qd
+        join commands c on c.authority_id = qd.authority_id and c.id = qd.id
+        where c.state = 'pending'
+        for update of c skip locked
+    ),
+    dequeued as (
+        -- By key, one probe a row.
+        delete from command_queue q
+        where q.authority_id = any(p_authorities) and q.id = any (array(select p.id from pending p))
+        returning 1
+    ),
+    moved as (
+        update commands c
+        set state = case when v.expiry is null then 'effect_started' else 'expired' end,
+            authority_generation = case when v.expiry is null then v.generation else c.authority_generation end,
+            error = case when v.expiry is not null then
+                        jsonb_build_object('reason', v.expiry, 'pinned_generation', c.pinned_generation,
+                                           'authority_generation', v.generation)
+                    end,
+            finished_at = case when v.expiry is not null then at end,
+            identity_digest = v.identity,
+            updated_at = at
+        from pending v
+        where c.authority_id = v.authority_id and c.id = v.id
+        returning c as r, v.prev
+    ),
+    first as materialized (
+        -- The entry out of pending: to prepared, or to expired.
+        select (m.r).authority_id as authority_id, (m.r).id as id, (m.r).state as state,
+               (m.r).authority_generation as generation, (m.r).identity_digest as identity, m.prev,
+               case when (m.r).state = 'expired' then 'expired' else 'prepared' end as to_state,
+               coalesce(why, (m.r).error ->> 'reason') as reason,
+               ledger_row_digest_v2((m.r).identity_digest,
+                                    case when (m.r).state = 'expired' then 'expired' else 'prepared' end,
+                                    (m.r).authority_generation, null, (m.r).error, (m.r).finished_at) as digest
+        from moved m
+    ),
+    first_hashed as materialized (
+        select f.*, ledger_entry_hash(f.prev, f.id, 'pending', f.to_state, at, who, f.generation, f.reason,
+                                      f.digest) as hash
+        from first f
+    ),
+    second as materialized (
+        -- The entry out of prepared, for the started ones.
+        select f.authority_id, f.id, f.generation, why as reason, f.hash as prev,
+               ledger_row_digest_v2(f.identity, 'effect_started', f.generation, null, null, null) as digest
+        from first_hashed f
+        where f.state = 'effect_started'
+    ),
+    entries as (
+        insert into command_history (authority_id, command_id, from_state, to_state, at, actor,
+                                     authority_generation, reason, row_digest, prev_hash, hash)
+        select e.authority_id, e.id, e.from_state, e.to_state, at, who, e.generation, e.reason,
+               e.digest, e.prev, e.hash
+        from (
+            select f.authority_id, f.id, 1 as step, 'pending' as from_state, f.to_state, f.generation,
+                   f.reason, f.digest, f.prev, f.hash
+            from first_hashed f
+            union all
+            select s.authority_id, s.id, 2, 'prepared', 'effect_started', s.generation, s.reason, s.digest,
+                   s.prev,
+                   ledger_entry_hash(s.prev, s.id, 'prepared', 'effect_started', at, who, s.generation,
+                                     s.reason, s.digest)
+            from second s
+        ) e
+        order by e.id, e.step
+        returning 1
+    ),
+    flying as (
+        insert into command_in_flight (authority_id, id)
+        select f.authority_id, f.id from first f where f.state = 'effect_started'
+        returning 1
+    ),
+    counted as (
+        -- What the history's counting trigger adds for other writers.
+        insert into ledger_counts (minute, counter, source, n)
+        select date_trunc('minute', at), 'executions', 'pg:' || pg_backend_pid(), count(*)
+        from first f
+        where f.state = 'effect_started'
+        having count(*) > 0
+        on conflict (minute, counter, source) do update set n = ledger_counts.n + excluded.n
+        returning 1
+    ),
+    finished as (
+        select pg_notify('command_ledger_outcome', f.id::text) from first f where f.state = 'expired'
+    )
+    select (m.r).* from moved m
+    where (select count(*) from dequeued) >= 0 and (select count(*) from entries) >= 0
+      and (select count(*) from flying) >= 0 and (select count(*) from counted) >= 0
+      and (select count(*) from finished) >= 0;
+end;
+$$;
+
+--
+-- Name: FUNCTION ledger_claim_start(p_authorities text[], p_holder text, p_limit integer); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ledger_claim_start(p_authorities text[], p_holder text, p_limit integer) IS 'Engine step (0030): up to p_limit queued commands of the authorities p_holder leases, lowest claim rank first, moved pending -> prepared -> effect_started under the lease''s generation (two history entries), or pending -> expired (deadline passed, pinned generation not the lease''s), with the queue and in-flight tables kept. Returns the rows as they now are. Fenced by the lease row held for share; no effect starts before it commits.';
+
+--
 -- Name: ledger_count_history(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -811,6 +1218,27 @@ $$;
 COMMENT ON FUNCTION public.ledger_entry_hash(prev_hash bytea, command_id uuid, from_state text, to_state text, at timestamp with time zone, actor text, authority_generation bigint, reason text, row_digest bytea) IS 'SHA-256 of the canonical text of a history entry including the previous entry''s hash: command_history.hash.';
 
 --
+-- Name: ledger_identity_digest(uuid, uuid, text, bytea, integer, text, text, text, jsonb, jsonb, timestamp with time zone, timestamp with time zone, bigint, bytea, text[], integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ledger_identity_digest(id uuid, scope uuid, idempotency_key text, request_digest bytea, digest_version integer, kind text, authority_id text, run_id text, args jsonb, canonical jsonb, created_at timestamp with time zone, deadline_at timestamp with time zone, pinned_generation bigint, intent_digest bytea, canonical_rules text[], intent_epoch integer) RETURNS bytea
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+    select sha256(convert_to(jsonb_build_array(
+        'identity-v2', id, scope, idempotency_key, encode(request_digest, 'hex'), digest_version, kind,
+        authority_id, run_id, args, canonical,
+        to_char(created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+        to_char(deadline_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+        pinned_generation, encode(intent_digest, 'hex'), canonical_rules, intent_epoch)::text, 'UTF8'))
+$$;
+
+--
+-- Name: FUNCTION ledger_identity_digest(id uuid, scope uuid, idempotency_key text, request_digest bytea, digest_version integer, kind text, authority_id text, run_id text, args jsonb, canonical jsonb, created_at timestamp with time zone, deadline_at timestamp with time zone, pinned_generation bigint, intent_digest bytea, canonical_rules text[], intent_epoch integer); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ledger_identity_digest(id uuid, scope uuid, idempotency_key text, request_digest bytea, digest_version integer, kind text, authority_id text, run_id text, args jsonb, canonical jsonb, created_at timestamp with time zone, deadline_at timestamp with time zone, pinned_generation bigint, intent_digest bytea, canonical_rules text[], intent_epoch integer) IS 'identity-v2: SHA-256 of the JSON array of a command''s immutable columns (row-v1''s columns but for state, generation, result, error and finished_at).';
+
+--
 -- Name: ledger_latency_bucket(double precision); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -857,6 +1285,106 @@ $$;
 COMMENT ON FUNCTION public.ledger_reason() IS 'Reason for history rows: setting command_ledger.reason, or null.';
 
 --
+-- Name: ledger_record_outcomes(text, bigint, jsonb); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ledger_record_outcomes(p_authority text, p_generation bigint, p_outcomes jsonb) RETURNS SETOF uuid
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    SET enable_seqscan TO 'off'
+    AS $$
+declare
+    at timestamptz := now();
+    who text := ledger_actor();
+    why text := ledger_reason();
+begin
+    return query
+    with outcome as materialized (
+        select o.id, o.state, o.result, o.error
+        from jsonb_to_recordset(p_outcomes) as o (id uuid, state text, result jsonb, error jsonb)
+        where o.state in ('applied', 'failed', 'ambiguous')
+    ),
+    fenced as materialized (
+        select o.*,
+               (select h.hash from command_history h where h.command_id = o.id
+                order by h.command_id desc, h.id desc limit 1) as prev
+        from outcome o
+        join commands c on c.authority_id = p_authority and c.id = o.id
+        join authorities a on a.id = p_authority and a.generation = p_generation
+        where c.state = 'effect_started' and c.authority_generation = p_generation
+        for update of c
+    ),
+    moved as (
+        update commands c
+        set state = f.state,
+            result = case when f.state = 'applied' then f.result end,
+            error = f.error,
+            finished_at = at,
+            identity_digest = coalesce(c.identity_digest,
+                                       ledger_identity_digest(c.id, c.scope, c.idempotency_key, c.request_digest,
+                                                              c.digest_version, c.kind, c.authority_id, c.run_id,
+                                                              c.args, c.canonical, c.created_at, c.deadline_at,
+                                                              c.pinned_generation, c.intent_digest,
+                                                              c.canonical_rules, c.intent_epoch)),
+            updated_at = at
+        from fenced f
+        where c.authority_id = p_authority and c.id = f.id
+        returning c.id, c.state, c.authority_generation, c.result, c.error, c.identity_digest, c.created_at, f.prev
+    ),
+    digested as materialized (
+        select m.*, coalesce(why, m.error ->> 'reason') as reason,
+               ledger_row_digest_v2(m.identity_digest, m.state, m.authority_generation, m.result, m.error, at)
+                   as digest
+        from moved m
+    ),
+    entries as (
+        insert into command_history (authority_id, command_id, from_state, to_state, at, actor,
+                                     authority_generation, reason, row_digest, prev_hash, hash)
+        select p_authority, d.id, 'effect_started', d.state, at, who, d.authority_generation, d.reason, d.digest,
+               d.prev,
+               ledger_entry_hash(d.prev, d.id, 'effect_started', d.state, at, who, d.authority_generation,
+                                 d.reason, d.digest)
+        from digested d
+        order by d.id
+        returning 1
+    ),
+    landed as (
+        -- By key, one probe a row (a join with the CTE rescans it per row).
+        delete from command_in_flight f
+        where f.authority_id = p_authority and f.id = any (array(select m.id from moved m))
+        returning 1
+    ),
+    counted as (
+        -- What the history's counting trigger adds for other writers: each
+        -- outcome, and each applied command's latency bucket.
+        insert into ledger_counts (minute, counter, source, n)
+        select date_trunc('minute', at), k.counter, 'pg:' || pg_backend_pid(), count(*)
+        from (
+            select d.state as counter from digested d
+            union all
+            select ledger_latency_bucket(extract(epoch from (at - d.created_at)) * 1000)
+            from digested d where d.state = 'applied'
+        ) k
+        group by k.counter
+        on conflict (minute, counter, source) do update set n = ledger_counts.n + excluded.n
+        returning 1
+    ),
+    told as (
+        select pg_notify('command_ledger_outcome', m.id::text) from moved m
+    )
+    select m.id from moved m
+    where (select count(*) from entries) >= 0 and (select count(*) from landed) >= 0
+      and (select count(*) from counted) >= 0 and (select count(*) from told) >= 0;
+end;
+$$;
+
+--
+-- Name: FUNCTION ledger_record_outcomes(p_authority text, p_generation bigint, p_outcomes jsonb); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ledger_record_outcomes(p_authority text, p_generation bigint, p_outcomes jsonb) IS 'Engine step (0030): records the outcomes (a JSON array of {id, state, result, error}; state applied, failed or ambiguous) of p_authority''s effect_started commands, only while the authority is at p_generation, with one history entry each, the in-flight rows removed and a NOTIFY command_ledger_outcome each. Returns the ids recorded. Run it in a SERIALIZABLE transaction.';
+
+--
 -- Name: ledger_remember_coalesced(text, uuid, bytea, uuid, text); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -901,215 +1429,6 @@ $$;
 COMMENT ON FUNCTION public.ledger_resolution_hash(anchor_hash bytea, command_id uuid, outcome text, evidence text, reference text, source text, actor text, at timestamp with time zone) IS 'SHA-256 of the canonical text of a resolution including its anchor (the ambiguous entry''s hash).';
 
 --
--- Name: commands; Type: TABLE; Schema: public; Owner: -
---
-
-CREATE TABLE public.commands (
-    id uuid NOT NULL,
-    scope uuid NOT NULL,
-    idempotency_key text NOT NULL,
-    request_digest bytea NOT NULL,
-    digest_version smallint NOT NULL,
-    kind text NOT NULL,
-    authority_id text NOT NULL,
-    authority_generation bigint,
-    run_id text,
-    args jsonb NOT NULL,
-    canonical jsonb NOT NULL,
-    state text DEFAULT 'pending'::text NOT NULL,
-    result jsonb,
-    error jsonb,
-    created_at timestamp with time zone DEFAULT now() NOT NULL,
-    updated_at timestamp with time zone DEFAULT now() NOT NULL,
-    deadline_at timestamp with time zone,
-    finished_at timestamp with time zone,
-    pinned_generation bigint,
-    intent_digest bytea,
-    canonical_rules text[] DEFAULT '{}'::text[] NOT NULL,
-    intent_epoch integer,
-    retry_of uuid,
-    not_before timestamp with time zone,
-    priority smallint DEFAULT 0 NOT NULL,
-    CONSTRAINT commands_authority_format CHECK ((authority_id ~ '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$'::text)),
-    CONSTRAINT commands_deadline_after_not_before CHECK (((not_before IS NULL) OR (deadline_at IS NULL) OR (deadline_at > not_before))),
-    CONSTRAINT commands_digest_is_sha256 CHECK ((octet_length(request_digest) = 32)),
-    CONSTRAINT commands_finished_iff_terminal CHECK (((state = ANY (ARRAY['applied'::text, 'failed'::text, 'ambiguous'::text, 'cancelled'::text, 'expired'::text])) = (finished_at IS NOT NULL))),
-    CONSTRAINT commands_generation_non_negative CHECK ((authority_generation >= 0)),
-    CONSTRAINT commands_intent_digest_is_sha256 CHECK (((intent_digest IS NULL) OR (octet_length(intent_digest) = 32))),
-    CONSTRAINT commands_intent_epoch_positive CHECK ((intent_epoch > 0)),
-    CONSTRAINT commands_key_length CHECK (((octet_length(idempotency_key) >= 1) AND (octet_length(idempotency_key) <= 255))),
-    CONSTRAINT commands_kind_format CHECK ((kind ~ '^[a-z][a-z0-9_.-]{0,63}$'::text)),
-    CONSTRAINT commands_pinned_generation_non_negative CHECK ((pinned_generation >= 0)),
-    CONSTRAINT commands_prepared_has_generation CHECK (((state = ANY (ARRAY['pending'::text, 'cancelled'::text, 'expired'::text])) OR (authority_generation IS NOT NULL))),
-    CONSTRAINT commands_priority_in_range CHECK (((priority >= '-100'::integer) AND (priority <= 100))),
-    CONSTRAINT commands_result_only_when_applied CHECK (((result IS NULL) OR (state = 'applied'::text))),
-    CONSTRAINT commands_state_known CHECK ((state = ANY (ARRAY['pending'::text, 'prepared'::text, 'effect_started'::text, 'applied'::text, 'failed'::text, 'ambiguous'::text, 'cancelled'::text, 'expired'::text])))
-)
-WITH (fillfactor='40');
-
---
--- Name: TABLE commands; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON TABLE public.commands IS 'The ledger: one row per command, written as pending before anything is dispatched.';
-
---
--- Name: COLUMN commands.id; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.commands.id IS 'UUID v7 (time-ordered), assigned by the service.';
-
---
--- Name: COLUMN commands.scope; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.commands.scope IS 'The dedup space the command was recorded in: the submitting principal''s fleet id (kinds with dedup_scope = fleet) or its principal id (dedup_scope = principal). Keys are unique per scope, never globally.';
-
---
--- Name: COLUMN commands.idempotency_key; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.commands.idempotency_key IS 'Client-chosen key (1-255 bytes of printable ASCII); unique within the scope.';
-
---
--- Name: COLUMN commands.request_digest; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.commands.request_digest IS 'SHA-256 of the canonical request (kind, authority, args); decides replay vs conflict.';
-
---
--- Name: COLUMN commands.digest_version; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.commands.digest_version IS 'Version of the canonicalization that produced request_digest, so old rows stay comparable.';
-
---
--- Name: COLUMN commands.kind; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.commands.kind IS 'What the command does, e.g. refund; selects the effect executor.';
-
---
--- Name: COLUMN commands.authority_id; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.commands.authority_id IS 'The authority (executor) that may run the effect.';
-
---
--- Name: COLUMN commands.authority_generation; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.commands.authority_generation IS 'Authority generation bound when the command was prepared; null while pending. Fences stale executors.';
-
---
--- Name: COLUMN commands.run_id; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.commands.run_id IS 'Optional identifier of the client run (agent session) that sent the request.';
-
---
--- Name: COLUMN commands.args; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.commands.args IS 'Arguments as received (parsed JSON).';
-
---
--- Name: COLUMN commands.canonical; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.commands.canonical IS 'Canonical form of the request the digest was computed over.';
-
---
--- Name: COLUMN commands.state; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.commands.state IS 'Current state; changes are checked by commands_guard against command_transitions.';
-
---
--- Name: COLUMN commands.result; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.commands.result IS 'Executor result, set only when applied.';
-
---
--- Name: COLUMN commands.error; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.commands.error IS 'Why the command failed, became ambiguous, was cancelled or expired.';
-
---
--- Name: COLUMN commands.created_at; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.commands.created_at IS 'When the pending row was recorded.';
-
---
--- Name: COLUMN commands.updated_at; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.commands.updated_at IS 'Last change to the row (set by the trigger).';
-
---
--- Name: COLUMN commands.deadline_at; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.commands.deadline_at IS 'After this instant the command must not start; null for no deadline.';
-
---
--- Name: COLUMN commands.finished_at; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.commands.finished_at IS 'When the command reached a terminal state (set by the trigger); null until then.';
-
---
--- Name: COLUMN commands.pinned_generation; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.commands.pinned_generation IS 'Set when the submission pinned the authority generation: the command runs only under that generation, and expires (authority_superseded) if the authority moves on before its effect starts.';
-
---
--- Name: COLUMN commands.intent_digest; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.commands.intent_digest IS 'SHA-256 of the canonical intent: kind, authority and canonical args, without the run id. Equal for every spelling of one intent; null for rows of digest version 1.';
-
---
--- Name: COLUMN commands.canonical_rules; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.commands.canonical_rules IS 'The canonicalizer rules that fired on the args, as rule@path (money@/amount, drop_volatile@/trace_id, ...).';
-
---
--- Name: COLUMN commands.intent_epoch; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.commands.intent_epoch IS 'For commands admitted under the intent guard: which command of this intent (1, 2, ...) it is in its scope. Unique per (scope, intent_digest); null for commands admitted by key alone.';
-
---
--- Name: COLUMN commands.retry_of; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.commands.retry_of IS 'The command of the same intent this one retries: that one ended with nothing done (failed, expired, cancelled, or ambiguous and resolved not_applied), and the kind releases such intents (on_failure = release). Null otherwise. Not a foreign key: the retried command may be pruned first.';
-
---
--- Name: COLUMN commands.not_before; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.commands.not_before IS 'The command is not claimed before this instant (null: as soon as possible). Fixed when recorded.';
-
---
--- Name: COLUMN commands.priority; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.commands.priority IS 'Higher is claimed first within an authority, with aging (see ledger_claim_rank): -100 to 100, the kind''s priority unless the command asked for another within the kind''s max_priority. Fixed when recorded.';
-
---
--- Name: CONSTRAINT commands_state_known ON commands; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON CONSTRAINT commands_state_known ON public.commands IS 'The states of command_states (frozen reference data), without a lock on it per change.';
-
---
 -- Name: ledger_row_digest(public.commands); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -1128,6 +1447,24 @@ $$;
 --
 
 COMMENT ON FUNCTION public.ledger_row_digest(c public.commands) IS 'SHA-256 of the canonical text of a command row (every column but updated_at), as stored in command_history.row_digest.';
+
+--
+-- Name: ledger_row_digest_v2(bytea, text, bigint, jsonb, jsonb, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ledger_row_digest_v2(identity bytea, state text, generation bigint, result jsonb, error jsonb, finished_at timestamp with time zone) RETURNS bytea
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+    select sha256(convert_to(jsonb_build_array(
+        'row-v2', encode(identity, 'hex'), state, generation, result, error,
+        to_char(finished_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))::text, 'UTF8'))
+$$;
+
+--
+-- Name: FUNCTION ledger_row_digest_v2(identity bytea, state text, generation bigint, result jsonb, error jsonb, finished_at timestamp with time zone); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ledger_row_digest_v2(identity bytea, state text, generation bigint, result jsonb, error jsonb, finished_at timestamp with time zone) IS 'row-v2: SHA-256 of the JSON array of the identity-v2 digest (hex) and the columns a transition changes. Written by the engine steps (0030); verify accepts row-v1 or row-v2 for a command''s last entry.';
 
 --
 -- Name: ledger_state_terminal(text); Type: FUNCTION; Schema: public; Owner: -
@@ -3251,7 +3588,7 @@ CREATE TRIGGER command_history_append_only BEFORE UPDATE OR TRUNCATE ON public.c
 -- Name: command_history command_history_counts; Type: TRIGGER; Schema: public; Owner: -
 --
 
-CREATE TRIGGER command_history_counts AFTER INSERT ON public.command_history REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.ledger_count_history();
+CREATE TRIGGER command_history_counts AFTER INSERT ON public.command_history REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT WHEN ((CURRENT_USER <> 'ledger_engine'::name)) EXECUTE FUNCTION public.ledger_count_history();
 
 --
 -- Name: command_history command_history_leaves_with_its_command; Type: TRIGGER; Schema: public; Owner: -
@@ -3263,7 +3600,7 @@ CREATE TRIGGER command_history_leaves_with_its_command BEFORE DELETE ON public.c
 -- Name: command_in_flight command_in_flight_follows_commands; Type: TRIGGER; Schema: public; Owner: -
 --
 
-CREATE TRIGGER command_in_flight_follows_commands BEFORE INSERT OR DELETE OR UPDATE OR TRUNCATE ON public.command_in_flight FOR EACH STATEMENT EXECUTE FUNCTION public.refuse_direct_work_change();
+CREATE TRIGGER command_in_flight_follows_commands BEFORE INSERT OR DELETE OR UPDATE OR TRUNCATE ON public.command_in_flight FOR EACH STATEMENT WHEN ((CURRENT_USER <> 'ledger_engine'::name)) EXECUTE FUNCTION public.refuse_direct_work_change();
 
 --
 -- Name: command_keys command_keys_never_change; Type: TRIGGER; Schema: public; Owner: -
@@ -3281,7 +3618,7 @@ CREATE TRIGGER command_keys_no_truncate BEFORE TRUNCATE ON public.command_keys F
 -- Name: command_queue command_queue_follows_commands; Type: TRIGGER; Schema: public; Owner: -
 --
 
-CREATE TRIGGER command_queue_follows_commands BEFORE INSERT OR DELETE OR UPDATE OR TRUNCATE ON public.command_queue FOR EACH STATEMENT EXECUTE FUNCTION public.refuse_direct_work_change();
+CREATE TRIGGER command_queue_follows_commands BEFORE INSERT OR DELETE OR UPDATE OR TRUNCATE ON public.command_queue FOR EACH STATEMENT WHEN ((CURRENT_USER <> 'ledger_engine'::name)) EXECUTE FUNCTION public.refuse_direct_work_change();
 
 --
 -- Name: command_resolutions command_resolutions_admit; Type: TRIGGER; Schema: public; Owner: -
@@ -3323,7 +3660,19 @@ CREATE TRIGGER commands_archived_before_delete BEFORE DELETE ON public.commands 
 -- Name: commands commands_guard; Type: TRIGGER; Schema: public; Owner: -
 --
 
-CREATE TRIGGER commands_guard BEFORE INSERT OR DELETE OR UPDATE ON public.commands FOR EACH ROW EXECUTE FUNCTION public.commands_guard();
+CREATE TRIGGER commands_guard BEFORE INSERT OR DELETE OR UPDATE ON public.commands FOR EACH ROW WHEN ((CURRENT_USER <> 'ledger_engine'::name)) EXECUTE FUNCTION public.commands_guard();
+
+--
+-- Name: commands commands_history_leaves; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER commands_history_leaves AFTER DELETE ON public.commands REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION public.commands_history_leaves();
+
+--
+-- Name: commands commands_identity_digest_kept; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER commands_identity_digest_kept BEFORE UPDATE OF identity_digest ON public.commands FOR EACH ROW WHEN (((CURRENT_USER <> 'ledger_engine'::name) AND (new.identity_digest IS DISTINCT FROM old.identity_digest))) EXECUTE FUNCTION public.commands_identity_digest_immutable();
 
 --
 -- Name: commands commands_kept; Type: TRIGGER; Schema: public; Owner: -
@@ -3335,7 +3684,7 @@ CREATE TRIGGER commands_kept BEFORE TRUNCATE ON public.commands FOR EACH STATEME
 -- Name: commands commands_record_changes; Type: TRIGGER; Schema: public; Owner: -
 --
 
-CREATE TRIGGER commands_record_changes AFTER UPDATE ON public.commands REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.commands_record_changes();
+CREATE TRIGGER commands_record_changes AFTER UPDATE ON public.commands REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT WHEN ((CURRENT_USER <> 'ledger_engine'::name)) EXECUTE FUNCTION public.commands_record_changes();
 
 --
 -- Name: commands commands_record_inserts; Type: TRIGGER; Schema: public; Owner: -
@@ -3424,13 +3773,6 @@ ALTER TABLE ONLY public.coalesced_requests
     ADD CONSTRAINT coalesced_requests_command_id_fkey FOREIGN KEY (command_id) REFERENCES public.commands(id) ON DELETE CASCADE;
 
 --
--- Name: command_history command_history_command_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
---
-
-ALTER TABLE ONLY public.command_history
-    ADD CONSTRAINT command_history_command_id_fkey FOREIGN KEY (command_id) REFERENCES public.commands(id) ON DELETE CASCADE;
-
---
 -- Name: command_transitions command_transitions_from_state_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -3496,6 +3838,12 @@ CREATE POLICY commands_cancel ON public.commands FOR UPDATE TO ledger_api USING 
 COMMENT ON POLICY commands_cancel ON public.commands IS 'The API changes a command only to cancel it, from pending or prepared.';
 
 --
+-- Name: commands commands_engine; Type: POLICY; Schema: public; Owner: -
+--
+
+CREATE POLICY commands_engine ON public.commands TO ledger_engine USING (true) WITH CHECK (true);
+
+--
 -- Name: commands commands_read; Type: POLICY; Schema: public; Owner: -
 --
 
@@ -3516,12 +3864,42 @@ GRANT USAGE ON SCHEMA public TO ledger_api;
 GRANT USAGE ON SCHEMA public TO ledger_custodian;
 GRANT USAGE ON SCHEMA public TO ledger_inspector;
 GRANT USAGE ON SCHEMA public TO ledger_retention;
+GRANT ALL ON SCHEMA public TO ledger_engine;
 
 --
 -- Name: FUNCTION command_keys_refuse_change(); Type: ACL; Schema: public; Owner: -
 --
 
 REVOKE ALL ON FUNCTION public.command_keys_refuse_change() FROM PUBLIC;
+
+--
+-- Name: TABLE commands; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT SELECT,INSERT ON TABLE public.commands TO ledger_api;
+GRANT SELECT,UPDATE ON TABLE public.commands TO ledger_custodian;
+GRANT SELECT ON TABLE public.commands TO ledger_inspector;
+GRANT SELECT ON TABLE public.commands TO ledger_retention;
+GRANT SELECT,UPDATE ON TABLE public.commands TO ledger_engine;
+
+--
+-- Name: COLUMN commands.state; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT UPDATE(state) ON TABLE public.commands TO ledger_api;
+
+--
+-- Name: COLUMN commands.error; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT UPDATE(error) ON TABLE public.commands TO ledger_api;
+
+--
+-- Name: FUNCTION ledger_claim_start(p_authorities text[], p_holder text, p_limit integer); Type: ACL; Schema: public; Owner: -
+--
+
+REVOKE ALL ON FUNCTION public.ledger_claim_start(p_authorities text[], p_holder text, p_limit integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.ledger_claim_start(p_authorities text[], p_holder text, p_limit integer) TO ledger_custodian;
 
 --
 -- Name: FUNCTION ledger_counts_compact(); Type: ACL; Schema: public; Owner: -
@@ -3537,32 +3915,18 @@ GRANT ALL ON FUNCTION public.ledger_counts_compact() TO ledger_api;
 REVOKE ALL ON FUNCTION public.ledger_distribute() FROM PUBLIC;
 
 --
+-- Name: FUNCTION ledger_record_outcomes(p_authority text, p_generation bigint, p_outcomes jsonb); Type: ACL; Schema: public; Owner: -
+--
+
+REVOKE ALL ON FUNCTION public.ledger_record_outcomes(p_authority text, p_generation bigint, p_outcomes jsonb) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.ledger_record_outcomes(p_authority text, p_generation bigint, p_outcomes jsonb) TO ledger_custodian;
+
+--
 -- Name: FUNCTION ledger_remember_coalesced(p_authority_id text, p_scope uuid, p_request_digest bytea, p_command_id uuid, p_run_id text); Type: ACL; Schema: public; Owner: -
 --
 
 REVOKE ALL ON FUNCTION public.ledger_remember_coalesced(p_authority_id text, p_scope uuid, p_request_digest bytea, p_command_id uuid, p_run_id text) FROM PUBLIC;
 GRANT ALL ON FUNCTION public.ledger_remember_coalesced(p_authority_id text, p_scope uuid, p_request_digest bytea, p_command_id uuid, p_run_id text) TO ledger_api;
-
---
--- Name: TABLE commands; Type: ACL; Schema: public; Owner: -
---
-
-GRANT SELECT,INSERT ON TABLE public.commands TO ledger_api;
-GRANT SELECT,UPDATE ON TABLE public.commands TO ledger_custodian;
-GRANT SELECT ON TABLE public.commands TO ledger_inspector;
-GRANT SELECT ON TABLE public.commands TO ledger_retention;
-
---
--- Name: COLUMN commands.state; Type: ACL; Schema: public; Owner: -
---
-
-GRANT UPDATE(state) ON TABLE public.commands TO ledger_api;
-
---
--- Name: COLUMN commands.error; Type: ACL; Schema: public; Owner: -
---
-
-GRANT UPDATE(error) ON TABLE public.commands TO ledger_api;
 
 --
 -- Name: FUNCTION prune_authority(p_authority text, older_than interval, max_rows integer); Type: ACL; Schema: public; Owner: -
@@ -3635,6 +3999,13 @@ GRANT SELECT(revoked_at) ON TABLE public.api_tokens TO ledger_inspector;
 GRANT SELECT ON TABLE public.authorities TO ledger_api;
 GRANT SELECT,INSERT,UPDATE ON TABLE public.authorities TO ledger_custodian;
 GRANT SELECT ON TABLE public.authorities TO ledger_inspector;
+GRANT SELECT ON TABLE public.authorities TO ledger_engine;
+
+--
+-- Name: COLUMN authorities.lease_holder; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT UPDATE(lease_holder) ON TABLE public.authorities TO ledger_engine;
 
 --
 -- Name: TABLE coalesced_requests; Type: ACL; Schema: public; Owner: -
@@ -3668,6 +4039,13 @@ GRANT SELECT ON TABLE public.command_counts_by_state TO ledger_retention;
 GRANT SELECT ON TABLE public.command_history TO ledger_api;
 GRANT SELECT ON TABLE public.command_history TO ledger_custodian;
 GRANT SELECT ON TABLE public.command_history TO ledger_inspector;
+GRANT SELECT,INSERT ON TABLE public.command_history TO ledger_engine;
+
+--
+-- Name: SEQUENCE command_history_id_seq; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT USAGE ON SEQUENCE public.command_history_id_seq TO ledger_engine;
 
 --
 -- Name: TABLE command_in_flight; Type: ACL; Schema: public; Owner: -
@@ -3676,6 +4054,7 @@ GRANT SELECT ON TABLE public.command_history TO ledger_inspector;
 GRANT SELECT ON TABLE public.command_in_flight TO ledger_api;
 GRANT SELECT ON TABLE public.command_in_flight TO ledger_custodian;
 GRANT SELECT ON TABLE public.command_in_flight TO ledger_inspector;
+GRANT SELECT,INSERT,DELETE ON TABLE public.command_in_flight TO ledger_engine;
 
 --
 -- Name: COLUMN command_in_flight.id; Type: ACL; Schema: public; Owner: -
@@ -3699,6 +4078,7 @@ GRANT SELECT ON TABLE public.command_keys TO ledger_retention;
 GRANT SELECT ON TABLE public.command_queue TO ledger_api;
 GRANT SELECT ON TABLE public.command_queue TO ledger_custodian;
 GRANT SELECT ON TABLE public.command_queue TO ledger_inspector;
+GRANT SELECT,DELETE,UPDATE ON TABLE public.command_queue TO ledger_engine;
 
 --
 -- Name: COLUMN command_queue.id; Type: ACL; Schema: public; Owner: -
@@ -3772,6 +4152,7 @@ GRANT SELECT,INSERT,UPDATE ON TABLE public.ledger_counts TO ledger_api;
 GRANT SELECT ON TABLE public.ledger_counts TO ledger_custodian;
 GRANT SELECT ON TABLE public.ledger_counts TO ledger_inspector;
 GRANT SELECT ON TABLE public.ledger_counts TO ledger_retention;
+GRANT SELECT,INSERT,UPDATE ON TABLE public.ledger_counts TO ledger_engine;
 
 --
 -- Name: TABLE ledger_counts_by_authority; Type: ACL; Schema: public; Owner: -

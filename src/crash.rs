@@ -99,6 +99,15 @@ fn armed() -> Option<&'static Armed> {
         .as_ref()
 }
 
+/// Whether this process was started to crash at `p`. The custodian asks it
+/// of [`CrashPoint::AfterPrepared`]: a `prepared` commit of its own exists
+/// only on the trigger path (claim, then start), so a process armed there
+/// takes that path; the engine's claim commits `effect_started` at once
+/// ([`CrashPoint::AfterEffectStarted`]).
+pub fn armed_at(p: CrashPoint) -> bool {
+    armed().is_some_and(|armed| armed.points.contains(&p))
+}
+
 /// Crashes the process here if this point is armed and the draw says so.
 pub fn point(p: CrashPoint) {
     let Some(armed) = armed() else { return };

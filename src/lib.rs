@@ -8,10 +8,12 @@
 //! - [`domain`]: the pure core (state machine, canonical intent, digests,
 //!   admission policies, recovery decisions); no I/O.
 //! - [`ledger`]: the use cases both front ends call (admission, hold
-//!   decisions, waking custodians); no axum, no clap.
+//!   decisions, cancel, resolutions of ambiguous commands, waking
+//!   custodians); no axum, no clap.
 //! - [`db`]: all SQL, as small functions over an executor, plus the
-//!   notification channels and the retrying transaction; its module doc
-//!   indexes every statement that changes a command's state.
+//!   notification channels and the retrying transaction, and what the
+//!   database can do (`db::Backend`, detected once as the pool opens); its
+//!   module doc indexes every statement that changes a command's state.
 //! - [`http`]: the axum API: parse, call `ledger` or read `db`, answer
 //!   (problem+json errors, waiting for outcomes, OpenAPI, the console); each
 //!   route is routed at the path its OpenAPI attribute names.
@@ -28,8 +30,11 @@
 //! - [`demo_sink`]: the demo payments provider, an effect target with a durable log.
 //! - [`embedded_pg`]: the private PostgreSQL cluster used when no `DATABASE_URL` is set.
 //! - [`cli`]: the command line, one file per subcommand group.
+//! - [`bench`]: the benchmark's one door into the service (`ledger-bench`
+//!   uses nothing else).
 //! - [`telemetry`]: logging setup.
 
+pub mod bench;
 pub mod catalog;
 pub mod cli;
 pub mod crash;

@@ -218,7 +218,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
     let mut w5 = serde_json::Value::Null;
     if want("w5") {
-        let default_batch = command_ledger::custodian::CustodianConfig::new(Vec::new()).batch_size;
+        let default_batch = command_ledger::bench::CustodianConfig::new(Vec::new()).batch_size;
         w5 = bench.w5(default_batch, args.burn_down.min(20_000)).await?;
         println!("W5: {w5}");
     }
@@ -229,7 +229,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
     let mut w3_batches = serde_json::Value::Null;
     if want("w3batch") {
-        let default_batch = command_ledger::custodian::CustodianConfig::new(Vec::new()).batch_size;
+        let default_batch = command_ledger::bench::CustodianConfig::new(Vec::new()).batch_size;
         w3_batches = bench
             .w3_batches(args.batch_clients, args.batch_items, default_batch)
             .await?;
@@ -248,7 +248,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
     let mut peer_figures = serde_json::Value::Null;
     if let Some(peers) = &peers {
-        let bin_dir = command_ledger::embedded_pg::find_bin_dir().unwrap_or_default();
+        let bin_dir = command_ledger::bench::find_bin_dir().unwrap_or_default();
         peer_figures = match peers
             .run(bench.admin_pool(), bench.url(), &bin_dir, &args.out)
             .await

@@ -3,17 +3,12 @@
 //! database.
 
 use anyhow::{Context as _, bail};
-use command_ledger::cli::{Database, issue_token};
-use command_ledger::custodian::effects::{Effect, EffectCall, EffectFuture, Effects};
-use command_ledger::custodian::{Custodian, CustodianConfig, Isolation, Stats};
-use command_ledger::db::roles::ServiceRole;
-use command_ledger::db::{self, Role};
-use command_ledger::domain::EffectOutcome;
-use command_ledger::domain::admission::Policies;
-use command_ledger::http::{self, AppState};
+use command_ledger::bench::{
+    CustodianConfig, CustodianStats as Stats, Effect, EffectCall, EffectFuture, EffectOutcome,
+    Effects, Isolation, Ledger, Role, ServiceRole,
+};
 use serde_json::{Value, json};
 use sqlx::{PgPool, Row as _};
-use std::num::NonZeroU32;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -97,7 +92,7 @@ const ARGS: &str = r#"{"to":"ada@example.com","amount":"12.00 USD"}"#;
 
 #[derive(Debug)]
 pub(crate) struct Bench {
-    db: Database,
+    db: Ledger,
     target: Target,
     scope: Uuid,
     token_hash: String,
@@ -111,14 +106,18 @@ pub(crate) struct Bench {
 #[derive(Debug)]
 struct RunningCustodian {
     stop: watch::Sender<bool>,
-    task: JoinHandle<()>,
+    task: JoinHandle<anyhow::Result<()>>,
     stats: Arc<Stats>,
 }
 
 impl RunningCustodian {
     async fn stop(self) -> Arc<Stats> {
         let _ = self.stop.send(true);
-        let _ = self.task.await;
+        match self.task.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::error!(error = %e, "custodian stopped"),
+            Err(e) => tracing::error!(error = %e, "custodian task failed"),
+        }
         self.stats
     }
 }
@@ -149,45 +148,27 @@ impl Bench {
             let _ = std::fs::remove_dir_all(&state_dir);
         }
         std::fs::create_dir_all(&state_dir)?;
-        let db = Database::open_with(database_url, &state_dir, 8, "ledger-bench").await?;
+        let db = Ledger::open(database_url, &state_dir, 8).await?;
         sqlx::raw_sql(
             "create table if not exists bench_raw (id bigserial primary key, v int not null)",
         )
-        .execute(&db.pool)
+        .execute(db.pool())
         .await?;
-        let token = issue_token(
-            &db.pool,
-            &format!("bench-{}", Uuid::now_v7()),
-            Role::Device,
-            None,
-        )
-        .await?;
-        let hash = command_ledger::domain::token::token_hash(&token);
+        let token = db
+            .issue_token(&format!("bench-{}", Uuid::now_v7()), Role::Device)
+            .await?;
+        let hash = token.hash;
+        let token = token.secret;
         let scope: Uuid =
             sqlx::query_scalar("select principal_id from api_tokens where token_hash = $1")
                 .bind(hash.as_slice())
-                .fetch_one(&db.pool)
+                .fetch_one(db.pool())
                 .await?;
 
-        let pool = db
-            .role_pool(
-                ServiceRole::Api,
-                None,
-                api_pool,
-                "command-ledger-api",
-                db::ACQUIRE_TIMEOUT,
-            )
-            .await?;
-        let mut state = AppState::new(pool, Policies::default());
-        let unlimited = NonZeroU32::new(100_000_000).context("a non-zero limit")?;
-        state.limiter = http::limits::Limiter::new(http::limits::RateLimit {
-            per_second: unlimited,
-            burst: unlimited,
-        });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let url = format!("http://{}", listener.local_addr()?);
         let (stop_api, rx) = watch::channel(false);
-        let api = tokio::spawn(http::serve(listener, state, stopped(&rx)));
+        let api = db.serve_api(listener, api_pool, stopped(&rx)).await?;
         let target = Target {
             client: reqwest::Client::builder()
                 .pool_max_idle_per_host(1024)
@@ -195,15 +176,15 @@ impl Bench {
             url,
             token,
         };
-        let bin_dir = command_ledger::embedded_pg::find_bin_dir().unwrap_or_default();
+        let bin_dir = command_ledger::bench::find_bin_dir().unwrap_or_default();
         // The baselines run the API's SQL as the API's role (its grants and
         // row policies included), where the private cluster gives it a login.
         sqlx::raw_sql(
             "grant insert on bench_raw to ledger_api; grant usage on sequence bench_raw_id_seq to ledger_api",
         )
-        .execute(&db.pool)
+        .execute(db.pool())
         .await?;
-        let pgbench_url = db.role_url(ServiceRole::Api).unwrap_or(&db.url).to_owned();
+        let pgbench_url = db.role_url(ServiceRole::Api).unwrap_or(db.url()).to_owned();
         let pgbench = PgBench::new(&bin_dir, &pgbench_url, &out.join("pgbench"))?;
         Ok(Bench {
             db,
@@ -224,17 +205,17 @@ impl Bench {
     }
 
     fn pool(&self) -> &PgPool {
-        &self.db.pool
+        self.db.pool()
     }
 
     /// The bench's own pool and URL (a superuser's on the private cluster),
     /// for the peers' databases on the same cluster.
     pub(crate) fn admin_pool(&self) -> &PgPool {
-        &self.db.pool
+        self.db.pool()
     }
 
     pub(crate) fn url(&self) -> &str {
-        &self.db.url
+        self.db.url()
     }
 
     pub(crate) async fn settings(&self) -> anyhow::Result<Value> {
@@ -272,7 +253,7 @@ impl Bench {
     }
 
     /// The submit path's SQL as the API runs it: authenticate, then the
-    /// insert of `db::record::insert_pending` (one autocommit statement).
+    /// insert of `db::submissions::insert_pending` (one autocommit statement).
     fn submit_sql(&self, key: &str) -> String {
         format!(
             "{auth}\n\
@@ -415,7 +396,7 @@ impl Bench {
         let body = body("bench-w2");
         // Keys already recorded, with this body: repeating them is a replay.
         let known: Vec<String> = (0..1000).map(|i| format!("w2-known-{i}")).collect();
-        record_known(&self.target, &known, body).await?;
+        submit_known(&self.target, &known, body).await?;
         let known = Arc::new(known);
         let mut mixes = Vec::new();
         for share in [0.5, 0.99] {
@@ -542,16 +523,6 @@ impl Bench {
         mut config: CustodianConfig,
         effects: Effects,
     ) -> anyhow::Result<RunningCustodian> {
-        let pool = self
-            .db
-            .role_pool(
-                ServiceRole::Custodian,
-                None,
-                8,
-                "command-ledger-custodian",
-                db::ACQUIRE_TIMEOUT,
-            )
-            .await?;
         if let Some(n) = std::env::var("BENCH_MAX_IN_FLIGHT")
             .ok()
             .and_then(|s| s.parse().ok())
@@ -570,14 +541,11 @@ impl Bench {
         {
             config.recovery_interval = Duration::from_secs(secs);
         }
-        let custodian = Arc::new(Custodian::new(pool, config, effects));
-        let stats = Arc::clone(custodian.stats());
         let (stop, rx) = watch::channel(false);
-        let task = tokio::spawn(async move {
-            if let Err(e) = custodian.run(stopped(&rx)).await {
-                tracing::error!(error = %e, "custodian stopped");
-            }
-        });
+        let (task, stats) = self
+            .db
+            .spawn_custodian(config, effects, 8, stopped(&rx))
+            .await?;
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
             let held: bool = sqlx::query_scalar(
@@ -900,13 +868,7 @@ impl Bench {
     ) -> anyhow::Result<Value> {
         let api = self
             .db
-            .role_pool(
-                ServiceRole::Api,
-                None,
-                1,
-                "ledger-bench-preload",
-                db::ACQUIRE_TIMEOUT,
-            )
+            .role_pool(ServiceRole::Api, 1, "ledger-bench-preload")
             .await?;
         for authority in authorities {
             for chunk in ids(per_authority).chunks(10_000) {
@@ -1118,23 +1080,11 @@ impl Bench {
         let connections = u32::try_from(workers).unwrap_or(u32::MAX);
         let api = self
             .db
-            .role_pool(
-                ServiceRole::Api,
-                None,
-                connections,
-                "ledger-bench-preload",
-                db::ACQUIRE_TIMEOUT,
-            )
+            .role_pool(ServiceRole::Api, connections, "ledger-bench-preload")
             .await?;
         let custodian = self
             .db
-            .role_pool(
-                ServiceRole::Custodian,
-                None,
-                connections,
-                "ledger-bench-preload",
-                db::ACQUIRE_TIMEOUT,
-            )
+            .role_pool(ServiceRole::Custodian, connections, "ledger-bench-preload")
             .await?;
         let started = Instant::now();
         let mut tasks = tokio::task::JoinSet::new();
@@ -1164,9 +1114,7 @@ impl Bench {
     /// The plan of the custodian's claim statement, as PostgreSQL would run
     /// it now for the custodian (a generic plan).
     async fn claim_plan(&self, authority: &str, batch: i64) -> anyhow::Result<String> {
-        let rows =
-            db::lifecycle::explain_claim(self.pool(), &[authority.to_owned()], batch, true).await?;
-        Ok(rows.join("\n"))
+        Ok(self.db.claim_plan(authority, batch).await?.join("\n"))
     }
 }
 
@@ -1234,7 +1182,7 @@ struct Wal {
     hot_updates: f64,
 }
 
-async fn record_known(target: &Target, keys: &[String], body: &'static str) -> anyhow::Result<()> {
+async fn submit_known(target: &Target, keys: &[String], body: &'static str) -> anyhow::Result<()> {
     let mut tasks = Vec::new();
     for chunk in keys.chunks(keys.len().div_ceil(16).max(1)) {
         let (target, chunk) = (target.clone(), chunk.to_vec());

@@ -18,6 +18,9 @@ pub(crate) const EMBEDDED_DATABASE: &str = "command_ledger";
 #[derive(Debug)]
 pub struct Database {
     pub pool: PgPool,
+    /// What the database can do, detected once as the pool opened; every
+    /// pool of the process is on the same database.
+    pub backend: db::Backend,
     /// The URL to give `psql`.
     pub url: String,
     pub cluster: Option<Cluster>,
@@ -76,6 +79,9 @@ impl Database {
             db::connect_with_timeout(&url, max_connections, application_name, acquire_timeout)
                 .await
                 .context("connecting to the ledger database")?;
+        let backend = db::Backend::detect(&pool)
+            .await
+            .context("asking what the database can do")?;
         db::migrate(&pool).await.context("applying migrations")?;
         let role_urls = match &cluster {
             Some(cluster) => private_role_logins(&pool, cluster, state_dir).await?,
@@ -83,6 +89,7 @@ impl Database {
         };
         Ok(Database {
             pool,
+            backend,
             url,
             cluster,
             role_urls,
@@ -111,8 +118,12 @@ impl Database {
                 "the database is not migrated to this version: run `command-ledger migrate` with the owner's DATABASE_URL first"
             );
         }
+        let backend = db::Backend::detect(&pool)
+            .await
+            .context("asking what the database can do")?;
         Ok(Database {
             pool,
+            backend,
             url,
             cluster: None,
             role_urls: Vec::new(),

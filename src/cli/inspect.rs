@@ -1,7 +1,9 @@
-//! The operator's first questions, answered from the database: `commands
-//! list|show`, `holds list|release|reject`, `authorities list`. Human tables
-//! by default, `--json` for scripts. Hold decisions go through the same
-//! transaction as the API's and are audited under `cli:<user>`.
+//! The operator's questions about holds and authorities, answered from
+//! the database: `holds list|release|reject`, `authorities list`; and the
+//! output every operator subcommand shares: human tables by default,
+//! `--json` (the API's views) for scripts. Hold decisions go through the
+//! same use case as the API's (`ledger::holds`) and are audited under
+//! `cli:<user>`.
 
 use chrono::{DateTime, Utc};
 use clap::{Args, Subcommand};
@@ -11,47 +13,14 @@ use uuid::Uuid;
 
 use super::Database;
 use crate::db::authorities::AuthorityRow;
-use crate::db::commands::{CommandRow, HistoryRow, ListFilter};
+use crate::db::commands::CommandRow;
 use crate::db::holds::HoldRow;
-use crate::domain::state::State;
 
 #[derive(Debug, Args)]
 pub struct Output {
     /// Print JSON (one document) instead of a table.
     #[arg(long, global = true)]
     pub(super) json: bool,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum CommandsCommand {
-    /// Commands, newest first.
-    List {
-        /// Only this state (pending, prepared, effect_started, applied,
-        /// failed, ambiguous, cancelled, expired).
-        #[arg(long)]
-        state: Option<State>,
-        /// Only this authority.
-        #[arg(long)]
-        authority: Option<String>,
-        /// Only those recorded since: a duration back from now (30m, 2h,
-        /// 7d) or an RFC 3339 instant.
-        #[arg(long, value_parser = since)]
-        since: Option<DateTime<Utc>>,
-        /// Only pending commands waiting for their not_before.
-        #[arg(long)]
-        scheduled: bool,
-        /// At most this many.
-        #[arg(long, default_value_t = 50)]
-        limit: i64,
-        #[command(flatten)]
-        output: Output,
-    },
-    /// One command with its history.
-    Show {
-        id: Uuid,
-        #[command(flatten)]
-        output: Output,
-    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -111,109 +80,9 @@ pub enum AuthoritiesCommand {
     },
 }
 
-fn since(s: &str) -> Result<DateTime<Utc>, String> {
-    if let Ok(d) = super::duration(s) {
-        let d = chrono::Duration::from_std(d).map_err(|e| e.to_string())?;
-        return Ok(Utc::now() - d);
-    }
-    DateTime::parse_from_rfc3339(s)
-        .map(|t| t.with_timezone(&Utc))
-        .map_err(|_| format!("{s:?} is neither a duration (30m, 2h, 7d) nor an RFC 3339 instant"))
-}
-
-/// Who decides from the command line, as history and holds name them.
-fn actor() -> String {
+/// Who acts from the command line, as history, holds and resolutions name them.
+pub(super) fn actor() -> String {
     format!("cli:{}", super::os_user())
-}
-
-pub(super) async fn commands(
-    url: Option<String>,
-    state_dir: &Path,
-    cmd: CommandsCommand,
-) -> anyhow::Result<()> {
-    let db = Database::open(url, state_dir).await?;
-    let result = match cmd {
-        CommandsCommand::List {
-            state,
-            authority,
-            since,
-            scheduled,
-            limit,
-            output,
-        } => {
-            let filter = ListFilter {
-                scope: None,
-                state,
-                authority_id: authority,
-                before_id: None,
-                since,
-                until: None,
-                kind: None,
-                key: None,
-                principal: None,
-                scheduled,
-                limit,
-            };
-            let rows = crate::db::commands::list(&db.pool, &filter).await?;
-            if output.json {
-                print_json(&Value::Array(rows.iter().map(command_json).collect()));
-            } else if scheduled {
-                print_table(
-                    &[
-                        "id",
-                        "kind",
-                        "authority",
-                        "priority",
-                        "key",
-                        "created",
-                        "not_before",
-                    ],
-                    rows.iter().map(scheduled_cells).collect(),
-                );
-            } else {
-                print_table(
-                    &[
-                        "id",
-                        "state",
-                        "kind",
-                        "authority",
-                        "gen",
-                        "key",
-                        "created",
-                        "finished",
-                    ],
-                    rows.iter().map(command_cells).collect(),
-                );
-            }
-            Ok(())
-        }
-        CommandsCommand::Show { id, output } => {
-            match crate::db::commands::get(&db.pool, id, None).await? {
-                None => Err(anyhow::anyhow!("no command {id}")),
-                Some(row) => {
-                    let history = crate::db::commands::history(&db.pool, id).await?;
-                    let resolution =
-                        crate::db::resolutions::get(&db.pool, &row.authority_id, id).await?;
-                    if output.json {
-                        let mut doc = command_json(&row);
-                        if let Some(r) = &resolution {
-                            doc["resolution"] = crate::http::json::resolution(r);
-                        }
-                        doc["history"] = history
-                            .iter()
-                            .map(crate::http::json::history_entry)
-                            .collect();
-                        print_json(&doc);
-                    } else {
-                        show_command(&row, &history, resolution.as_ref());
-                    }
-                    Ok(())
-                }
-            }
-        }
-    };
-    db.close().await?;
-    result
 }
 
 pub(super) async fn holds(
@@ -258,10 +127,16 @@ async fn holds_on(db: &Database, cmd: HoldsCommand) -> anyhow::Result<()> {
         HoldsCommand::Release { id, reason, output } => {
             // Recorded, then the authority's custodians woken, as the API does.
             let wake = crate::ledger::PendingWake::direct(db.pool.clone());
-            let (hold, command) =
-                crate::ledger::holds::release(&db.pool, &wake, id, &actor(), reason.as_deref())
-                    .await
-                    .map_err(|e| undecided(e, id))?;
+            let (hold, command) = crate::ledger::holds::release(
+                &db.pool,
+                db.backend,
+                &wake,
+                id,
+                &actor(),
+                reason.as_deref(),
+            )
+            .await
+            .map_err(|e| undecided(e, id))?;
             if output.json {
                 print_json(
                     &json!({"hold": crate::http::json::hold(&hold), "command": command_json(&command)}),
@@ -343,117 +218,10 @@ pub(super) fn time(t: Option<DateTime<Utc>>) -> String {
 }
 
 /// The API's view of a command, plus its scope (the CLI sees every scope).
-fn command_json(c: &CommandRow) -> Value {
+pub(super) fn command_json(c: &CommandRow) -> Value {
     let mut doc = crate::http::json::command(c);
     doc["scope"] = json!(c.scope);
     doc
-}
-
-fn command_cells(c: &CommandRow) -> Vec<String> {
-    vec![
-        c.id.to_string(),
-        c.state.clone(),
-        c.kind.clone(),
-        c.authority_id.clone(),
-        c.authority_generation
-            .map_or_else(|| "-".into(), |g| g.to_string()),
-        c.idempotency_key.chars().take(24).collect(),
-        time(Some(c.created_at)),
-        time(c.finished_at),
-    ]
-}
-
-fn scheduled_cells(c: &CommandRow) -> Vec<String> {
-    vec![
-        c.id.to_string(),
-        c.kind.clone(),
-        c.authority_id.clone(),
-        c.priority.to_string(),
-        c.idempotency_key.chars().take(24).collect(),
-        time(Some(c.created_at)),
-        time(c.not_before),
-    ]
-}
-
-fn show_command(
-    c: &CommandRow,
-    history: &[HistoryRow],
-    resolution: Option<&crate::db::resolutions::ResolutionRow>,
-) {
-    println!("command   {}", c.id);
-    println!("state     {}", c.state);
-    println!("kind      {}", c.kind);
-    let generation = c
-        .authority_generation
-        .map_or_else(|| "-".into(), |g| g.to_string());
-    println!("authority {} (generation {generation})", c.authority_id);
-    println!("key       {}", c.idempotency_key);
-    println!("args      {}", c.args);
-    println!(
-        "canonical {}",
-        crate::domain::digest::canonical_json(&c.canonical)
-    );
-    println!(
-        "rules     {}",
-        if c.canonical_rules.is_empty() {
-            "-".to_owned()
-        } else {
-            c.canonical_rules.join(" ")
-        }
-    );
-    if let Some(d) = &c.intent_digest {
-        println!("intent    {}", hex::encode(d));
-    }
-    if let Some(r) = c.retry_of {
-        println!("retry of  {r}");
-    }
-    if let Some(t) = c.not_before {
-        println!("not before {}", t.format("%Y-%m-%d %H:%M:%S%.3f UTC"));
-    }
-    if c.priority != 0 {
-        println!("priority  {}", c.priority);
-    }
-    if let Some(r) = &c.result {
-        println!("result    {r}");
-    }
-    if let Some(e) = &c.error {
-        println!("error     {e}");
-    }
-    println!(
-        "downstream key {}",
-        crate::custodian::EffectCall::downstream_key_for(c.id)
-    );
-    if let Some(r) = resolution {
-        println!(
-            "resolved  {} ({}, by {} at {}): {}{}",
-            r.outcome,
-            r.source,
-            r.actor,
-            r.at.format("%Y-%m-%d %H:%M:%S"),
-            r.evidence,
-            r.reference
-                .as_ref()
-                .map_or_else(String::new, |re| format!(" [ref {re}]")),
-        );
-    }
-    println!();
-    print_table(
-        &["at", "from", "to", "actor", "gen", "reason"],
-        history
-            .iter()
-            .map(|h| {
-                vec![
-                    h.at.format("%Y-%m-%d %H:%M:%S%.3f").to_string(),
-                    h.from_state.clone().unwrap_or_else(|| "-".into()),
-                    h.to_state.clone(),
-                    h.actor.clone(),
-                    h.authority_generation
-                        .map_or_else(|| "-".into(), |g| g.to_string()),
-                    h.reason.clone().unwrap_or_default(),
-                ]
-            })
-            .collect(),
-    );
 }
 
 fn hold_cells(h: &HoldRow) -> Vec<String> {

@@ -1,7 +1,7 @@
 //! The command line: `serve` (serve.rs), `custodian`, `demo-sink` and
-//! `recover` (custodian.rs), `migrate`, `role-password` and `inspector-role` (here), `token`
+//! `recover` (custodian/, a file each), `migrate`, `role-password` and `inspector-role` (here), `token`
 //! (token.rs), `prune` (prune.rs), `verify` (verify.rs), the operator's
-//! `commands`, `holds` and `authorities` (inspect.rs), `webhooks`
+//! `commands` (commands.rs), `holds` and `authorities` (inspect.rs), `webhooks`
 //! (webhooks.rs, with the deliverer's options), and the API's clients
 //! `submit` (submit.rs), `outbox` (outbox.rs) and `mcp` (mcp.rs); plus what they share: the
 //! database (database.rs), durations and the shutdown signal. Every
@@ -9,6 +9,7 @@
 //! else to the private cluster under `--state-dir` (started on demand,
 //! stopped after if this process started it).
 
+mod commands;
 mod custodian;
 mod database;
 mod inspect;
@@ -103,14 +104,15 @@ pub enum Command {
     /// One recovery pass: expire overdue commands, adopt prepared ones of
     /// superseded generations, resolve started ones whose executor vanished.
     Recover(custodian::RecoverCommand),
-    /// Apply database migrations and exit. On a Citus coordinator (detected:
-    /// the `citus` extension is installed) the tables are then distributed by
-    /// authority (docs/SCALING.md).
+    // Apply database migrations and exit; on a distributed backend, lay the
+    // tables out by authority. The help names the product: `db::backend`.
+    #[command(about = crate::db::backend::migrate_help::ABOUT)]
     Migrate {
-        /// Require a Citus coordinator: fail, after migrating, if the database
-        /// is not one (instead of leaving the tables on one node).
-        #[arg(long)]
-        citus: bool,
+        #[arg(
+            long = crate::db::backend::migrate_help::REQUIRE_FLAG,
+            help = crate::db::backend::migrate_help::REQUIRE_HELP
+        )]
+        require_distributed: bool,
     },
     /// Let a service role log in with a password, or rotate it (the
     /// sessions open stay; new ones need the new password). Needs a
@@ -137,9 +139,10 @@ pub enum Command {
     /// Manage API tokens.
     #[command(subcommand)]
     Token(token::TokenCommand),
-    /// Inspect commands: `list [--state --authority --since]`, `show ID`.
+    /// The ledger's commands: `list [--state --authority --since]`, `show
+    /// ID`, `cancel ID`, `resolve ID --outcome --evidence` (an ambiguous one).
     #[command(subcommand)]
-    Commands(inspect::CommandsCommand),
+    Commands(commands::CommandsCommand),
     /// Near-duplicates held for a decision: `list`, `release ID`, `reject ID`.
     #[command(subcommand)]
     Holds(inspect::HoldsCommand),
@@ -227,16 +230,18 @@ async fn run_command(
             println!("{} logs in with the new password", role.name());
             db.close().await
         }
-        Command::Migrate { citus } => {
+        Command::Migrate {
+            require_distributed,
+        } => {
             let db = Database::open(cli.database_url, cli.state_dir).await?;
-            if crate::db::is_citus(&db.pool).await? {
-                println!("migrations applied; tables distributed by authority (Citus)");
-            } else if citus {
-                db.close().await?;
-                anyhow::bail!(
-                    "migrations applied, but the database is not a Citus coordinator \
-                     (no citus extension): create extension citus and add the workers, then run migrate --citus again"
+            if !db.backend.local_tables {
+                println!(
+                    "migrations applied; tables distributed by authority ({})",
+                    db.backend.product()
                 );
+            } else if require_distributed {
+                db.close().await?;
+                anyhow::bail!(crate::db::backend::migrate_help::NOT_DISTRIBUTED);
             } else {
                 println!("migrations applied");
             }
@@ -247,7 +252,7 @@ async fn run_command(
         Command::DemoSink(cmd) => custodian::run_demo_sink(cmd).await,
         Command::Prune(args) => prune::run(cli.database_url, cli.state_dir, args).await,
         Command::Verify(args) => verify::run(cli.database_url, cli.state_dir, args).await,
-        Command::Commands(cmd) => inspect::commands(cli.database_url, cli.state_dir, cmd).await,
+        Command::Commands(cmd) => commands::run(cli.database_url, cli.state_dir, cmd).await,
         Command::Holds(cmd) => inspect::holds(cli.database_url, cli.state_dir, cmd).await,
         Command::Authorities(cmd) => {
             inspect::authorities(cli.database_url, cli.state_dir, cmd).await

@@ -155,7 +155,13 @@ pub(super) async fn run(
                 .custodian_options
                 .pool(&db, "command-ledger-custodian")
                 .await?;
-            Some(spawn_custodian(pool, config, effects.clone(), stopped()))
+            Some(spawn_custodian(
+                pool,
+                db.backend,
+                config,
+                effects.clone(),
+                stopped(),
+            ))
         }
         None => None,
     };
@@ -171,7 +177,7 @@ pub(super) async fn run(
             crate::db::API_ACQUIRE_TIMEOUT,
         )
         .await?;
-    let mut state = AppState::new(api_pool.clone(), policies);
+    let mut state = AppState::new(api_pool.clone(), db.backend, policies);
     state.custodian_stats = custodian.as_ref().map(|(_, stats)| Arc::clone(stats));
     state.probes = Some(Arc::new(effects));
     state.max_connections = args.max_http_connections;

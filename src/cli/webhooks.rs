@@ -192,7 +192,7 @@ async fn run_on(db: &Database, cmd: WebhooksCommand) -> anyhow::Result<()> {
             let event = crate::ledger::webhooks::redeliver(&db.pool, id, expiry)
                 .await?
                 .ok_or_else(|| anyhow::anyhow!("no webhook event {id}"))?;
-            tracing::info!(event.id = %id, actor = %format!("cli:{}", super::os_user()), "webhook event redelivered");
+            tracing::info!(event.id = %id, actor = %super::inspect::actor(), "webhook event redelivered");
             if output.json {
                 let attempts = crate::db::webhooks::attempts_of(&db.pool, &[id]).await?;
                 print_json(&crate::http::json::webhook_event(&event, &attempts));

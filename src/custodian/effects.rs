@@ -211,7 +211,7 @@ mod tests {
         let mut effects = Effects::default();
         effects.register("boom", Panics, Duration::from_secs(1));
         let outcome = run_effect(&effects, &call("boom")).await;
-        assert_eq!(outcome.state(), crate::domain::State::Ambiguous);
+        assert_eq!(outcome.state(), crate::domain::CommandState::Ambiguous);
     }
 
     #[tokio::test(start_paused = true)]
@@ -227,7 +227,7 @@ mod tests {
         let effects = Effects::default();
         assert_eq!(
             run_effect(&effects, &call("noop")).await.state(),
-            crate::domain::State::Applied
+            crate::domain::CommandState::Applied
         );
         let outcome = run_effect(&effects, &call("refund")).await;
         assert_eq!(outcome.columns().1.unwrap()["reason"], "not_dispatched");

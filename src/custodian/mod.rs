@@ -112,35 +112,45 @@ pub struct Custodian {
     stats: Arc<Stats>,
     /// Who the history names for this custodian's transitions.
     actor: String,
-    /// Wakes the waiters of the commands it makes terminal (on Citus,
-    /// after each commit; on one node the trigger does).
+    /// Wakes the waiters of the commands it makes terminal (after each
+    /// commit, where the commit itself does not).
     outcomes: crate::ledger::OutcomeWake,
     /// The periodic recovery pass, limited to this custodian's authorities.
     recovery: recovery::Recovery,
     /// When a claim last looked for stale prepared rows (`None`: never).
     last_stale_pass: Mutex<Option<std::time::Instant>>,
-    /// Whether the database is a Citus coordinator, asked once: there a
-    /// claim names one authority, so that it runs on one shard.
-    citus: tokio::sync::OnceCell<bool>,
-    /// Where the next per-authority claim round starts (Citus), so that a
+    /// What the database can do, detected when its pool was opened: whether
+    /// a claim names one authority, whether the transitions use generic plans.
+    backend: crate::db::Backend,
+    /// Where the next per-authority claim round starts, so that a
     /// round that reaches its limit early does not always favour the same
     /// authorities.
     claim_turn: std::sync::atomic::AtomicUsize,
+    /// Whether the engine steps (migration 0030) are installed, asked once:
+    /// claim and start are then one statement, and record another.
+    engine: tokio::sync::OnceCell<bool>,
 }
 
 impl Custodian {
-    pub fn new(pool: PgPool, config: CustodianConfig, effects: Effects) -> Self {
+    /// A custodian on `pool`, whose database is `backend`.
+    pub fn new(
+        pool: PgPool,
+        backend: crate::db::Backend,
+        config: CustodianConfig,
+        effects: Effects,
+    ) -> Self {
         let actor = format!("custodian:{}", config.holder);
         let effects = Arc::new(effects);
         // Its own authorities only: it has their executors and probes.
         let recovery = recovery::Recovery::new(
             pool.clone(),
+            backend,
             Arc::clone(&effects),
             format!("recovery:{}", config.holder),
         )
         .for_authorities(config.authorities.clone());
         Custodian {
-            outcomes: crate::ledger::OutcomeWake::new(pool.clone()),
+            outcomes: crate::ledger::OutcomeWake::new(pool.clone(), backend),
             pool,
             config,
             recovery,
@@ -152,8 +162,9 @@ impl Custodian {
             stats: Arc::new(Stats::default()),
             actor,
             last_stale_pass: Mutex::new(None),
-            citus: tokio::sync::OnceCell::new(),
+            backend,
             claim_turn: std::sync::atomic::AtomicUsize::new(0),
+            engine: tokio::sync::OnceCell::new(),
         }
     }
 
@@ -161,21 +172,21 @@ impl Custodian {
         &self.stats
     }
 
-    /// Whether the database is a Citus coordinator (asked once).
-    async fn on_citus(&self) -> Result<bool, CustodianError> {
+    /// Whether the engine steps are installed (asked once, at the first
+    /// claim: after the migrations that install them).
+    async fn engine_steps(&self) -> Result<bool, CustodianError> {
         Ok(*self
-            .citus
-            .get_or_try_init(|| crate::db::is_citus(&self.pool))
+            .engine
+            .get_or_try_init(|| crate::db::lifecycle::engine_steps(&self.pool))
             .await?)
     }
 
     /// The `SET LOCAL`s of the claim, adopt, start and record transactions: who
-    /// acts and, on one node, one plan for every authority
-    /// ([`crate::db::txn::GENERIC_PLANS`]; Citus cannot run these statements from a
-    /// generic plan, and plans each for its shard anyway).
+    /// acts and, where the backend allows it, one plan for every authority
+    /// ([`crate::db::Backend::generic_plans`]).
     async fn transition_settings(&self) -> Result<Vec<(&'static str, &str)>, CustodianError> {
         let mut settings = vec![(crate::db::txn::ACTOR, self.actor.as_str())];
-        if !self.on_citus().await? {
+        if self.backend.generic_plans {
             settings.push(crate::db::txn::GENERIC_PLANS);
         }
         Ok(settings)

@@ -18,7 +18,7 @@ use crate::domain::EffectOutcome;
 /// while earlier outcomes are being written, up to this many batches' worth.
 const UNRECORDED_PER_EFFECT: usize = 16;
 
-/// Most outcomes recorded by one call to `record` from the queue.
+/// Most outcomes recorded by one call to `record_outcomes` from the queue.
 const RECORD_BATCH: usize = 512;
 
 /// An effect's outcome on its way to the recorder, with the record slot it
@@ -138,7 +138,7 @@ impl Custodian {
             let mut more = false;
             // Short of room: the next freed slot is what to wait for. With
             // room, a claim that found less than it asked for emptied the
-            // queue, and a freed slot is no news (on Citus each needless
+            // queue, and a freed slot is no news (on a distributed backend each needless
             // claim is a distributed transaction, three per command when
             // every freed slot woke one, competing with the records).
             let short = room == 0 || room < batch.div_ceil(2);
@@ -310,7 +310,7 @@ impl Custodian {
                 count = left.len(),
                 "effects still in flight after the grace period: recording ambiguous"
             );
-            self.record(left, report).await;
+            self.record_outcomes(left, report).await;
         }
     }
 
@@ -389,7 +389,7 @@ impl Custodian {
                 }
             }
             let (done, slots): (Vec<Done>, Vec<_>) = batch.into_iter().unzip();
-            self.record(done, &mut recorded).await;
+            self.record_outcomes(done, &mut recorded).await;
             drop(slots);
             capacity.notify_one();
         }

@@ -13,7 +13,7 @@ use super::effects::{EffectCall, Effects};
 use crate::db::txn::{Isolation, Retrying, TxError};
 use crate::db::{self, recovery::Candidate};
 use crate::domain::recovery::{Decision, Facts, ProbeAnswer, decide};
-use crate::domain::{EffectOutcome, State};
+use crate::domain::{CommandState, EffectOutcome};
 use crate::ledger::OutcomeWake;
 
 /// Most candidates read per page.
@@ -51,15 +51,16 @@ pub struct Recovery {
     authorities: Option<Vec<String>>,
     /// Serialization conflicts retried by the guarded writes.
     retries: AtomicU64,
-    /// Wakes the waiters of the commands it makes terminal (on Citus,
-    /// after each commit; on one node the trigger does).
+    /// Wakes the waiters of the commands it makes terminal (after each
+    /// commit, where the commit itself does not).
     outcomes: OutcomeWake,
 }
 
 impl Recovery {
-    pub fn new(pool: PgPool, effects: Arc<Effects>, actor: String) -> Self {
+    /// Recovery on `pool`, whose database is `backend`.
+    pub fn new(pool: PgPool, backend: db::Backend, effects: Arc<Effects>, actor: String) -> Self {
         Recovery {
-            outcomes: OutcomeWake::new(pool.clone()),
+            outcomes: OutcomeWake::new(pool.clone(), backend),
             pool,
             effects,
             actor,
@@ -94,7 +95,7 @@ impl Recovery {
             &self.actor,
         );
         let answer = loop {
-            let mut tx = match retry.begin().await {
+            let mut tx = match retry.next_attempt().await {
                 Ok(tx) => tx,
                 Err(e) => break Err(e),
             };
@@ -146,7 +147,7 @@ impl Recovery {
         let planned = rows
             .into_iter()
             .filter_map(|candidate| {
-                let state: State = candidate.state.parse().ok()?;
+                let state: CommandState = candidate.state.parse().ok()?;
                 let decision = decide(&Facts {
                     state,
                     generation: candidate.authority_generation,
@@ -228,8 +229,8 @@ impl Recovery {
                     if ok {
                         self.outcomes.finished(&[c.id]).await;
                         match outcome.state() {
-                            State::Applied => report.applied += 1,
-                            State::Failed => report.failed += 1,
+                            CommandState::Applied => report.applied += 1,
+                            CommandState::Failed => report.failed += 1,
                             _ => report.ambiguous += 1,
                         }
                         tracing::warn!(command.id = %c.id, authority = %c.authority_id, generation, state = %outcome.state(), "recovery resolved a command whose executor vanished");

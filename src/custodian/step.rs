@@ -15,7 +15,7 @@ use super::{Custodian, CustodianError, Done, Started, Stats, StepReport};
 use crate::crash::{self, CrashPoint};
 use crate::db::txn::{self, TxError};
 use crate::db::{self, CommandRow};
-use crate::domain::{EffectOutcome, State};
+use crate::domain::{CommandState, EffectOutcome};
 
 /// Most prepared rows adopted per statement.
 const ADOPT_BATCH: i64 = 500;
@@ -57,16 +57,153 @@ impl Custodian {
     ) -> Result<Vec<Started>, CustodianError> {
         let mut prepared: Vec<CommandRow> =
             std::mem::take(&mut *self.adopted.lock().expect("adopted lock"));
-        prepared.extend(self.claim(limit, report).await?);
+        // The engine claims and starts pending commands in one statement; the
+        // pass for stale prepared rows (now and then) takes the trigger path,
+        // which is told that the pass is due (asking again would say no).
+        let look_for_stale = self.stale_pass_due();
+        let engine = self.engine_steps().await? && !crash::armed_at(CrashPoint::AfterPrepared);
+        if !look_for_stale && engine {
+            let mut started = self.start_prepared(&prepared, report).await?;
+            let room = limit - started.len() as i64;
+            started.extend(self.claim_start(room, report).await?);
+            return Ok(started);
+        }
+        prepared.extend(self.claim_looking(limit, look_for_stale, report).await?);
         self.start_prepared(&prepared, report).await
+    }
+
+    /// Claims and starts up to `limit` pending commands of the authorities
+    /// leased now in one transaction (the engine step, migration 0030), at
+    /// the claim's isolation: the lease row it holds for share fences it, as
+    /// it fences the claim. (At SERIALIZABLE, a custodian paused with a
+    /// transaction open kept its successor's claims failing: the full zombie
+    /// campaign.) Returns those whose `effect_started` is committed; overdue
+    /// ones are expired, never started.
+    #[tracing::instrument(name = "claim_start", skip(self, report), fields(holder = %self.config.holder))]
+    async fn claim_start(
+        &self,
+        limit: i64,
+        report: &mut StepReport,
+    ) -> Result<Vec<Started>, CustodianError> {
+        let held = self.held();
+        if held.is_empty() || limit <= 0 {
+            return Ok(Vec::new());
+        }
+        let authorities: Vec<String> = held.keys().cloned().collect();
+        let settings = self.transition_settings().await?;
+        let mut retry = txn::Retrying::with_settings(
+            &self.pool,
+            &self.stats.serialization_retries,
+            "claim_start",
+            self.config.claim_isolation,
+            &settings,
+        );
+        // What the statement moved, kept apart from the commit's outcome: an
+        // unknown commit closes them without dispatching.
+        let mut moved: Vec<(String, i64, Uuid)> = Vec::new();
+        let result = loop {
+            let mut tx = match retry.next_attempt().await {
+                Ok(tx) => tx,
+                Err(e) => break Err(e),
+            };
+            let attempt =
+                db::lifecycle::claim_start(&mut *tx, &authorities, &self.config.holder, limit)
+                    .await;
+            if let Ok(rows) = &attempt {
+                moved = rows
+                    .iter()
+                    .filter_map(|row| {
+                        let generation = row.authority_generation?;
+                        (row.state() == CommandState::EffectStarted)
+                            .then(|| (row.authority_id.clone(), generation, row.id))
+                    })
+                    .collect();
+            }
+            match retry.finish(tx, attempt).await {
+                Ok(Some(rows)) => break Ok(rows),
+                Ok(None) => continue,
+                Err(e) => break Err(e),
+            }
+        };
+        let rows = match result {
+            Ok(rows) => rows,
+            Err(TxError::CommitUnknown(e)) => {
+                tracing::warn!(error = %e, "claim and start commit outcome unknown; not dispatching");
+                let mut groups: BTreeMap<(String, i64), Vec<Uuid>> = BTreeMap::new();
+                for (authority, generation, id) in moved {
+                    groups.entry((authority, generation)).or_default().push(id);
+                }
+                for ((authority, generation), ids) in groups {
+                    self.close_undispatched(&authority, generation, &ids, report)
+                        .await;
+                }
+                return Ok(Vec::new());
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if !rows.is_empty() {
+            crash::point(CrashPoint::AfterEffectStarted);
+        }
+        report.claimed += rows.len();
+        self.stats
+            .claimed
+            .fetch_add(rows.len() as u64, Ordering::Relaxed);
+        let started = self.started_from(rows, report).await;
+        report.started += started.len();
+        self.stats
+            .started
+            .fetch_add(started.len() as u64, Ordering::Relaxed);
+        Ok(started)
+    }
+
+    /// The rows a start committed: the expired ones counted and their
+    /// waiters woken, the `effect_started` ones as calls under their
+    /// authority and generation.
+    async fn started_from(&self, rows: Vec<CommandRow>, report: &mut StepReport) -> Vec<Started> {
+        let expired: Vec<Uuid> = rows
+            .iter()
+            .filter(|row| row.state() == CommandState::Expired)
+            .map(|row| row.id)
+            .collect();
+        self.outcomes.finished(&expired).await;
+        let mut started = Vec::with_capacity(rows.len());
+        for row in rows {
+            match (row.state(), row.authority_generation) {
+                (CommandState::EffectStarted, Some(generation)) => started.push(Started {
+                    authority: row.authority_id.clone(),
+                    generation,
+                    call: call_for(&row, generation),
+                }),
+                (CommandState::Expired, _) => {
+                    report.expired += 1;
+                    self.stats.expired.fetch_add(1, Ordering::Relaxed);
+                    tracing::info!(command.id = %row.id, authority = %row.authority_id, error = ?row.error, "expired before any effect");
+                }
+                (state, _) => {
+                    tracing::error!(command.id = %row.id, %state, "a start returned an unexpected row");
+                }
+            }
+        }
+        started
     }
 
     /// Claims up to `limit` pending commands of the authorities leased now:
     /// returns those now `prepared` (overdue ones are expired, never started).
-    #[tracing::instrument(name = "claim", skip(self, report), fields(holder = %self.config.holder))]
     pub async fn claim(
         &self,
         limit: i64,
+        report: &mut StepReport,
+    ) -> Result<Vec<CommandRow>, CustodianError> {
+        let look_for_stale = self.stale_pass_due();
+        self.claim_looking(limit, look_for_stale, report).await
+    }
+
+    /// [`Custodian::claim`], looking for stale prepared rows when `look_for_stale`.
+    #[tracing::instrument(name = "claim", skip(self, report), fields(holder = %self.config.holder))]
+    async fn claim_looking(
+        &self,
+        limit: i64,
+        look_for_stale: bool,
         report: &mut StepReport,
     ) -> Result<Vec<CommandRow>, CustodianError> {
         let held = self.held();
@@ -74,11 +211,9 @@ impl Custodian {
             return Ok(Vec::new());
         }
         let ids: Vec<String> = held.keys().cloned().collect();
-        let look_for_stale = self.stale_pass_due();
-        // One statement for every authority on one node; on Citus one per
-        // authority (each on its own shard), until `limit` is reached.
-        let citus = self.on_citus().await?;
-        let groups: Vec<Vec<String>> = if citus {
+        // One statement for every authority, or one per authority (each on
+        // its own shard), until `limit` is reached.
+        let groups: Vec<Vec<String>> = if self.backend.claims_per_authority {
             let mut ids = ids;
             ids.sort();
             let turn = self.claim_turn.fetch_add(1, Ordering::Relaxed);
@@ -109,14 +244,14 @@ impl Custodian {
         let mut prepared = Vec::with_capacity(claimed.len());
         let expired: Vec<Uuid> = claimed
             .iter()
-            .filter(|row| row.state() == State::Expired)
+            .filter(|row| row.state() == CommandState::Expired)
             .map(|row| row.id)
             .collect();
         self.outcomes.finished(&expired).await;
         for row in claimed {
             match row.state() {
-                State::Prepared => prepared.push(row),
-                State::Expired => {
+                CommandState::Prepared => prepared.push(row),
+                CommandState::Expired => {
                     report.expired += 1;
                     self.stats.expired.fetch_add(1, Ordering::Relaxed);
                     tracing::info!(command.id = %row.id, authority = %row.authority_id, error = ?row.error, "expired before any effect");
@@ -146,7 +281,7 @@ impl Custodian {
             &settings,
         );
         loop {
-            let mut tx = retry.begin().await?;
+            let mut tx = retry.next_attempt().await?;
             let attempt = db::lifecycle::claim(
                 &mut *tx,
                 authorities,
@@ -204,7 +339,7 @@ impl Custodian {
             &settings,
         );
         let result = loop {
-            let mut tx = match retry.begin().await {
+            let mut tx = match retry.next_attempt().await {
                 Ok(tx) => tx,
                 Err(e) => break Err(e),
             };
@@ -230,25 +365,8 @@ impl Custodian {
         if !rows.is_empty() {
             crash::point(CrashPoint::AfterEffectStarted);
         }
-        let expired: Vec<Uuid> = rows
-            .iter()
-            .filter(|row| row.state() == State::Expired)
-            .map(|row| row.id)
-            .collect();
-        self.outcomes.finished(&expired).await;
-        let mut started = Vec::with_capacity(rows.len());
-        for row in rows {
-            if row.state() == State::Expired {
-                report.expired += 1;
-                self.stats.expired.fetch_add(1, Ordering::Relaxed);
-                continue;
-            }
-            started.push(Started {
-                authority: authority.to_owned(),
-                generation,
-                call: call_for(&row, generation),
-            });
-        }
+        // Each row is of `authority` at `generation`: the start's own fence.
+        let started = self.started_from(rows, report).await;
         if started.len() < ids.len() {
             tracing::info!(
                 authority,
@@ -288,18 +406,18 @@ impl Custodian {
             }
         };
         let ours = |row: &CommandRow| row.authority_generation == Some(generation);
-        // Still prepared: the start did not commit for them (on Citus, a
-        // serialization failure at the worker's commit reads as unknown).
+        // Still prepared: the start did not commit for them (on a distributed
+        // backend, a serialization failure at the worker's commit reads as unknown).
         // No effect was attempted; the next turn starts them.
         let again: Vec<CommandRow> = rows
             .iter()
-            .filter(|row| row.state() == State::Prepared && ours(row))
+            .filter(|row| row.state() == CommandState::Prepared && ours(row))
             .cloned()
             .collect();
         self.adopted.lock().expect("adopted lock").extend(again);
         let done: Vec<Done> = rows
             .into_iter()
-            .filter(|row| row.state() == State::EffectStarted && ours(row))
+            .filter(|row| row.state() == CommandState::EffectStarted && ours(row))
             .map(|row| Done {
                 authority: authority.to_owned(),
                 generation,
@@ -309,7 +427,7 @@ impl Custodian {
                 ),
             })
             .collect();
-        self.record(done, report).await;
+        self.record_outcomes(done, report).await;
     }
 
     /// Retries what a database outage left behind: batches whose start
@@ -324,14 +442,14 @@ impl Custodian {
                 .await;
         }
         if !unrecorded.is_empty() {
-            self.record(unrecorded, &mut report).await;
+            self.record_outcomes(unrecorded, &mut report).await;
         }
     }
 
     /// Records outcomes, one SERIALIZABLE transaction per (authority,
     /// generation). A refused write (fenced) is counted and logged, never
     /// taken for success.
-    pub async fn record(&self, done: Vec<Done>, report: &mut StepReport) {
+    pub async fn record_outcomes(&self, done: Vec<Done>, report: &mut StepReport) {
         let mut groups: BTreeMap<(String, i64), Vec<(Uuid, EffectOutcome)>> = BTreeMap::new();
         for d in done {
             groups
@@ -341,7 +459,10 @@ impl Custodian {
         }
         for ((authority, generation), outcomes) in groups {
             crash::point(CrashPoint::AfterEffect);
-            let recorded = match self.record_group(&authority, generation, &outcomes).await {
+            let recorded = match self
+                .record_group_outcomes(&authority, generation, &outcomes)
+                .await
+            {
                 Ok(recorded) => recorded,
                 Err(e) => {
                     // Known outcomes are never dropped: kept and retried on
@@ -369,8 +490,8 @@ impl Custodian {
                     continue;
                 }
                 let (counter, tally) = match outcome.state() {
-                    State::Applied => (&self.stats.applied, &mut report.applied),
-                    State::Failed => (&self.stats.failed, &mut report.failed),
+                    CommandState::Applied => (&self.stats.applied, &mut report.applied),
+                    CommandState::Failed => (&self.stats.failed, &mut report.failed),
                     _ => (&self.stats.ambiguous, &mut report.ambiguous),
                 };
                 counter.fetch_add(1, Ordering::Relaxed);
@@ -385,7 +506,7 @@ impl Custodian {
     /// the rows are re-read: those already in the intended state count as
     /// recorded.
     #[tracing::instrument(name = "record", skip(self, outcomes), fields(commands = outcomes.len()))]
-    async fn record_group(
+    async fn record_group_outcomes(
         &self,
         authority: &str,
         generation: i64,
@@ -400,8 +521,13 @@ impl Custodian {
             &settings,
         );
         loop {
-            let mut tx = retry.begin().await?;
-            let attempt = db::lifecycle::record(&mut *tx, outcomes, authority, generation).await;
+            let mut tx = retry.next_attempt().await?;
+            let attempt = if self.engine_steps().await? {
+                db::lifecycle::engine_record_outcomes(&mut *tx, outcomes, authority, generation)
+                    .await
+            } else {
+                db::lifecycle::record_outcomes(&mut *tx, outcomes, authority, generation).await
+            };
             match retry.finish(tx, attempt).await {
                 Ok(Some(ids)) => return Ok(ids),
                 Ok(None) => {}
@@ -474,7 +600,7 @@ impl Custodian {
                 &settings,
             );
             let rows = loop {
-                let mut tx = retry.begin().await?;
+                let mut tx = retry.next_attempt().await?;
                 let attempt = db::lifecycle::adopt_prepared(
                     &mut *tx,
                     authority,
@@ -490,7 +616,7 @@ impl Custodian {
             // Pinned to an older generation: expired, not adopted.
             let expired: Vec<Uuid> = rows
                 .iter()
-                .filter(|r| r.state() == State::Expired)
+                .filter(|r| r.state() == CommandState::Expired)
                 .map(|r| r.id)
                 .collect();
             self.outcomes.finished(&expired).await;
@@ -506,10 +632,10 @@ impl Custodian {
                     "adopted prepared commands of an older generation"
                 );
             }
-            self.adopted
-                .lock()
-                .expect("adopted lock")
-                .extend(rows.into_iter().filter(|r| r.state() == State::Prepared));
+            self.adopted.lock().expect("adopted lock").extend(
+                rows.into_iter()
+                    .filter(|r| r.state() == CommandState::Prepared),
+            );
             if (count as i64) < ADOPT_BATCH {
                 return Ok(());
             }

@@ -1,6 +1,6 @@
 //! Commands as the API reads them: one by id, the list, the history, the
-//! counts; and cancel. Recording a submission (and finding what a key or an
-//! intent already names) is [`super::record`].
+//! counts; and cancel. Inserting a submission (and finding what a key or an
+//! intent already names) is [`super::submissions`].
 //!
 //! The actor (and reason) of a change travel as transaction-local settings,
 //! set as the transaction opens ([`super::txn`]), so the history trigger can
@@ -9,11 +9,12 @@
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::{PgConnection, PgExecutor, PgPool};
+use std::sync::atomic::AtomicU64;
 use uuid::Uuid;
 
 use super::txn;
 
-use crate::domain::State;
+use crate::domain::CommandState;
 
 /// One command as stored.
 #[derive(Debug, Clone, PartialEq)]
@@ -47,13 +48,17 @@ pub struct CommandRow {
     pub not_before: Option<DateTime<Utc>>,
     /// Higher is claimed first within the authority (`domain::schedule`).
     pub priority: i16,
+    /// The immutable columns' digest (identity-v2), written by the first
+    /// engine step that moves the command (migration 0030); a cache that
+    /// `verify` recomputes and never trusts.
+    pub identity_digest: Option<Vec<u8>>,
 }
 
 impl CommandRow {
     /// The state as the domain type. The schema's check
     /// `commands_state_known` (the states of `command_states`) guarantees
     /// the name is known.
-    pub fn state(&self) -> State {
+    pub fn state(&self) -> CommandState {
         self.state
             .parse()
             .expect("commands_state_known admits only the known states")
@@ -233,7 +238,7 @@ pub async fn get_in(
 pub struct ListFilter {
     /// The scopes listed; `None`: every scope (operators).
     pub scope: Option<Vec<Uuid>>,
-    pub state: Option<State>,
+    pub state: Option<CommandState>,
     pub authority_id: Option<String>,
     /// Keyset cursor: only ids older than this one.
     pub before_id: Option<Uuid>,
@@ -291,10 +296,10 @@ pub async fn list(
     // Scheduled commands are pending ones.
     let state = match (filter.scheduled, filter.state) {
         (false, state) => state,
-        (true, None | Some(State::Pending)) => Some(State::Pending),
+        (true, None | Some(CommandState::Pending)) => Some(CommandState::Pending),
         (true, Some(_)) => return Ok(Vec::new()),
     };
-    if let Some(state) = state.filter(|s| !s.is_terminal() || *s == State::Ambiguous) {
+    if let Some(state) = state.filter(|s| !s.is_terminal() || *s == CommandState::Ambiguous) {
         return sqlx::query_as!(
             CommandRow,
             r#"
@@ -357,7 +362,7 @@ pub async fn list(
         limit $5
         "#,
         filter.scope.as_deref(),
-        filter.state.map(State::as_str),
+        filter.state.map(CommandState::as_str),
         filter.authority_id.as_deref(),
         high_id,
         filter.limit,
@@ -400,10 +405,37 @@ pub enum CancelOutcome {
     NotFound,
 }
 
-/// Cancels a pending or prepared command. The `where` clause is the
-/// compare-and-set: a custodian that moved the row on first wins, and the
-/// cancel reports the state it found.
+/// Cancels a pending or prepared command of `scope` (`None`: any), acting
+/// as `actor`, in a SERIALIZABLE transaction: a custodian that moves the
+/// row on meanwhile makes it retry (each retry counted in `retries`) and
+/// then report the state it found.
 pub async fn cancel(
+    pool: &PgPool,
+    retries: &AtomicU64,
+    id: Uuid,
+    scope: Option<&[Uuid]>,
+    actor: &str,
+) -> Result<CancelOutcome, txn::TxError> {
+    let mut retry = txn::Retrying::with_settings(
+        pool,
+        retries,
+        "cancel",
+        txn::Isolation::Serializable,
+        &[(txn::ACTOR, actor), (txn::REASON, "cancel requested")],
+    );
+    loop {
+        let mut tx = retry.next_attempt().await?;
+        let attempt = cancel_in(&mut tx, id, scope, actor).await;
+        if let Some(outcome) = retry.finish(tx, attempt).await? {
+            return Ok(outcome);
+        }
+    }
+}
+
+/// The cancel's statements. The `where` clause is the compare-and-set: a
+/// custodian that moved the row on first wins, and the cancel reports the
+/// state it found.
+async fn cancel_in(
     conn: &mut PgConnection,
     id: Uuid,
     scope: Option<&[Uuid]>,
@@ -430,7 +462,7 @@ pub async fn cancel(
     }
     Ok(match get(&mut *conn, id, scope).await? {
         None => CancelOutcome::NotFound,
-        Some(row) if row.state() == State::Cancelled => CancelOutcome::AlreadyCancelled(row),
+        Some(row) if row.state() == CommandState::Cancelled => CancelOutcome::AlreadyCancelled(row),
         Some(row) => CancelOutcome::TooLate(row),
     })
 }

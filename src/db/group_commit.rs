@@ -16,9 +16,9 @@ use std::sync::Arc;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use uuid::Uuid;
 
-use super::Layout;
+use super::Backend;
 use super::commands::{CommandRow, NewCommand};
-use super::record;
+use super::submissions;
 
 /// Most rows one statement carries.
 pub const MAX_ROWS: usize = 256;
@@ -45,8 +45,8 @@ pub struct GroupCommit {
 #[derive(Debug)]
 struct Shared {
     pool: PgPool,
-    /// The database's layout, asked once (it decides where keys are kept).
-    layout: tokio::sync::OnceCell<Layout>,
+    /// What the database can do (it decides where keys are kept).
+    backend: Backend,
 }
 
 #[derive(Debug, Clone)]
@@ -64,12 +64,13 @@ impl std::fmt::Debug for Job {
 }
 
 impl GroupCommit {
-    /// Group commit over `pool`, with `flushers` statements in flight at
-    /// most, each of at most `max_rows` rows.
-    pub fn spawn(pool: PgPool, flushers: usize, max_rows: usize) -> Self {
+    /// Group commit over `pool` (whose database is `backend`), with
+    /// `flushers` statements in flight at most, each of at most `max_rows`
+    /// rows.
+    pub fn spawn(pool: PgPool, backend: Backend, flushers: usize, max_rows: usize) -> Self {
         let (tx, mut rx) = mpsc::channel::<Job>(4 * max_rows.max(1));
         let permits = Arc::new(Semaphore::new(flushers.max(1)));
-        let shared = Shared::new(pool);
+        let shared = Shared::new(pool, backend);
         let flushing = Arc::clone(&shared);
         tokio::spawn(async move {
             while let Some(first) = rx.recv().await {
@@ -98,24 +99,24 @@ impl GroupCommit {
     }
 
     /// One statement per call, on `pool`.
-    pub fn direct(pool: PgPool) -> Self {
+    pub fn direct(pool: PgPool, backend: Backend) -> Self {
         GroupCommit {
             how: How::Direct,
-            shared: Shared::new(pool),
+            shared: Shared::new(pool, backend),
         }
     }
 
-    /// The database's layout (asked of it the first time).
-    pub async fn layout(&self) -> Result<Layout, sqlx::Error> {
-        self.shared.layout().await
+    /// What the database can do.
+    pub fn backend(&self) -> Backend {
+        self.shared.backend
     }
 
     /// Inserts the pending row; `None` when its scope already holds the key
     /// (or, under the intent guard, the intent epoch), as
-    /// [`record::insert_pending`] answers. Returns once the row is durable.
+    /// [`submissions::insert_pending`] answers. Returns once the row is durable.
     pub async fn insert(&self, row: &NewCommand) -> Answer {
         match &self.how {
-            How::Direct => self.shared.record_alone(row).await,
+            How::Direct => self.shared.insert_alone(row).await,
             How::Grouped(tx) => {
                 let (reply, answer) = oneshot::channel();
                 let job = Job {
@@ -132,39 +133,25 @@ impl GroupCommit {
 }
 
 impl Shared {
-    fn new(pool: PgPool) -> Arc<Self> {
-        Arc::new(Shared {
-            pool,
-            layout: tokio::sync::OnceCell::new(),
-        })
-    }
-
-    async fn layout(&self) -> Result<Layout, sqlx::Error> {
-        self.layout
-            .get_or_try_init(|| Layout::of(&self.pool))
-            .await
-            .copied()
+    fn new(pool: PgPool, backend: Backend) -> Arc<Self> {
+        Arc::new(Shared { pool, backend })
     }
 
     /// One row in a statement and a commit of its own.
-    async fn record_alone(&self, row: &NewCommand) -> Answer {
-        record::record_pending(&self.pool, self.layout().await?, row).await
+    async fn insert_alone(&self, row: &NewCommand) -> Answer {
+        submissions::insert_pending_alone(&self.pool, self.backend, row).await
     }
 
     async fn flush(&self, jobs: Vec<Job>) {
-        let layout = match self.layout().await {
-            Ok(layout) if jobs.len() > 1 => layout,
-            // One row, or the layout unknown: each row alone, with its own
-            // answer (and its own error).
-            _ => {
-                for job in jobs {
-                    let _ = job.reply.send(self.record_alone(&job.row).await);
-                }
-                return;
+        if jobs.len() <= 1 {
+            // One row: alone, with its own answer (and its own error).
+            for job in jobs {
+                let _ = job.reply.send(self.insert_alone(&job.row).await);
             }
-        };
+            return;
+        }
         let rows: Vec<&NewCommand> = jobs.iter().map(|j| &j.row).collect();
-        match record::insert_pending_many(&self.pool, layout, &rows).await {
+        match submissions::insert_pending_many(&self.pool, self.backend, &rows).await {
             Ok(inserted) => {
                 let mut by_id: HashMap<Uuid, CommandRow> =
                     inserted.into_iter().map(|r| (r.id, r)).collect();
@@ -175,7 +162,7 @@ impl Shared {
             Err(e) => {
                 tracing::debug!(error = %e, rows = jobs.len(), "group insert failed; each row alone");
                 for job in jobs {
-                    let _ = job.reply.send(self.record_alone(&job.row).await);
+                    let _ = job.reply.send(self.insert_alone(&job.row).await);
                 }
             }
         }

@@ -6,7 +6,7 @@ use sqlx::{AssertSqlSafe, Connection as _, PgExecutor};
 use uuid::Uuid;
 
 use super::commands::{CommandRow, NewCommand, Request};
-use super::record;
+use super::submissions;
 use super::txn;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -224,6 +224,7 @@ pub async fn decide(
 /// `None` when the hold is not open (decided already, or missing).
 pub async fn release(
     conn: &mut sqlx::PgConnection,
+    backend: super::Backend,
     id: Uuid,
     actor: &str,
     reason: Option<&str>,
@@ -239,10 +240,9 @@ pub async fn release(
     };
     let key = format!("hold:{}", hold.id);
     let new = NewCommand::new(&hold.request(), &key, None, actor);
-    let layout = super::Layout::of(&mut *tx).await?;
-    let command = match record::insert_pending(&mut tx, layout, &new).await? {
+    let command = match submissions::insert_pending(&mut tx, backend, &new).await? {
         Some(row) => row,
-        None => match record::find_by_key(&mut tx, layout, hold.scope, &key).await? {
+        None => match submissions::find_by_key(&mut tx, backend, hold.scope, &key).await? {
             Some(row) => row,
             None => return Ok(None),
         },

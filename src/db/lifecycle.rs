@@ -1,4 +1,4 @@
-//! The custodian's statements: claim, adopt, start, record. Each is one
+//! The custodian's statements: claim, adopt, start, record outcomes. Each is one
 //! statement and a compare-and-set: it names the state it expects and, from
 //! `prepared` on, the generation, and joins the authority row so the check
 //! against the authority's current generation happens in the same statement
@@ -208,19 +208,12 @@ pub async fn start(
 /// is still at `generation`. Returns the ids recorded; a missing id was fenced
 /// out (the authority moved on) or is no longer `effect_started`. Run inside
 /// a SERIALIZABLE transaction acting as the custodian.
-pub async fn record(
+pub async fn record_outcomes(
     ex: impl PgExecutor<'_>,
     outcomes: &[(Uuid, EffectOutcome)],
     authority: &str,
     generation: i64,
 ) -> Result<Vec<Uuid>, sqlx::Error> {
-    let rows: Vec<Value> = outcomes
-        .iter()
-        .map(|(id, outcome)| {
-            let (result, error) = outcome.columns();
-            serde_json::json!({"id": id, "state": outcome.state().as_str(), "result": result, "error": error})
-        })
-        .collect();
     sqlx::query_scalar!(
         r#"
         update commands c
@@ -231,12 +224,90 @@ pub async fn record(
           and c.authority_id = $2 and a.id = $2 and a.generation = $3
         returning c.id
         "#,
-        Value::Array(rows),
+        outcomes_json(outcomes),
         authority,
         generation,
     )
     .fetch_all(ex)
     .await
+}
+
+/// Whether the engine steps (migration 0030) are installed: one node, the
+/// functions owned by [`super::roles::ENGINE`]. Without them the custodian
+/// takes the trigger path ([`claim`], [`start`], [`record_outcomes`]).
+pub async fn engine_steps(ex: impl PgExecutor<'_>) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar(
+        "select count(*) = 2 from pg_proc p join pg_roles r on r.oid = p.proowner
+         where p.proname in ('ledger_claim_start', 'ledger_record_outcomes') and r.rolname = $1",
+    )
+    .bind(super::roles::ENGINE)
+    .fetch_one(ex)
+    .await
+}
+
+/// Claims and starts, in one statement (`ledger_claim_start`, migration
+/// 0030): up to `limit` queued commands of the authorities `holder` leases
+/// go from `pending` through `prepared` to `effect_started` under the
+/// lease's generation, or to `expired`. Returns them as they now are. Run
+/// in a transaction acting as the custodian, at the claim's isolation: the
+/// lease row held for share fences it (a takeover waits for its commit). No
+/// effect may start before it commits.
+pub async fn claim_start(
+    ex: impl PgExecutor<'_>,
+    authorities: &[String],
+    holder: &str,
+    limit: i64,
+) -> Result<Vec<CommandRow>, sqlx::Error> {
+    sqlx::query_as!(
+        CommandRow,
+        r#"
+        select c.id as "id!", c.scope as "scope!", c.idempotency_key as "idempotency_key!",
+               c.request_digest as "request_digest!", c.digest_version as "digest_version!",
+               c.kind as "kind!", c.authority_id as "authority_id!", c.authority_generation,
+               c.run_id, c.args as "args!", c.canonical as "canonical!", c.state as "state!",
+               c.result, c.error, c.created_at as "created_at!", c.updated_at as "updated_at!",
+               c.deadline_at, c.finished_at, c.pinned_generation, c.intent_digest,
+               c.canonical_rules as "canonical_rules!", c.intent_epoch, c.retry_of, c.not_before,
+               c.priority as "priority!", c.identity_digest
+        from ledger_claim_start($1, $2, $3::bigint::integer) as c
+        "#,
+        authorities,
+        holder,
+        limit,
+    )
+    .fetch_all(ex)
+    .await
+}
+
+/// [`record_outcomes`] through the engine step `ledger_record_outcomes` (migration
+/// 0030): the same fence and the same answer.
+pub async fn engine_record_outcomes(
+    ex: impl PgExecutor<'_>,
+    outcomes: &[(Uuid, EffectOutcome)],
+    authority: &str,
+    generation: i64,
+) -> Result<Vec<Uuid>, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"select id as "id!" from ledger_record_outcomes($2, $3, $1::jsonb) as r(id)"#,
+        outcomes_json(outcomes),
+        authority,
+        generation,
+    )
+    .fetch_all(ex)
+    .await
+}
+
+/// Outcomes as the recordset both record paths read.
+fn outcomes_json(outcomes: &[(Uuid, EffectOutcome)]) -> Value {
+    Value::Array(
+        outcomes
+            .iter()
+            .map(|(id, outcome)| {
+                let (result, error) = outcome.columns();
+                serde_json::json!({"id": id, "state": outcome.state().as_str(), "result": result, "error": error})
+            })
+            .collect(),
+    )
 }
 
 /// Some commands of `authority` as they are now (after a commit whose

@@ -4,6 +4,10 @@
 //! as `pg_dump --schema-only` prints it after every migration, is
 //! `docs/schema.sql` (a test keeps it current).
 //!
+//! What the database can do (one PostgreSQL, or a distributed backend) is
+//! [`Backend`], detected once where the pool is opened and passed on: the
+//! only place that knows which product answers.
+//!
 //! # Every statement that changes `commands.state`
 //!
 //! Each is a compare-and-set on the state it expects (and, from `prepared`
@@ -12,32 +16,46 @@
 //!
 //! | function | from → to | called by |
 //! |---|---|---|
-//! | [`record::insert_pending`], [`record::insert_pending_many`] | (new row) → `pending` | admission (`ledger::submit`, through [`group_commit`]), the batch endpoint, hold release ([`holds::release`]) |
+//! | [`submissions::insert_pending`], [`submissions::insert_pending_many`] | (new row) → `pending` | admission (`ledger::submit`, through [`group_commit`]), the batch endpoint, hold release ([`holds::release`]) |
 //! | [`lifecycle::claim`] (`sql/claim.sql`) | `pending` → `prepared` \| `expired` | custodian: claim |
 //! | [`lifecycle::adopt_prepared`] | `prepared` (older generation) → `prepared` (rebound) \| `expired` | custodian: a newly taken lease (SERIALIZABLE) |
 //! | [`lifecycle::start`] | `prepared` → `effect_started` \| `expired` | custodian: start (SERIALIZABLE) |
-//! | [`lifecycle::record`] | `effect_started` → `applied` \| `failed` \| `ambiguous` | custodian: record (SERIALIZABLE) |
+//! | [`lifecycle::claim_start`] (engine step, migration 0030) | `pending` → `prepared` → `effect_started` \| `expired` | custodian: claim and start in one statement (one node) |
+//! | [`lifecycle::record_outcomes`], or [`lifecycle::engine_record_outcomes`] (engine step, migration 0030) | `effect_started` → `applied` \| `failed` \| `ambiguous` | custodian: record outcomes (SERIALIZABLE) |
 //! | [`recovery::expire`] | `pending` \| `prepared` → `expired` | recovery |
 //! | [`recovery::adopt`] | `prepared` → `prepared` (rebound to the current generation) | recovery |
 //! | [`recovery::resolve`] | `effect_started` → `applied` \| `failed` \| `ambiguous` | recovery |
-//! | [`commands::cancel`] | `pending` \| `prepared` → `cancelled` | API and CLI cancel |
+//! | [`commands::cancel`] | `pending` \| `prepared` → `cancelled` | cancel (`ledger::cancel`: the API and the CLI) |
 //!
 //! Nothing else updates `commands`; `prune` (migration 0007, 0011) deletes
 //! terminal rows after archiving them, and changes no state.
+//!
+//! # One word, one meaning
+//!
+//! In names, *record* means writing the outcomes of started commands, the
+//! custodian's last step ([`lifecycle::record_outcomes`], under
+//! [`Custodian::record_outcomes`](crate::custodian::Custodian::record_outcomes)).
+//! A submission's pending row is *inserted* ([`submissions`]), a resolution
+//! of an ambiguous command *appended* ([`resolutions::append`]), and what a
+//! command is in its life is its
+//! [`CommandState`](crate::domain::CommandState). Prose keeps the ordinary
+//! verb: every command is recorded before it is dispatched.
 
 pub mod authorities;
+pub mod backend;
 pub mod commands;
 pub mod counts;
 pub mod group_commit;
 pub mod holds;
 pub mod inspector;
 pub mod lifecycle;
+pub mod migrations;
 pub mod notify;
 pub mod principals;
-pub mod record;
 pub mod recovery;
 pub mod resolutions;
 pub mod roles;
+pub mod submissions;
 pub mod txn;
 pub mod verify;
 pub mod webhooks;
@@ -47,11 +65,10 @@ use sqlx::{ConnectOptions as _, Connection as _, PgPool};
 use std::str::FromStr as _;
 use std::time::Duration;
 
+pub use backend::Backend;
 pub use commands::{CancelOutcome, CommandRow, HistoryRow, ListFilter, NewCommand, Request};
+pub use migrations::{MIGRATOR, migrate, migrations_current};
 pub use principals::{Principal, Role, TokenRow};
-
-/// The schema migrations, embedded in the binary.
-pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
 #[derive(Debug, thiserror::Error)]
 pub enum DbError {
@@ -61,6 +78,11 @@ pub enum DbError {
     Connect(#[source] sqlx::Error),
     #[error("migrating the database failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error(
+        "the database holds migration {0}, which this command-ledger does not know: a newer version \
+         migrated it; run that version (or a newer one)"
+    )]
+    NewerDatabase(i64),
     #[error(transparent)]
     Sqlx(#[from] sqlx::Error),
 }
@@ -130,48 +152,6 @@ pub(crate) async fn first_connection(pool: PgPool) -> Result<PgPool, DbError> {
     }
 }
 
-/// Applies pending migrations (serialised across processes by sqlx's advisory
-/// lock). Those up to [`roles::ROLES_MIGRATION`] run as the connecting user
-/// (the one that creates the roles must be able to); every later one as
-/// [`roles::OWNER`], so that what it creates belongs to the owner. On a
-/// Citus coordinator (the `citus` extension is installed) the ledger's
-/// tables are then distributed by authority (`ledger_distribute()`,
-/// migration 0019; idempotent, so tables a later migration adds are
-/// distributed by the next run).
-pub async fn migrate(pool: &PgPool) -> Result<(), DbError> {
-    // A connection of its own: it changes its role, and is not given back.
-    let mut conn = pool.acquire().await?.detach();
-    MIGRATOR.run_to(roles::ROLES_MIGRATION, &mut conn).await?;
-    let may_act_as_owner: bool = sqlx::query_scalar(
-        "select exists (select 1 from pg_roles where rolname = $1) and pg_has_role($1, 'member')",
-    )
-    .bind(roles::OWNER)
-    .fetch_one(&mut conn)
-    .await?;
-    // On Citus the coordinator opens its connections to the workers as the
-    // current role: the roles may log in there before the owner acts.
-    let citus = is_citus(&mut conn).await?;
-    if citus {
-        roles::may_log_in_on_every_node(&mut conn).await?;
-    }
-    if may_act_as_owner {
-        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("set role {}", roles::OWNER)))
-            .execute(&mut conn)
-            .await?;
-    }
-    MIGRATOR.run(&mut conn).await?;
-    if citus {
-        sqlx::query("select ledger_distribute()")
-            .execute(&mut conn)
-            .await?;
-        // Setting a database's defaults is the database owner's (the login).
-        sqlx::raw_sql("reset role").execute(&mut conn).await?;
-        citus_session_defaults(&mut conn).await?;
-    }
-    conn.close().await?;
-    Ok(())
-}
-
 /// On Citus: makes the database's new sessions send their `SET LOCAL`s on
 /// to the workers (`citus.propagate_set_commands = 'local'`), where the
 /// history triggers read who acts (`command_ledger.actor`, set as each
@@ -188,52 +168,6 @@ pub async fn citus_session_defaults(conn: &mut sqlx::PgConnection) -> Result<(),
     .execute(conn)
     .await?;
     Ok(())
-}
-
-/// How the ledger's tables are laid out, which decides where the key rule
-/// is kept (migration 0020).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Layout {
-    /// One PostgreSQL: the unique constraint on `commands` keeps a key to
-    /// one command.
-    OneNode,
-    /// A Citus coordinator: each key is also written to `command_keys`
-    /// (distributed by scope) in the submission's transaction, and found there.
-    Citus,
-}
-
-impl Layout {
-    /// The layout of the database `ex` is connected to.
-    pub async fn of(ex: impl sqlx::PgExecutor<'_>) -> Result<Layout, sqlx::Error> {
-        Ok(if is_citus(ex).await? {
-            Layout::Citus
-        } else {
-            Layout::OneNode
-        })
-    }
-}
-
-/// Whether the database is a Citus coordinator (the `citus` extension is installed).
-pub async fn is_citus(ex: impl sqlx::PgExecutor<'_>) -> Result<bool, sqlx::Error> {
-    sqlx::query_scalar("select exists (select 1 from pg_extension where extname = 'citus')")
-        .fetch_one(ex)
-        .await
-}
-
-/// True when every embedded migration is applied with the same checksum.
-pub async fn migrations_current(pool: &PgPool) -> Result<bool, sqlx::Error> {
-    let applied: Vec<(i64, Vec<u8>)> =
-        sqlx::query_as("select version, checksum from _sqlx_migrations where success")
-            .fetch_all(pool)
-            .await?;
-    Ok(MIGRATOR
-        .iter()
-        .filter(|m| m.migration_type.is_up_migration())
-        .all(|m| {
-            applied
-                .iter()
-                .any(|(v, sum)| *v == m.version && sum.as_slice() == &*m.checksum)
-        }))
 }
 
 /// Creates `name` on the server of `admin_url` unless it exists.

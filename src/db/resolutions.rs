@@ -3,10 +3,10 @@
 //! effect, recorded beside the terminal `ambiguous` row, append-only.
 
 use chrono::{DateTime, Utc};
-use sqlx::PgExecutor;
+use sqlx::{PgExecutor, PgPool};
 use uuid::Uuid;
 
-use super::CommandRow;
+use super::{CommandRow, txn};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResolutionRow {
@@ -25,7 +25,7 @@ pub struct ResolutionRow {
     pub hash: Vec<u8>,
 }
 
-/// A resolution to record.
+/// A resolution to append.
 #[derive(Debug, Clone)]
 pub struct NewResolution<'a> {
     pub command_id: Uuid,
@@ -38,7 +38,7 @@ pub struct NewResolution<'a> {
     pub actor: &'a str,
 }
 
-/// Why a resolution was not recorded.
+/// Why a resolution was not appended.
 #[derive(Debug, thiserror::Error)]
 pub enum ResolveError {
     #[error("the command is not ambiguous")]
@@ -49,9 +49,17 @@ pub enum ResolveError {
     Db(#[from] sqlx::Error),
 }
 
-/// Records a resolution; the database checks the command is ambiguous and
-/// stamps the time and hashes.
-pub async fn record(
+/// Appends a resolution in a transaction of its own, acting as its actor;
+/// the database checks the command is ambiguous and stamps the time and
+/// hashes.
+pub async fn append(pool: &PgPool, r: &NewResolution<'_>) -> Result<ResolutionRow, ResolveError> {
+    let mut tx = txn::begin_as(pool, txn::Isolation::ReadCommitted, r.actor).await?;
+    let row = insert(&mut *tx, r).await?;
+    tx.commit().await?;
+    Ok(row)
+}
+
+async fn insert(
     ex: impl PgExecutor<'_>,
     r: &NewResolution<'_>,
 ) -> Result<ResolutionRow, ResolveError> {

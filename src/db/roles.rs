@@ -15,10 +15,6 @@ use std::time::Duration;
 
 use super::DbError;
 
-/// The migration that creates the roles: those before it (and it) run as the
-/// connecting user, later ones as [`OWNER`].
-pub const ROLES_MIGRATION: i64 = 16;
-
 /// Owns every table, view and function; runs the migrations. Not a superuser.
 pub const OWNER: &str = "ledger_owner";
 
@@ -135,6 +131,98 @@ pub async fn may_log_in_on_every_node(conn: &mut PgConnection) -> Result<(), sql
             .await?;
     }
     tx.commit().await
+}
+
+/// The role the engine steps run as (migration 0030, one node): they are
+/// `SECURITY DEFINER` functions it owns, and the triggers that keep the
+/// history for every other writer skip only what runs as it. Nobody can
+/// act as it: it cannot log in, and it has no member but, while the
+/// migrations run, the role that runs them (so that they may own and
+/// replace its functions).
+pub const ENGINE: &str = "ledger_engine";
+
+/// Before the migrations (one node): creates [`ENGINE`] when missing and
+/// makes `grantee` (the role the migrations run as) its member, under a lock
+/// that every migrating process takes, so that one process's revoke never
+/// lands inside another's migrations. Returns the grantee to pass to
+/// [`engine_without_member`], or `None` when there is nothing to undo (a
+/// superuser acts as any role; a login that may not create the role leaves it
+/// to migration 0030 to say what an administrator runs).
+pub async fn engine_member_while_migrating(
+    conn: &mut PgConnection,
+    grantee: &str,
+) -> Result<Option<String>, sqlx::Error> {
+    // Held until engine_without_member, or until the connection closes.
+    sqlx::query("select pg_advisory_lock(7242033)")
+        .execute(&mut *conn)
+        .await?;
+    let (exists, may_create, superuser): (bool, bool, bool) = sqlx::query_as(
+        "select exists (select 1 from pg_roles where rolname = $1),
+                (select rolcreaterole or rolsuper from pg_roles where rolname = current_user),
+                (select rolsuper from pg_roles where rolname = $2)",
+    )
+    .bind(ENGINE)
+    .bind(grantee)
+    .fetch_one(&mut *conn)
+    .await?;
+    if !exists {
+        if !may_create {
+            return Ok(None);
+        }
+        sqlx::raw_sql(AssertSqlSafe(format!(
+            "create role {} nologin",
+            ident(ENGINE)
+        )))
+        .execute(&mut *conn)
+        .await?;
+    }
+    // The owner of the engine's functions must be able to create in the
+    // schema (as migration 0016 lets the owner).
+    sqlx::raw_sql(AssertSqlSafe(format!(
+        "grant usage, create on schema public to {}",
+        ident(ENGINE)
+    )))
+    .execute(&mut *conn)
+    .await?;
+    if superuser {
+        return Ok(None);
+    }
+    let granted = sqlx::raw_sql(AssertSqlSafe(format!(
+        "grant {} to {}",
+        ident(ENGINE),
+        ident(grantee)
+    )))
+    .execute(&mut *conn)
+    .await;
+    match granted {
+        Ok(_) => Ok(Some(grantee.to_owned())),
+        // No admin option on a role an administrator created: 0030 says what to run.
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42501") => Ok(None),
+        // Granted at this moment by a process migrating another database of
+        // the cluster (roles are the cluster's; the advisory lock is the
+        // database's): that process revokes it, and a migration that needs
+        // it meanwhile fails and is run again ([`super::migrate`]).
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("23505") => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// After the migrations: [`ENGINE`] has no member again.
+pub async fn engine_without_member(
+    conn: &mut PgConnection,
+    grantee: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::raw_sql(AssertSqlSafe(format!(
+        "revoke {} from {}",
+        ident(ENGINE),
+        ident(grantee)
+    )))
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query("select pg_advisory_unlock(7242033)")
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
 }
 
 /// A pool acting as `role`: through `url` when it is given (a login of its

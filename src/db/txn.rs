@@ -139,7 +139,7 @@ fn jitter(attempt: u32) -> Duration {
 /// ```ignore
 /// let mut retry = Retrying::new(pool, &stats.serialization_retries, "start", Isolation::Serializable, actor);
 /// let rows = loop {
-///     let mut tx = retry.begin().await?;
+///     let mut tx = retry.next_attempt().await?;
 ///     let result = db::lifecycle::start(&mut *tx, ...).await;
 ///     if let Some(rows) = retry.finish(tx, result).await? { break rows; }
 /// };
@@ -182,7 +182,9 @@ impl<'a> Retrying<'a> {
         }
     }
 
-    pub async fn begin(&mut self) -> Result<Transaction<'static, Postgres>, TxError> {
+    /// Opens the next attempt's transaction (the isolation and settings
+    /// given), or gives up after [`MAX_ATTEMPTS`] serialization conflicts.
+    pub async fn next_attempt(&mut self) -> Result<Transaction<'static, Postgres>, TxError> {
         if self.attempt >= MAX_ATTEMPTS {
             tracing::warn!(
                 what = self.what,

@@ -97,7 +97,22 @@ pub async fn chains(
                        to_char((s.r).deadline_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
                        to_char((s.r).finished_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
                        (s.r).pinned_generation, encode((s.r).intent_digest, 'hex'), (s.r).canonical_rules,
-                       (s.r).intent_epoch)::text, 'UTF8')) as row_digest
+                       (s.r).intent_epoch)::text, 'UTF8')) as row_digest,
+                   -- row-v2 (migration 0030): the immutable columns' digest
+                   -- (identity-v2), recomputed here, never read from the row,
+                   -- and the columns a transition changes.
+                   sha256(convert_to(jsonb_build_array(
+                       'row-v2', encode(sha256(convert_to(jsonb_build_array(
+                           'identity-v2', (s.r).id, (s.r).scope, (s.r).idempotency_key,
+                           encode((s.r).request_digest, 'hex'), (s.r).digest_version, (s.r).kind,
+                           (s.r).authority_id, (s.r).run_id, (s.r).args, (s.r).canonical,
+                           to_char((s.r).created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+                           to_char((s.r).deadline_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+                           (s.r).pinned_generation, encode((s.r).intent_digest, 'hex'), (s.r).canonical_rules,
+                           (s.r).intent_epoch)::text, 'UTF8')), 'hex'),
+                       (s.r).state, (s.r).authority_generation, (s.r).result, (s.r).error,
+                       to_char((s.r).finished_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))::text,
+                       'UTF8')) as row_digest_v2
             from subjects s
         ),
         entries as (
@@ -183,7 +198,8 @@ pub async fn chains(
                when h.generation is distinct from p.last_generation then
                    'row_mismatch: the row has generation ' || coalesce(h.generation::text, 'none')
                    || ' but its last entry says ' || coalesce(p.last_generation::text, 'none')
-               when p.last_digest is not null and p.last_digest <> h.row_digest then
+               when p.last_digest is not null and p.last_digest <> h.row_digest
+                    and p.last_digest <> h.row_digest_v2 then
                    'row_mismatch: the row differs from the row its last entry recorded (a column was edited)'
                end as row_problem
         from heads h

@@ -302,27 +302,45 @@ pub struct Expired {
     pub id: Uuid,
     pub endpoint_id: Uuid,
     pub attempts: i32,
+    /// Whether its last attempt was started and never recorded (its
+    /// deliverer stopped while it was in flight). Otherwise the event's
+    /// last error, that attempt's, is kept.
+    pub in_flight: bool,
 }
 
-/// Due events of `authority` whose expiry has passed (a deliverer died
-/// holding them, past their expiry): expired, with `reason`.
+/// Due events of `authority` whose expiry has passed: expired. An event
+/// whose last attempt was recorded keeps that attempt's error (its retry
+/// simply came due after its expiry); one whose deliverer died holding it
+/// gets `in_flight_reason`.
 pub async fn expire_overdue(
     ex: impl PgExecutor<'_>,
     authority_id: &str,
     now: DateTime<Utc>,
-    reason: &str,
+    in_flight_reason: &str,
 ) -> Result<Vec<Expired>, sqlx::Error> {
     sqlx::query_as!(
         Expired,
         r#"
-        update webhook_events
-        set state = 'expired', next_attempt_at = null, last_error = $3
-        where authority_id = $1 and state = 'pending' and next_attempt_at <= $2 and expires_at <= $2
-        returning id, endpoint_id, attempts
+        update webhook_events e
+        set state = 'expired', next_attempt_at = null,
+            last_error = case
+                when e.attempts > 0 and not exists (
+                    select 1 from webhook_attempts a
+                    where a.authority_id = $1 and a.event_id = e.id and a.n = e.attempts
+                ) then $3
+                else e.last_error
+            end
+        where e.authority_id = $1 and e.state = 'pending'
+          and e.next_attempt_at <= $2 and e.expires_at <= $2
+        returning e.id, e.endpoint_id, e.attempts,
+            e.attempts > 0 and not exists (
+                select 1 from webhook_attempts a
+                where a.authority_id = $1 and a.event_id = e.id and a.n = e.attempts
+            ) as "in_flight!"
         "#,
         authority_id,
         now,
-        reason,
+        in_flight_reason,
     )
     .fetch_all(ex)
     .await

@@ -25,4 +25,4 @@ pub use digest::{
 pub use idempotency_key::{IdempotencyKey, KeyError};
 pub use names::{AuthorityId, AuthorityRef, Kind, NameError};
 pub use outcome::{EffectOutcome, HttpAttempt, classify_http};
-pub use state::{State, TRANSITIONS, can_transition};
+pub use state::{CommandState, TRANSITIONS, can_transition};

@@ -30,6 +30,10 @@ pub struct AuthorityId(String);
 /// (every place it shows an authority id uses this one copy).
 pub const AUTHORITY_ID_PATTERN: &str = r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$";
 
+/// [`Kind`]'s rule as a regular expression, for the OpenAPI document (every
+/// place it shows a kind uses this one copy).
+pub const KIND_PATTERN: &str = r"^[a-z][a-z0-9_.\-]{0,63}$";
+
 impl Kind {
     pub const MAX_LEN: usize = 64;
 

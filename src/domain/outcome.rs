@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use super::State;
+use super::CommandState;
 
 /// The honest result of one effect attempt.
 #[derive(Debug, Clone, PartialEq)]
@@ -27,11 +27,11 @@ impl EffectOutcome {
     }
 
     /// The terminal state this outcome records.
-    pub fn state(&self) -> State {
+    pub fn state(&self) -> CommandState {
         match self {
-            EffectOutcome::Applied(_) => State::Applied,
-            EffectOutcome::Failed { .. } => State::Failed,
-            EffectOutcome::Ambiguous { .. } => State::Ambiguous,
+            EffectOutcome::Applied(_) => CommandState::Applied,
+            EffectOutcome::Failed { .. } => CommandState::Failed,
+            EffectOutcome::Ambiguous { .. } => CommandState::Ambiguous,
         }
     }
 
@@ -110,7 +110,7 @@ mod tests {
                 status,
                 body: json!("no"),
             });
-            assert_eq!(o.state(), State::Failed, "{status}");
+            assert_eq!(o.state(), CommandState::Failed, "{status}");
         }
     }
 
@@ -121,7 +121,7 @@ mod tests {
                 status,
                 body: Value::Null,
             });
-            assert_eq!(o.state(), State::Ambiguous, "{status}");
+            assert_eq!(o.state(), CommandState::Ambiguous, "{status}");
         }
     }
 
@@ -129,18 +129,18 @@ mod tests {
     fn losing_the_answer_after_sending_is_ambiguous_and_never_failed() {
         assert_eq!(
             classify_http(HttpAttempt::TimedOut).state(),
-            State::Ambiguous
+            CommandState::Ambiguous
         );
         assert_eq!(
             classify_http(HttpAttempt::LostAfterSend("reset".into())).state(),
-            State::Ambiguous
+            CommandState::Ambiguous
         );
     }
 
     #[test]
     fn failing_before_sending_is_failed_not_dispatched() {
         let o = classify_http(HttpAttempt::NotSent("connection refused".into()));
-        assert_eq!(o.state(), State::Failed);
+        assert_eq!(o.state(), CommandState::Failed);
         assert_eq!(o.columns().1.unwrap()["reason"], "not_dispatched");
     }
 
@@ -153,7 +153,7 @@ mod tests {
         ] {
             assert!(o.state().is_terminal());
             assert!(super::super::can_transition(
-                State::EffectStarted,
+                CommandState::EffectStarted,
                 o.state()
             ));
         }

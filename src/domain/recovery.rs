@@ -4,12 +4,12 @@
 //! resolved by asking the executor (the reconcile probe) or declared
 //! ambiguous.
 
-use super::State;
+use super::CommandState;
 
 /// What recovery reads about one unfinished command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Facts {
-    pub state: State,
+    pub state: CommandState,
     /// The generation the command is bound to (none while pending).
     pub generation: Option<i64>,
     pub pinned_generation: Option<i64>,
@@ -38,9 +38,9 @@ pub enum Decision {
 pub fn decide(f: &Facts) -> Decision {
     let superseded = matches!((f.generation, f.current_generation), (Some(g), Some(c)) if g < c);
     match f.state {
-        State::Pending if f.deadline_passed => Decision::Expire("deadline_passed"),
-        State::Prepared if f.deadline_passed => Decision::Expire("deadline_passed"),
-        State::Prepared if superseded => match (f.pinned_generation, f.current_generation) {
+        CommandState::Pending if f.deadline_passed => Decision::Expire("deadline_passed"),
+        CommandState::Prepared if f.deadline_passed => Decision::Expire("deadline_passed"),
+        CommandState::Prepared if superseded => match (f.pinned_generation, f.current_generation) {
             (Some(pinned), Some(current)) if pinned != current => {
                 Decision::Expire("authority_superseded")
             }
@@ -49,7 +49,7 @@ pub fn decide(f: &Facts) -> Decision {
             },
             (_, None) => Decision::Leave,
         },
-        State::EffectStarted if superseded || !f.lease_live => Decision::Resolve,
+        CommandState::EffectStarted if superseded || !f.lease_live => Decision::Resolve,
         _ => Decision::Leave,
     }
 }
@@ -69,10 +69,10 @@ pub enum ProbeAnswer {
 mod tests {
     use super::*;
 
-    fn facts(state: State) -> Facts {
+    fn facts(state: CommandState) -> Facts {
         Facts {
             state,
-            generation: (state != State::Pending).then_some(3),
+            generation: (state != CommandState::Pending).then_some(3),
             pinned_generation: None,
             deadline_passed: false,
             current_generation: Some(3),
@@ -82,14 +82,18 @@ mod tests {
 
     #[test]
     fn live_work_of_the_current_generation_is_left_alone() {
-        for s in [State::Pending, State::Prepared, State::EffectStarted] {
+        for s in [
+            CommandState::Pending,
+            CommandState::Prepared,
+            CommandState::EffectStarted,
+        ] {
             assert_eq!(decide(&facts(s)), Decision::Leave, "{s}");
         }
     }
 
     #[test]
     fn overdue_rows_expire_only_before_the_effect() {
-        for s in [State::Pending, State::Prepared] {
+        for s in [CommandState::Pending, CommandState::Prepared] {
             assert_eq!(
                 decide(&Facts {
                     deadline_passed: true,
@@ -101,7 +105,7 @@ mod tests {
         // Once the effect may have started, a deadline changes nothing.
         let started = Facts {
             deadline_passed: true,
-            ..facts(State::EffectStarted)
+            ..facts(CommandState::EffectStarted)
         };
         assert_eq!(decide(&started), Decision::Leave);
     }
@@ -110,7 +114,7 @@ mod tests {
     fn prepared_rows_of_a_superseded_generation_are_adopted_unless_pinned_elsewhere() {
         let old = Facts {
             generation: Some(2),
-            ..facts(State::Prepared)
+            ..facts(CommandState::Prepared)
         };
         assert_eq!(decide(&old), Decision::Adopt { to_generation: 3 });
         let pinned = Facts {
@@ -132,19 +136,19 @@ mod tests {
     fn a_started_effect_whose_executor_is_gone_is_resolved_never_rerun() {
         let superseded = Facts {
             generation: Some(2),
-            ..facts(State::EffectStarted)
+            ..facts(CommandState::EffectStarted)
         };
         assert_eq!(decide(&superseded), Decision::Resolve);
         let dead_lease = Facts {
             lease_live: false,
-            ..facts(State::EffectStarted)
+            ..facts(CommandState::EffectStarted)
         };
         assert_eq!(decide(&dead_lease), Decision::Resolve);
     }
 
     #[test]
     fn terminal_rows_are_never_touched() {
-        for s in State::ALL.into_iter().filter(|s| s.is_terminal()) {
+        for s in CommandState::ALL.into_iter().filter(|s| s.is_terminal()) {
             let f = Facts {
                 deadline_passed: true,
                 lease_live: false,
@@ -157,7 +161,7 @@ mod tests {
 
     #[test]
     fn every_decision_is_a_legal_transition() {
-        for s in State::ALL {
+        for s in CommandState::ALL {
             for deadline_passed in [false, true] {
                 for lease_live in [false, true] {
                     for generation in [None, Some(1), Some(3)] {
@@ -172,10 +176,10 @@ mod tests {
                             };
                             match decide(&f) {
                                 Decision::Expire(_) => {
-                                    assert!(super::super::can_transition(s, State::Expired));
+                                    assert!(super::super::can_transition(s, CommandState::Expired));
                                 }
-                                Decision::Adopt { .. } => assert_eq!(s, State::Prepared),
-                                Decision::Resolve => assert_eq!(s, State::EffectStarted),
+                                Decision::Adopt { .. } => assert_eq!(s, CommandState::Prepared),
+                                Decision::Resolve => assert_eq!(s, CommandState::EffectStarted),
                                 Decision::Leave => {}
                             }
                         }

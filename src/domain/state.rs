@@ -7,7 +7,7 @@ use std::str::FromStr;
 
 /// Where a command is in its life. Terminal states have no outgoing edge.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum State {
+pub enum CommandState {
     Pending,
     Prepared,
     EffectStarted,
@@ -19,46 +19,46 @@ pub enum State {
 }
 
 /// Every allowed `(from, to)` pair, and nothing else.
-pub const TRANSITIONS: &[(State, State)] = &[
-    (State::Pending, State::Prepared),
-    (State::Pending, State::Cancelled),
-    (State::Pending, State::Expired),
-    (State::Prepared, State::EffectStarted),
-    (State::Prepared, State::Cancelled),
-    (State::Prepared, State::Expired),
-    (State::EffectStarted, State::Applied),
-    (State::EffectStarted, State::Failed),
-    (State::EffectStarted, State::Ambiguous),
+pub const TRANSITIONS: &[(CommandState, CommandState)] = &[
+    (CommandState::Pending, CommandState::Prepared),
+    (CommandState::Pending, CommandState::Cancelled),
+    (CommandState::Pending, CommandState::Expired),
+    (CommandState::Prepared, CommandState::EffectStarted),
+    (CommandState::Prepared, CommandState::Cancelled),
+    (CommandState::Prepared, CommandState::Expired),
+    (CommandState::EffectStarted, CommandState::Applied),
+    (CommandState::EffectStarted, CommandState::Failed),
+    (CommandState::EffectStarted, CommandState::Ambiguous),
 ];
 
 /// True when the state machine allows moving from `from` to `to`.
-pub fn can_transition(from: State, to: State) -> bool {
+pub fn can_transition(from: CommandState, to: CommandState) -> bool {
     TRANSITIONS.contains(&(from, to))
 }
 
-impl State {
-    pub const ALL: [State; 8] = [
-        State::Pending,
-        State::Prepared,
-        State::EffectStarted,
-        State::Applied,
-        State::Failed,
-        State::Ambiguous,
-        State::Cancelled,
-        State::Expired,
+impl CommandState {
+    pub const ALL: [CommandState; 8] = [
+        CommandState::Pending,
+        CommandState::Prepared,
+        CommandState::EffectStarted,
+        CommandState::Applied,
+        CommandState::Failed,
+        CommandState::Ambiguous,
+        CommandState::Cancelled,
+        CommandState::Expired,
     ];
 
     /// The name used in the database, the API and the logs.
     pub fn as_str(self) -> &'static str {
         match self {
-            State::Pending => "pending",
-            State::Prepared => "prepared",
-            State::EffectStarted => "effect_started",
-            State::Applied => "applied",
-            State::Failed => "failed",
-            State::Ambiguous => "ambiguous",
-            State::Cancelled => "cancelled",
-            State::Expired => "expired",
+            CommandState::Pending => "pending",
+            CommandState::Prepared => "prepared",
+            CommandState::EffectStarted => "effect_started",
+            CommandState::Applied => "applied",
+            CommandState::Failed => "failed",
+            CommandState::Ambiguous => "ambiguous",
+            CommandState::Cancelled => "cancelled",
+            CommandState::Expired => "expired",
         }
     }
 
@@ -72,24 +72,27 @@ impl State {
     /// the target refused it), `expired` or `cancelled` (no effect was ever
     /// attempted). `ambiguous` is not: nobody knows.
     pub fn ended_with_nothing_done(self) -> bool {
-        matches!(self, State::Failed | State::Expired | State::Cancelled)
+        matches!(
+            self,
+            CommandState::Failed | CommandState::Expired | CommandState::Cancelled
+        )
     }
 
-    /// [`State::ended_with_nothing_done`], or `ambiguous` and later resolved
+    /// [`CommandState::ended_with_nothing_done`], or `ambiguous` and later resolved
     /// `not_applied` (by an operator or the reconcile probe): that is as
     /// definite as a failure. An unresolved `ambiguous`, or one resolved
     /// `applied`, is not.
     pub fn nothing_done_as_resolved(self, resolved_not_applied: bool) -> bool {
-        self.ended_with_nothing_done() || (self == State::Ambiguous && resolved_not_applied)
+        self.ended_with_nothing_done() || (self == CommandState::Ambiguous && resolved_not_applied)
     }
 
     /// A client may still cancel the command: no effect has been attempted.
     pub fn is_cancellable(self) -> bool {
-        can_transition(self, State::Cancelled)
+        can_transition(self, CommandState::Cancelled)
     }
 }
 
-impl fmt::Display for State {
+impl fmt::Display for CommandState {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
@@ -99,11 +102,11 @@ impl fmt::Display for State {
 #[error("unknown state {0:?}")]
 pub struct UnknownState(pub String);
 
-impl FromStr for State {
+impl FromStr for CommandState {
     type Err = UnknownState;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        State::ALL
+        CommandState::ALL
             .into_iter()
             .find(|state| state.as_str() == s)
             .ok_or_else(|| UnknownState(s.to_owned()))
@@ -116,10 +119,12 @@ mod tests {
 
     #[test]
     fn only_a_definite_end_frees_an_intent_and_a_not_applied_resolution_is_one() {
-        for state in State::ALL {
+        for state in CommandState::ALL {
             for resolved in [false, true] {
-                let expected = matches!(state, State::Failed | State::Expired | State::Cancelled)
-                    || (state == State::Ambiguous && resolved);
+                let expected = matches!(
+                    state,
+                    CommandState::Failed | CommandState::Expired | CommandState::Cancelled
+                ) || (state == CommandState::Ambiguous && resolved);
                 assert_eq!(
                     state.nothing_done_as_resolved(resolved),
                     expected,
@@ -129,8 +134,8 @@ mod tests {
         }
     }
 
-    fn expected(from: State, to: State) -> bool {
-        use State::*;
+    fn expected(from: CommandState, to: CommandState) -> bool {
+        use CommandState::*;
         matches!(
             (from, to),
             (Pending, Prepared | Cancelled | Expired)
@@ -141,8 +146,8 @@ mod tests {
 
     #[test]
     fn every_pair_of_states_matches_the_design_diagram() {
-        for from in State::ALL {
-            for to in State::ALL {
+        for from in CommandState::ALL {
+            for to in CommandState::ALL {
                 assert_eq!(
                     can_transition(from, to),
                     expected(from, to),
@@ -154,15 +159,18 @@ mod tests {
 
     #[test]
     fn terminal_states_are_exactly_the_five_outcomes() {
-        let terminal: Vec<_> = State::ALL.into_iter().filter(|s| s.is_terminal()).collect();
+        let terminal: Vec<_> = CommandState::ALL
+            .into_iter()
+            .filter(|s| s.is_terminal())
+            .collect();
         assert_eq!(
             terminal,
             [
-                State::Applied,
-                State::Failed,
-                State::Ambiguous,
-                State::Cancelled,
-                State::Expired
+                CommandState::Applied,
+                CommandState::Failed,
+                CommandState::Ambiguous,
+                CommandState::Cancelled,
+                CommandState::Expired
             ]
         );
     }
@@ -170,13 +178,13 @@ mod tests {
     #[test]
     fn nothing_steps_back_once_the_effect_has_started() {
         for to in [
-            State::Pending,
-            State::Prepared,
-            State::Cancelled,
-            State::Expired,
+            CommandState::Pending,
+            CommandState::Prepared,
+            CommandState::Cancelled,
+            CommandState::Expired,
         ] {
             assert!(
-                !can_transition(State::EffectStarted, to),
+                !can_transition(CommandState::EffectStarted, to),
                 "effect_started -> {to}"
             );
         }
@@ -184,32 +192,32 @@ mod tests {
 
     #[test]
     fn no_state_transitions_to_itself() {
-        for s in State::ALL {
+        for s in CommandState::ALL {
             assert!(!can_transition(s, s));
         }
     }
 
     #[test]
     fn only_pending_and_prepared_are_cancellable() {
-        let cancellable: Vec<_> = State::ALL
+        let cancellable: Vec<_> = CommandState::ALL
             .into_iter()
             .filter(|s| s.is_cancellable())
             .collect();
-        assert_eq!(cancellable, [State::Pending, State::Prepared]);
+        assert_eq!(cancellable, [CommandState::Pending, CommandState::Prepared]);
     }
 
     #[test]
     fn names_round_trip_and_unknown_names_are_refused() {
-        for s in State::ALL {
-            assert_eq!(s.as_str().parse::<State>(), Ok(s));
+        for s in CommandState::ALL {
+            assert_eq!(s.as_str().parse::<CommandState>(), Ok(s));
         }
-        assert!("Pending".parse::<State>().is_err());
-        assert!("".parse::<State>().is_err());
+        assert!("Pending".parse::<CommandState>().is_err());
+        assert!("".parse::<CommandState>().is_err());
     }
 
     #[test]
     fn every_state_is_reachable_from_pending() {
-        let mut reached = vec![State::Pending];
+        let mut reached = vec![CommandState::Pending];
         let mut i = 0;
         while i < reached.len() {
             for &(from, to) in TRANSITIONS {
@@ -219,6 +227,6 @@ mod tests {
             }
             i += 1;
         }
-        assert_eq!(reached.len(), State::ALL.len());
+        assert_eq!(reached.len(), CommandState::ALL.len());
     }
 }

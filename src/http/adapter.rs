@@ -1,13 +1,13 @@
 //! The admission layer's own API (`/api/*`), as an adapter over the ledger,
 //! for agents and demos written against it: `POST /api/invoke` is
-//! `POST /v1/invoke`; `GET /api/state` counts requests against executions
-//! in the current counting epoch; `POST /api/release {"id"}` releases a
-//! hold; `POST /api/reset` starts a new counting epoch, only in the embedded
-//! demo, and deletes nothing anywhere.
+//! `POST /v1/invoke` (routed with it, in submit.rs); `GET /api/state` counts
+//! requests against executions in the current counting epoch;
+//! `POST /api/release {"id"}` releases a hold; `POST /api/reset` starts a
+//! new counting epoch, only in the embedded demo, and deletes nothing
+//! anywhere.
 
 use axum::Json;
 use axum::extract::State;
-use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -18,10 +18,9 @@ use uuid::Uuid;
 use super::AppState;
 use super::counters::Counters;
 use super::error::{ApiError, Problem};
-use super::extract::{AppJson, Auth};
-use super::holds::HoldAnswer;
-use super::submit::{InvokeBody, InvokeView};
-use crate::db::{self, Principal, Role};
+use super::extract::{AppJson, Auth, operator};
+use super::views::HoldAnswer;
+use crate::db;
 use crate::ledger;
 
 /// A counting epoch: `/api/state` counts from its start.
@@ -57,24 +56,6 @@ fn snapshot(c: &Counters) -> [u64; 7] {
     ]
 }
 
-/// `POST /api/invoke`: the same operation as `POST /v1/invoke`.
-#[utoipa::path(post, path = "/api/invoke", operation_id = "apiInvoke", tag = "admission layer",
-    request_body = InvokeBody,
-    params(("Prefer" = Option<String>, Header, description = "wait=N (default 30)")),
-    responses((status = 200, description = "executed, coalesced or replay", body = InvokeView<'static>),
-              (status = 202, description = "held or pending", body = InvokeView<'static>),
-              (status = 400, body = Problem), (status = 401, body = Problem), (status = 409, body = Problem),
-              (status = 429, body = Problem), (status = 503, body = Problem)),
-    security(("bearer" = [])))]
-pub(super) async fn invoke(
-    state: State<AppState>,
-    auth: Auth,
-    headers: HeaderMap,
-    body: AppJson<InvokeBody>,
-) -> Result<Response, ApiError> {
-    super::submit::invoke(state, auth, headers, body).await
-}
-
 /// What `GET /api/state` answers.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(super) struct EpochState {
@@ -93,13 +74,6 @@ pub(super) struct EpochState {
     held: u64,
     conflict: u64,
     refused: u64,
-}
-
-fn operator(principal: &Principal, what: &'static str) -> Result<(), ApiError> {
-    match principal.role {
-        Role::Operator => Ok(()),
-        Role::Device => Err(ApiError::Forbidden(what)),
-    }
 }
 
 /// `GET /api/state`: requests against executions, in the current epoch. Operators only.
@@ -201,6 +175,7 @@ pub(super) async fn release(
     }
     let (hold, command) = ledger::holds::release(
         &state.pool,
+        state.backend,
         &state.wake,
         body.id,
         &principal.actor(),

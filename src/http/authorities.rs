@@ -9,8 +9,8 @@ use serde::Serialize;
 use super::AppState;
 use super::error::ApiError;
 use super::extract::Auth;
+use super::params::{AuthorityName, authority_id};
 use crate::db;
-use crate::domain::AuthorityId;
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(super) struct AuthorityStatus {
@@ -22,7 +22,7 @@ pub(super) struct AuthorityStatus {
 }
 
 #[utoipa::path(get, path = "/v1/authorities/{id}", operation_id = "getAuthority", tag = "authorities",
-    params(("id" = inline(super::submit::AuthorityName), Path, description = "authority id")),
+    params(("id" = inline(AuthorityName), Path, description = "authority id")),
     responses((status = 200, body = AuthorityStatus), (status = 400, body = super::error::Problem),
               (status = 401, body = super::error::Problem), (status = 404, body = super::error::Problem)),
     security(("bearer" = [])))]
@@ -31,7 +31,7 @@ pub(super) async fn get_one(
     Auth(_principal): Auth,
     Path(id): Path<String>,
 ) -> Result<Json<AuthorityStatus>, ApiError> {
-    let id = AuthorityId::parse(&id).map_err(|e| ApiError::InvalidId(e.to_string()))?;
+    let id = authority_id(&id)?;
     let row = db::authorities::get(&state.pool, id.as_str())
         .await?
         .ok_or(ApiError::NotFound)?;

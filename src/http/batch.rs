@@ -12,11 +12,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::AppState;
-use super::commands::{CommandView, view};
 use super::error::{ApiError, Problem};
 use super::extract::{AppJson, Auth};
-use super::holds::HeldAnswer;
-use super::submit::{AuthorityField, SubmitBody, validate};
+use super::params::{AuthorityField, SubmitBody, kind_schema, submission};
+use super::views::{CommandView, HeldAnswer, view};
 use crate::domain::{Disposition, IdempotencyKey};
 use crate::ledger::submit::{Admitted, BatchItem, admit_batch};
 
@@ -47,7 +46,7 @@ pub(super) struct BatchItemBody {
     #[serde(default)]
     #[schema(pattern = r"^[ -~]{1,255}$")]
     idempotency_key: Option<String>,
-    #[schema(pattern = r"^[a-z][a-z0-9_.\-]{0,63}$")]
+    #[schema(schema_with = kind_schema)]
     kind: String,
     authority: AuthorityField,
     /// A JSON object (default `{}`).
@@ -171,7 +170,7 @@ fn item(state: &AppState, raw: Value) -> Result<BatchItem, ApiError> {
         .as_deref()
         .map(IdempotencyKey::new)
         .transpose()?;
-    let sub = validate(SubmitBody {
+    let sub = submission(SubmitBody {
         kind: body.kind,
         authority: body.authority,
         args: body.args,

@@ -1,126 +1,28 @@
 //! `/v1/commands` reads and cancels: one command, the list, its history,
-//! cancel; and the answer helpers `submit.rs` shares (waiting for the
-//! outcome, `Location`, `Idempotency-Key-Expires`). Recording is `submit.rs`.
+//! cancel (`ledger::cancel`, which the command line calls too). Recording
+//! is `submit.rs`; what a command looks like is `views.rs`.
 
 use axum::Json;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use std::time::Duration;
 use uuid::Uuid;
 
 use super::AppState;
 use super::error::{ApiError, Problem};
 use super::extract::{AppQuery, Auth};
-use crate::db::{self, CancelOutcome, CommandRow, HistoryRow, ListFilter, txn};
-use crate::domain::{AuthorityId, Disposition, State as CommandState};
+use super::params::{authority_id_schema, kind_schema, parse_id};
+use super::views::{CommandView, HistoryEntry, applied_wait, key_expiry, resolved_view, view};
+use super::wait::settle;
+use crate::db::{self, ListFilter};
+use crate::domain::{AuthorityId, CommandState};
+use crate::ledger;
 
 /// Default and largest page for listings.
 const DEFAULT_LIMIT: i64 = 50;
 const MAX_LIMIT: i64 = 500;
-
-/// A command as the API shows it.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub(super) struct CommandView<'a> {
-    id: Uuid,
-    kind: &'a str,
-    state: &'a str,
-    authority: AuthorityView<'a>,
-    idempotency_key: &'a str,
-    run_id: Option<&'a str>,
-    #[schema(value_type = Object)]
-    args: &'a Value,
-    #[schema(value_type = Option<Object>)]
-    result: Option<&'a Value>,
-    #[schema(value_type = Option<Object>)]
-    error: Option<&'a Value>,
-    request_digest: String,
-    deadline: Option<DateTime<Utc>>,
-    /// Not claimed before this instant; null: as soon as possible.
-    not_before: Option<DateTime<Utc>>,
-    /// Pending and waiting for its `not_before`, when this was read.
-    scheduled: bool,
-    /// Higher is claimed first within the authority (-100..=100, with aging).
-    priority: i16,
-    created_at: DateTime<Utc>,
-    updated_at: DateTime<Utc>,
-    finished_at: Option<DateTime<Utc>>,
-    /// The request in canonical form: what its digests were computed over.
-    #[schema(value_type = Object)]
-    canonical: &'a Value,
-    /// The canonicalization rules that fired (why two spellings are one intent).
-    canonical_rules: &'a [String],
-    /// The intent digest (hex): equal for every spelling of one intent in one
-    /// authority, whatever the run; null for commands recorded before intents.
-    fingerprint: Option<String>,
-    /// The command of the same intent this one retries (that one ended with
-    /// nothing done and the kind releases such intents); null otherwise.
-    retry_of: Option<Uuid>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    disposition: Option<&'static str>,
-    /// For an ambiguous command read by id: what was later learned about its
-    /// effect (`POST /v1/commands/{id}/resolution` or `/probe`), if anything.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(super) resolution: Option<Box<super::resolutions::ResolutionView>>,
-}
-
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-struct AuthorityView<'a> {
-    id: &'a str,
-    /// The generation bound when the command was prepared, or the pinned
-    /// one; null while an unpinned command is pending.
-    generation: Option<i64>,
-    /// Whether the submission pinned the generation.
-    pinned: bool,
-}
-
-pub(super) fn view(row: &CommandRow, disposition: Option<Disposition>) -> CommandView<'_> {
-    CommandView {
-        id: row.id,
-        kind: &row.kind,
-        state: &row.state,
-        authority: AuthorityView {
-            id: &row.authority_id,
-            generation: row.authority_generation.or(row.pinned_generation),
-            pinned: row.pinned_generation.is_some(),
-        },
-        idempotency_key: &row.idempotency_key,
-        run_id: row.run_id.as_deref(),
-        args: &row.args,
-        result: row.result.as_ref(),
-        error: row.error.as_ref(),
-        request_digest: hex::encode(&row.request_digest),
-        deadline: row.deadline_at,
-        not_before: row.not_before,
-        scheduled: crate::domain::schedule::scheduled(
-            row.state() == crate::domain::State::Pending,
-            row.not_before,
-            Utc::now(),
-        ),
-        priority: row.priority,
-        created_at: row.created_at,
-        updated_at: row.updated_at,
-        finished_at: row.finished_at,
-        canonical: &row.canonical,
-        canonical_rules: &row.canonical_rules,
-        fingerprint: row.intent_digest.as_deref().map(hex::encode),
-        retry_of: row.retry_of,
-        disposition: disposition.map(Disposition::as_str),
-        resolution: None,
-    }
-}
-
-pub(super) fn location(id: Uuid) -> HeaderValue {
-    HeaderValue::from_str(&format!("/v1/commands/{id}")).expect("a uuid path is a valid header")
-}
-
-fn parse_id(raw: &str) -> Result<Uuid, ApiError> {
-    Uuid::parse_str(raw)
-        .map_err(|_| ApiError::InvalidId(format!("{raw:?} is not a command id (UUID)")))
-}
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -149,7 +51,7 @@ pub(super) async fn get_one(
     Path(id): Path<String>,
     AppQuery(q): AppQuery<GetQuery>,
 ) -> Result<Response, ApiError> {
-    let id = parse_id(&id)?;
+    let id = parse_id(&id, "a command id")?;
     if q.wait.is_some_and(|w| w > WAIT_LIMIT) {
         return Err(ApiError::InvalidQuery(format!(
             "wait must be 0-{WAIT_LIMIT} seconds"
@@ -165,99 +67,10 @@ pub(super) async fn get_one(
     } else {
         None
     };
-    let mut shown = view(&row, None);
-    shown.resolution = resolution
-        .as_ref()
-        .map(|r| Box::new(super::resolutions::resolution_view(r)));
-    let mut response = Json(shown).into_response();
+    let mut response = Json(resolved_view(&row, resolution.as_ref())).into_response();
     applied_wait(&mut response, waited);
     key_expiry(&mut response, &row, state.retention);
     Ok(response)
-}
-
-/// Waits up to `wait` for `row` (one the caller may see) to become terminal. Registers interest
-/// before re-reading, so an outcome between the read and the wait is not
-/// missed; wakes on notifications (and on Citus, every [`super::wait::CITUS_FALLBACK`]).
-/// Re-reads by authority and id, so that on Citus it asks one shard.
-/// Returns the row as it is when the wait ends, and the wait applied.
-pub(super) async fn settle(
-    state: &AppState,
-    row: CommandRow,
-    wait: Option<Duration>,
-) -> Result<(CommandRow, Option<Duration>), ApiError> {
-    let Some(wait) = wait.filter(|w| !w.is_zero()) else {
-        return Ok((row, None));
-    };
-    if row.state().is_terminal() {
-        return Ok((row, Some(wait)));
-    }
-    let deadline = tokio::time::Instant::now() + wait;
-    let mut subscription = state.waiters.subscribe(row.id);
-    loop {
-        let current = db::commands::get_in(&state.pool, &row.authority_id, row.id)
-            .await?
-            .ok_or(ApiError::NotFound)?;
-        if current.state().is_terminal() {
-            return Ok((current, Some(wait)));
-        }
-        tokio::select! {
-            () = subscription.changed() => {}
-            () = tokio::time::sleep_until(deadline) => {
-                let last = db::commands::get_in(&state.pool, &row.authority_id, row.id).await?.ok_or(ApiError::NotFound)?;
-                return Ok((last, Some(wait)));
-            }
-        }
-    }
-}
-
-/// The header [`key_expiry`] sets.
-pub(super) const KEY_EXPIRES: &str = "Idempotency-Key-Expires";
-
-/// What [`KEY_EXPIRES`] means, for the OpenAPI document (which adds it to
-/// every response that carries the header).
-pub(super) const KEY_EXPIRES_DESCRIPTION: &str = "with serve --retention: the earliest HTTP date at which pruning may forget this command and its key";
-
-/// `Idempotency-Key-Expires` (an HTTP date): the earliest instant pruning
-/// may forget this command and its key, its finish plus the retention
-/// window; for a live command, now plus the window (a lower bound, since it
-/// has not finished). Sent only when a window is configured.
-pub(super) fn key_expiry(response: &mut Response, row: &CommandRow, retention: Option<Duration>) {
-    let Some(window) = retention.and_then(|w| chrono::Duration::from_std(w).ok()) else {
-        return;
-    };
-    let at = row.finished_at.unwrap_or_else(Utc::now) + window;
-    let value = HeaderValue::from_str(&at.format("%a, %d %b %Y %H:%M:%S GMT").to_string())
-        .expect("an HTTP date is a valid header");
-    response.headers_mut().insert(
-        header::HeaderName::from_bytes(KEY_EXPIRES.as_bytes()).expect("a valid header name"),
-        value,
-    );
-}
-
-pub(super) fn applied_wait(response: &mut Response, waited: Option<Duration>) {
-    if let Some(w) = waited {
-        let value = HeaderValue::from_str(&format!("wait={}", w.as_secs()))
-            .expect("digits are a valid header");
-        response.headers_mut().insert("preference-applied", value);
-    }
-}
-
-/// `Prefer: wait=N` (RFC 7240), among other preferences; `None` when absent
-/// or malformed (a preference that cannot be honoured is ignored).
-pub(super) fn prefer_wait(headers: &HeaderMap) -> Option<Duration> {
-    headers
-        .get_all(header::HeaderName::from_static("prefer"))
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .find_map(|pref| {
-            let (name, value) = pref.split_once('=')?;
-            if !name.trim().eq_ignore_ascii_case("wait") {
-                return None;
-            }
-            let value = value.split(';').next()?.trim().trim_matches('"');
-            value.parse::<u64>().ok().map(Duration::from_secs)
-        })
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -268,7 +81,7 @@ pub(super) struct ListQuery {
         pattern = "^(pending|prepared|effect_started|applied|failed|ambiguous|cancelled|expired)$"
     )]
     state: Option<String>,
-    #[param(schema_with = super::submit::authority_id_schema)]
+    #[param(schema_with = authority_id_schema)]
     authority: Option<String>,
     /// Page size, 1-500 (default 50).
     #[param(minimum = 1, maximum = 500)]
@@ -277,7 +90,7 @@ pub(super) struct ListQuery {
     #[param(format = Uuid)]
     after: Option<String>,
     /// Only this kind.
-    #[param(pattern = "^[a-z][a-z0-9_.-]{0,63}$")]
+    #[param(schema_with = kind_schema)]
     kind: Option<String>,
     /// Only commands under this idempotency key.
     #[param(min_length = 1, max_length = 255)]
@@ -417,29 +230,6 @@ struct HistoryView {
     entries: Vec<HistoryEntry>,
 }
 
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub(super) struct HistoryEntry {
-    from: Option<String>,
-    to: String,
-    at: DateTime<Utc>,
-    actor: String,
-    generation: Option<i64>,
-    reason: Option<String>,
-}
-
-impl From<HistoryRow> for HistoryEntry {
-    fn from(h: HistoryRow) -> Self {
-        HistoryEntry {
-            from: h.from_state,
-            to: h.to_state,
-            at: h.at,
-            actor: h.actor,
-            generation: h.authority_generation,
-            reason: h.reason,
-        }
-    }
-}
-
 /// `GET /v1/commands/{id}/history`: every state change, oldest first.
 #[utoipa::path(get, path = "/v1/commands/{id}/history", operation_id = "getCommandHistory", tag = "commands",
     params(("id" = Uuid, Path, description = "command id")),
@@ -451,7 +241,7 @@ pub(super) async fn history(
     Auth(principal): Auth,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let id = parse_id(&id)?;
+    let id = parse_id(&id, "a command id")?;
     db::commands::get(&state.pool, id, principal.visible_scope().as_deref())
         .await?
         .ok_or(ApiError::NotFound)?;
@@ -475,50 +265,22 @@ pub(super) async fn cancel(
     Auth(principal): Auth,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let id = parse_id(&id)?;
-    let (scope, actor) = (principal.visible_scope(), principal.actor());
-    // SERIALIZABLE: a custodian that moves the row on meanwhile makes this
-    // transaction retry and then report the state it found.
-    let mut retry = txn::Retrying::with_settings(
+    let id = parse_id(&id, "a command id")?;
+    let cancelled = ledger::cancel::cancel(
         &state.pool,
+        &state.outcomes,
         &state.serialization_retries,
-        "cancel",
-        txn::Isolation::Serializable,
-        &[(txn::ACTOR, &actor), (txn::REASON, "cancel requested")],
-    );
-    let outcome = loop {
-        let mut tx = retry.begin().await?;
-        let attempt = db::commands::cancel(&mut tx, id, scope.as_deref(), &actor).await;
-        if let Some(outcome) = retry.finish(tx, attempt).await? {
-            break outcome;
-        }
-    };
-    match outcome {
-        CancelOutcome::Cancelled(row) => {
-            tracing::info!(command.id = %row.id, actor = %principal.actor(), "command cancelled");
-            state.outcomes.finished(&[row.id]).await;
-            Ok(Json(view(&row, None)).into_response())
-        }
-        CancelOutcome::AlreadyCancelled(row) => Ok(Json(view(&row, None)).into_response()),
-        CancelOutcome::TooLate(row) => Err(ApiError::CancelTooLate {
-            command_id: row.id,
-            state: row.state(),
-        }),
-        CancelOutcome::NotFound => Err(ApiError::NotFound),
-    }
+        id,
+        principal.visible_scope().as_deref(),
+        &principal.actor(),
+    )
+    .await?;
+    Ok(Json(view(cancelled.row(), None)).into_response())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn headers(values: &[&str]) -> HeaderMap {
-        let mut h = HeaderMap::new();
-        for v in values {
-            h.append("prefer", HeaderValue::from_str(v).unwrap());
-        }
-        h
-    }
 
     fn encode(s: &str) -> String {
         s.bytes().map(|b| format!("%{b:02X}")).collect()
@@ -582,24 +344,5 @@ mod tests {
             "unknown parameters are refused by the extractor"
         );
         assert!(q("limit=lots").is_err());
-    }
-
-    #[test]
-    fn prefer_wait_is_found_among_other_preferences() {
-        assert_eq!(
-            prefer_wait(&headers(&["wait=30"])),
-            Some(Duration::from_secs(30))
-        );
-        assert_eq!(
-            prefer_wait(&headers(&["respond-async, Wait = 5"])),
-            Some(Duration::from_secs(5))
-        );
-        assert_eq!(
-            prefer_wait(&headers(&["return=minimal", "wait=\"7\""])),
-            Some(Duration::from_secs(7))
-        );
-        assert_eq!(prefer_wait(&headers(&["wait=soon"])), None);
-        assert_eq!(prefer_wait(&headers(&["wait=-1"])), None);
-        assert_eq!(prefer_wait(&headers(&[])), None);
     }
 }

@@ -1,25 +1,16 @@
-//! `GET /v1/state`: the ledger's counters (cluster-wide, durable: requests
-//! by outcome from every API process, executions from the history) beside
-//! what this API process has seen since it started: requests go up,
-//! executions do not.
-//!
-//! Each process counts its requests in memory and adds them to
-//! `ledger_counts` (migration 0017) every [`FLUSH_INTERVAL`], and before it
-//! answers a read of the counters: a crash loses at most the last interval
-//! of request counts, never a command.
+//! What this API process counts of the submissions it answers (requests
+//! by outcome), in memory, and adds to the ledger's durable counts
+//! (`ledger_counts`, migration 0017) every [`FLUSH_INTERVAL`], and before
+//! a read of the counters (`GET /v1/state`): a crash loses at most the last
+//! interval of request counts, never a command.
 
-use axum::Json;
-use axum::extract::State;
-use serde_json::{Map, Value, json};
 use sqlx::PgPool;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use super::AppState;
 use super::error::ApiError;
-use super::extract::Auth;
-use crate::db::{self, Role};
+use crate::db;
 use crate::domain::Disposition;
 
 /// How often a process adds its request counts to the ledger's.
@@ -170,59 +161,4 @@ impl Counters {
             }
         });
     }
-}
-
-/// Operators only.
-#[utoipa::path(get, path = "/v1/state", operation_id = "getState", tag = "operations",
-    responses((status = 200, description = "the ledger's counters (every API process, durable) and this process's since it started", body = Object),
-              (status = 401, body = super::error::Problem), (status = 403, body = super::error::Problem)),
-    security(("bearer" = [])))]
-pub(super) async fn get(
-    State(state): State<AppState>,
-    Auth(principal): Auth,
-) -> Result<Json<Value>, ApiError> {
-    if principal.role != Role::Operator {
-        return Err(ApiError::Forbidden(
-            "the ledger's counters are for operators",
-        ));
-    }
-    let c = &state.counters;
-    // This process's own counts first, so a reader sees its own requests.
-    if let Err(e) = c.flush(&state.pool).await {
-        tracing::warn!(error = %e, "request counts not added to the ledger before a read");
-    }
-    let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
-    let by_state: Map<String, Value> = db::commands::counts_by_state(&state.pool)
-        .await?
-        .into_iter()
-        .map(|(s, n)| (s, json!(n)))
-        .collect();
-    let totals = db::counts::totals(&state.pool).await?;
-    let total = |name: &str| totals.get(name).copied().unwrap_or(0);
-    let requests: Map<String, Value> = REQUEST_COUNTERS
-        .iter()
-        .map(|name| ((*name).to_owned(), json!(total(name))))
-        .collect();
-    Ok(Json(json!({
-        "since_start": {
-            "requests": load(&c.requests),
-            "new": load(&c.new),
-            "replay": load(&c.replay),
-            "coalesced": load(&c.coalesced),
-            "held": load(&c.held),
-            "conflict": load(&c.conflict),
-            "refused": load(&c.refused),
-        },
-        "ledger": {
-            "commands_by_state": by_state,
-            "executions_started": total("executions"),
-            "outcomes": {
-                "applied": total("applied"),
-                "failed": total("failed"),
-                "ambiguous": total("ambiguous"),
-            },
-            "requests": requests,
-            "holds_open": db::holds::count_open(&state.pool).await?,
-        }
-    })))
 }

@@ -7,7 +7,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 
 use crate::domain::args_schema::SchemaMismatch;
-use crate::domain::{CanonError, KeyError, State};
+use crate::domain::{CanonError, CommandState, KeyError};
 use crate::ledger::LedgerError;
 
 #[derive(Debug, thiserror::Error)]
@@ -63,7 +63,7 @@ pub enum ApiError {
     #[error("the command is {state} and can no longer be cancelled")]
     CancelTooLate {
         command_id: uuid::Uuid,
-        state: State,
+        state: CommandState,
     },
     #[error("the hold is {state} already")]
     HoldDecided { hold_id: uuid::Uuid, state: String },
@@ -72,7 +72,7 @@ pub enum ApiError {
     )]
     NotAmbiguous {
         command_id: uuid::Uuid,
-        state: State,
+        state: CommandState,
     },
     #[error("the command has a recorded resolution already; resolutions are never changed")]
     AlreadyResolved { command_id: uuid::Uuid },
@@ -109,7 +109,16 @@ impl From<LedgerError> for ApiError {
             },
             LedgerError::NearDuplicate { command_id } => ApiError::NearDuplicate { command_id },
             LedgerError::HoldDecided { hold_id, state } => ApiError::HoldDecided { hold_id, state },
+            LedgerError::CancelTooLate { command_id, state } => {
+                ApiError::CancelTooLate { command_id, state }
+            }
+            LedgerError::NotAmbiguous { command_id, state } => {
+                ApiError::NotAmbiguous { command_id, state }
+            }
+            LedgerError::AlreadyResolved { command_id } => ApiError::AlreadyResolved { command_id },
+            LedgerError::InvalidResolution(e) => ApiError::InvalidBody(e),
             LedgerError::Db(e) => e.into(),
+            LedgerError::Tx(e) => e.into(),
             LedgerError::Internal(e) => ApiError::Internal(e),
         }
     }
@@ -154,9 +163,10 @@ fn is_unavailable(e: &sqlx::Error) -> bool {
             // 08: connection exception; 57P01-57P03: shutdown, crash, cannot connect
             // now; 53: insufficient resources; 55000: database not accepting connections.
             c.starts_with("08") || c.starts_with("57P") || c.starts_with("53") || c == "55000"
-            // Citus, when a worker holding the statement's shards went away
-            // mid-transaction: a connection failure it reports without a
-            // connection-exception code (scripts/citus-fault-trial).
+            // A distributed backend, when a worker holding the statement's
+            // shards went away mid-transaction: a connection failure it
+            // reports without a connection-exception code (the fault trial of
+            // docs/SCALING.md).
                 || (c == "XX000" && d.message().starts_with("failure on connection marked as essential"))
         }),
         _ => false,

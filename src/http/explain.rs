@@ -13,9 +13,9 @@ use serde_json::Value;
 use super::AppState;
 use super::error::{ApiError, Problem};
 use super::extract::{AppJson, Auth};
-use super::submit::{AuthorityField, args, authority, invalid, run_id};
+use super::params::{AuthorityField, args, authority_or_catalog, invalid, kind_schema, run_id};
+use crate::domain::Kind;
 use crate::domain::admission::{DedupScope, KeyMode, OnFailure};
-use crate::domain::{AuthorityId, AuthorityRef, Kind};
 use crate::ledger::submit::Submission;
 
 /// A request to explain: the body of `POST /v1/commands` or of
@@ -25,7 +25,7 @@ use crate::ledger::submit::Submission;
 #[serde(deny_unknown_fields)]
 pub(super) struct ExplainBody {
     #[serde(alias = "tool")]
-    #[schema(pattern = r"^[a-z][a-z0-9_.\-]{0,63}$")]
+    #[schema(schema_with = kind_schema)]
     kind: String,
     #[serde(default)]
     authority: Option<AuthorityField>,
@@ -79,18 +79,8 @@ pub(super) async fn explain(
 ) -> Result<Response, ApiError> {
     let kind = Kind::parse(&body.kind).map_err(|e| invalid(&e))?;
     let policy = state.policies.get(kind.as_str());
-    let authority = match (body.authority, &policy.authority) {
-        (Some(field), _) => authority(field)?,
-        (None, Some(a)) => AuthorityRef {
-            id: AuthorityId::parse(a).map_err(|e| invalid(&e))?,
-            pinned_generation: None,
-        },
-        (None, None) => {
-            return Err(invalid(&format_args!(
-                "no authority given, and the catalog names none for kind {kind}"
-            )));
-        }
-    };
+    let authority =
+        authority_or_catalog(body.authority, policy.authority.as_deref(), "kind", &kind)?;
     let sub = Submission {
         kind,
         authority,

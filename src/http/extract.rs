@@ -1,5 +1,5 @@
 //! Extractors that turn rejections into our problem+json errors: the JSON
-//! body, query strings, and the bearer token.
+//! body, query strings, and the bearer token; and the operators-only check.
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -8,7 +8,7 @@ use axum::http::{StatusCode, header, request::Parts};
 use serde::de::DeserializeOwned;
 
 use super::{AppState, error::ApiError};
-use crate::db::{self, Principal};
+use crate::db::{self, Principal, Role};
 use crate::domain::token::token_hash;
 
 /// A JSON body: `Content-Type: application/json` (or `+json`), within the
@@ -84,6 +84,14 @@ where
 /// The principal behind `Authorization: Bearer <token>`.
 #[derive(Debug, Clone)]
 pub(super) struct Auth(pub Principal);
+
+/// Refuses (403, saying `what`) a principal that is not an operator.
+pub(super) fn operator(principal: &Principal, what: &'static str) -> Result<(), ApiError> {
+    match principal.role {
+        Role::Operator => Ok(()),
+        Role::Device => Err(ApiError::Forbidden(what)),
+    }
+}
 
 impl<S> FromRequestParts<S> for Auth
 where

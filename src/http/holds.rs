@@ -6,57 +6,16 @@ use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
-use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use uuid::Uuid;
 
 use super::AppState;
-use super::commands::{CommandView, view};
 use super::error::{ApiError, Problem};
-use super::extract::{AppQuery, Auth};
-use crate::db::holds::HoldRow;
-use crate::db::{self, Principal, Role};
+use super::extract::{AppQuery, Auth, operator};
+use super::params::parse_id;
+use super::views::{HoldAnswer, HoldView, hold_view};
+use crate::db::{self, Principal};
 use crate::ledger;
-
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub(super) struct HoldView<'a> {
-    id: Uuid,
-    state: &'a str,
-    kind: &'a str,
-    authority: &'a str,
-    run_id: Option<&'a str>,
-    #[schema(value_type = Object)]
-    args: &'a Value,
-    #[schema(value_type = Object)]
-    canonical: &'a Value,
-    /// The earlier command with the same intent.
-    resembles: Uuid,
-    created_at: DateTime<Utc>,
-    decided_at: Option<DateTime<Utc>>,
-    decided_by: Option<&'a str>,
-    decision_reason: Option<&'a str>,
-    /// The command recorded when the hold was released.
-    command_id: Option<Uuid>,
-}
-
-pub(super) fn hold_view(h: &HoldRow) -> HoldView<'_> {
-    HoldView {
-        id: h.id,
-        state: &h.state,
-        kind: &h.kind,
-        authority: &h.authority_id,
-        run_id: h.run_id.as_deref(),
-        args: &h.args,
-        canonical: &h.canonical,
-        resembles: h.resembles,
-        created_at: h.created_at,
-        decided_at: h.decided_at,
-        decided_by: h.decided_by.as_deref(),
-        decision_reason: h.decision_reason.as_deref(),
-        command_id: h.command_id,
-    }
-}
 
 /// `{"items": [hold, ...]}`
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -64,47 +23,8 @@ pub(super) struct HoldList<'a> {
     items: Vec<HoldView<'a>>,
 }
 
-/// `{"hold": hold}`, and with `command` once a release recorded one.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub(super) struct HoldAnswer<'a> {
-    hold: HoldView<'a>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    command: Option<CommandView<'a>>,
-}
-
-impl<'a> HoldAnswer<'a> {
-    /// A released hold and the command its release recorded.
-    pub(super) fn released(hold: &'a HoldRow, command: &'a db::CommandRow) -> Self {
-        HoldAnswer {
-            hold: hold_view(hold),
-            command: Some(view(command, None)),
-        }
-    }
-}
-
-/// A held submission: `{"disposition": "held", "hold": hold}`.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub(super) struct HeldAnswer<'a> {
-    /// Always `held`.
-    disposition: &'static str,
-    hold: HoldView<'a>,
-}
-
-impl<'a> HeldAnswer<'a> {
-    pub(super) fn new(h: &'a HoldRow) -> Self {
-        HeldAnswer {
-            disposition: "held",
-            hold: hold_view(h),
-        }
-    }
-}
-
-fn operator(principal: &Principal) -> Result<(), ApiError> {
-    match principal.role {
-        Role::Operator => Ok(()),
-        Role::Device => Err(ApiError::Forbidden("deciding holds is for operators")),
-    }
-}
+/// Deciding holds is for operators.
+const OPERATORS_ONLY: &str = "deciding holds is for operators";
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -128,7 +48,7 @@ pub(super) async fn list(
     Auth(principal): Auth,
     AppQuery(q): AppQuery<ListQuery>,
 ) -> Result<Response, ApiError> {
-    operator(&principal)?;
+    operator(&principal, OPERATORS_ONLY)?;
     if let Some(s) = q.state.as_deref()
         && !matches!(s, "open" | "released" | "rejected")
     {
@@ -173,11 +93,6 @@ fn decision(body: &Bytes) -> Result<Decision, ApiError> {
     Ok(d)
 }
 
-fn parse_id(raw: &str) -> Result<Uuid, ApiError> {
-    Uuid::parse_str(raw)
-        .map_err(|_| ApiError::InvalidId(format!("{raw:?} is not a hold id (UUID)")))
-}
-
 /// What every decision starts with: an operator, a hold id, an optional
 /// reason; and who decides, as history names them.
 fn deciding(
@@ -185,8 +100,12 @@ fn deciding(
     id: &str,
     body: &Bytes,
 ) -> Result<(Uuid, Decision, String), ApiError> {
-    operator(principal)?;
-    Ok((parse_id(id)?, decision(body)?, principal.actor()))
+    operator(principal, OPERATORS_ONLY)?;
+    Ok((
+        parse_id(id, "a hold id")?,
+        decision(body)?,
+        principal.actor(),
+    ))
 }
 
 /// `GET /v1/holds/{id}`: a device sees its own holds (another's is 404),
@@ -201,7 +120,7 @@ pub(super) async fn get_one(
     Auth(principal): Auth,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let id = parse_id(&id)?;
+    let id = parse_id(&id, "a hold id")?;
     let hold = db::holds::get(&state.pool, id)
         .await?
         .ok_or(ApiError::NotFound)?;
@@ -211,11 +130,7 @@ pub(super) async fn get_one(
     {
         return Err(ApiError::NotFound);
     }
-    Ok(Json(HoldAnswer {
-        hold: hold_view(&hold),
-        command: None,
-    })
-    .into_response())
+    Ok(Json(HoldAnswer::hold(&hold)).into_response())
 }
 
 /// `POST /v1/holds/{id}/release`: records the held request as a command.
@@ -233,13 +148,16 @@ pub(super) async fn release(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let (id, d, actor) = deciding(&principal, &id, &body)?;
-    let (hold, command) =
-        ledger::holds::release(&state.pool, &state.wake, id, &actor, d.reason.as_deref()).await?;
-    Ok(Json(HoldAnswer {
-        hold: hold_view(&hold),
-        command: Some(view(&command, None)),
-    })
-    .into_response())
+    let (hold, command) = ledger::holds::release(
+        &state.pool,
+        state.backend,
+        &state.wake,
+        id,
+        &actor,
+        d.reason.as_deref(),
+    )
+    .await?;
+    Ok(Json(HoldAnswer::released(&hold, &command)).into_response())
 }
 
 /// `POST /v1/holds/{id}/reject`: nothing is recorded but the decision.
@@ -258,9 +176,5 @@ pub(super) async fn reject(
 ) -> Result<Response, ApiError> {
     let (id, d, actor) = deciding(&principal, &id, &body)?;
     let hold = ledger::holds::reject(&state.pool, id, &actor, d.reason.as_deref()).await?;
-    Ok(Json(HoldAnswer {
-        hold: hold_view(&hold),
-        command: None,
-    })
-    .into_response())
+    Ok(Json(HoldAnswer::hold(&hold)).into_response())
 }

@@ -1,6 +1,13 @@
 //! The HTTP API: the router, what every handler shares ([`AppState`]), and
 //! handlers that parse, call the use cases (`ledger`) or read the database,
 //! and answer; they record intents and read outcomes, and never run an effect.
+//!
+//! One module per group of routes (`submit`, `batch`, `commands`, `holds`,
+//! `resolutions`, `webhooks`, …); what they share is below them, never in
+//! another handler: `params` reads what clients send, `views` is what the
+//! API shows (and, through [`json`], what the command line prints), `wait`
+//! waits for outcomes, `extract` and `error` turn requests and failures
+//! into our types.
 
 mod adapter;
 mod authorities;
@@ -15,14 +22,17 @@ mod extract;
 mod health;
 mod holds;
 mod kinds;
+mod ledger_counts;
 pub mod limits;
 mod listener;
 mod malformed;
 mod metrics;
 pub mod openapi;
+mod params;
 mod resolutions;
 mod submit;
 mod tls;
+mod views;
 pub mod wait;
 mod webhooks;
 
@@ -40,6 +50,7 @@ use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetReques
 use tower_http::trace::TraceLayer;
 
 pub use tls::{TlsConfig, TlsConfigError};
+pub use views::json;
 
 /// Largest accepted request body.
 pub const BODY_LIMIT: usize = 64 * 1024;
@@ -55,12 +66,15 @@ pub const MAX_CONNECTIONS: usize = 1024;
 #[derive(Debug, Clone)]
 pub struct AppState {
     pub pool: PgPool,
+    /// What the database behind `pool` can do, detected when it was opened.
+    pub backend: crate::db::Backend,
     /// Admission policies by kind (from the catalog).
     pub policies: Arc<Policies>,
     pub counters: Arc<counters::Counters>,
     pub waiters: wait::Waiters,
     pub wake: crate::ledger::PendingWake,
-    /// Wakes waiters (in every API process) after a cancel, on Citus.
+    /// Wakes waiters (in every API process) after a cancel, where the
+    /// commit does not.
     pub outcomes: crate::ledger::OutcomeWake,
     /// Concurrent submissions share one insert statement and one commit.
     pub group: crate::db::group_commit::GroupCommit,
@@ -94,21 +108,24 @@ pub struct AppState {
 }
 
 impl AppState {
-    /// Starts the process's outcome listener and custodian wake-up task.
-    pub fn new(pool: PgPool, policies: Policies) -> Self {
+    /// Starts the process's outcome listener and custodian wake-up task, on
+    /// `pool`, whose database is `backend`.
+    pub fn new(pool: PgPool, backend: crate::db::Backend, policies: Policies) -> Self {
         let waiters = wait::Waiters::default();
-        waiters.spawn_listener(pool.clone());
+        waiters.spawn_listener(pool.clone(), backend);
         let wake = crate::ledger::PendingWake::spawn(pool.clone());
-        let outcomes = crate::ledger::OutcomeWake::new(pool.clone());
+        let outcomes = crate::ledger::OutcomeWake::new(pool.clone(), backend);
         let counters = Arc::new(counters::Counters::default());
         counters.spawn_flusher(pool.clone());
         let group = crate::db::group_commit::GroupCommit::spawn(
             pool.clone(),
+            backend,
             crate::db::group_commit::FLUSHERS,
             crate::db::group_commit::MAX_ROWS,
         );
         AppState {
             pool,
+            backend,
             group,
             policies: Arc::new(policies),
             counters,
@@ -170,7 +187,7 @@ pub fn router(state: AppState) -> Router {
         documented(submit::__path_invoke, submit::invoke),
         documented(kinds::__path_list, kinds::list),
         documented(explain::__path_explain, explain::explain),
-        documented(adapter::__path_invoke, adapter::invoke),
+        documented(submit::__path_api_invoke, submit::api_invoke),
         documented(adapter::__path_get_state, adapter::get_state),
         documented(adapter::__path_release, adapter::release),
         documented(adapter::__path_reset, adapter::reset),
@@ -178,7 +195,7 @@ pub fn router(state: AppState) -> Router {
         documented(holds::__path_get_one, holds::get_one),
         documented(holds::__path_release, holds::release),
         documented(holds::__path_reject, holds::reject),
-        documented(counters::__path_get, counters::get),
+        documented(ledger_counts::__path_get, ledger_counts::get),
         documented(commands::__path_get_one, commands::get_one),
         documented(commands::__path_history, commands::history),
         documented(commands::__path_cancel, commands::cancel),
@@ -219,52 +236,6 @@ pub fn router(state: AppState) -> Router {
         .layer(PropagateRequestIdLayer::x_request_id())
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
         .with_state(state)
-}
-
-/// The API's JSON for a command, a history entry and a hold, for other
-/// front ends (the command line) to print exactly what the API returns.
-pub mod json {
-    use serde_json::Value;
-
-    use crate::db::commands::{CommandRow, HistoryRow};
-    use crate::db::holds::HoldRow;
-
-    fn value(v: impl serde::Serialize) -> Value {
-        serde_json::to_value(v).expect("a view serializes")
-    }
-
-    /// As `GET /v1/commands/{id}` returns it.
-    pub fn command(row: &CommandRow) -> Value {
-        value(super::commands::view(row, None))
-    }
-
-    /// As `GET /v1/commands/{id}/history` lists it.
-    pub fn history_entry(row: &HistoryRow) -> Value {
-        value(super::commands::HistoryEntry::from(row.clone()))
-    }
-
-    /// A command's resolution, as `GET /v1/commands/{id}` shows it.
-    pub fn resolution(row: &crate::db::resolutions::ResolutionRow) -> Value {
-        value(super::resolutions::resolution_view(row))
-    }
-
-    /// As `GET /v1/holds/{id}` returns it.
-    pub fn hold(row: &HoldRow) -> Value {
-        value(super::holds::hold_view(row))
-    }
-
-    /// A webhook endpoint as `GET /v1/webhooks` lists it (no secret).
-    pub fn webhook(row: &crate::db::webhooks::EndpointRow) -> Value {
-        value(super::webhooks::webhook_view(row))
-    }
-
-    /// A webhook event with its attempts, as `GET /v1/webhooks/{id}/events` lists it.
-    pub fn webhook_event(
-        row: &crate::db::webhooks::EventRow,
-        attempts: &[crate::db::webhooks::AttemptRow],
-    ) -> Value {
-        value(super::webhooks::event_view(row, attempts))
-    }
 }
 
 /// One span per request, named by its `x-request-id` (the client's, or one

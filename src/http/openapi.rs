@@ -39,12 +39,12 @@ and 400, 414 or 431 for a request the HTTP layer cannot parse (a header value wi
         super::webhooks::disable,
         super::webhooks::events,
         super::webhooks::redeliver,
-        super::counters::get,
+        super::ledger_counts::get,
         super::events::stream,
         super::metrics::get,
         super::health::healthz,
         super::health::readyz,
-        super::adapter::invoke,
+        super::submit::api_invoke,
         super::adapter::get_state,
         super::adapter::release,
         super::adapter::reset,
@@ -166,17 +166,17 @@ fn problem_response(status: &str) -> Response {
 }
 
 /// `Idempotency-Key-Expires` on the responses that carry it (the header
-/// `commands::key_expiry` sets), described once.
+/// `views::key_expiry` sets), described once.
 fn key_expires(op: &mut Operation, statuses: &[&str]) {
     for status in statuses {
         if let Some(RefOr::T(response)) = op.responses.responses.get_mut(*status) {
             let header = Header::builder()
                 .schema(Some(Object::with_type(Type::String)))
-                .description(Some(super::commands::KEY_EXPIRES_DESCRIPTION))
+                .description(Some(super::views::KEY_EXPIRES_DESCRIPTION))
                 .build();
             response
                 .headers
-                .insert(super::commands::KEY_EXPIRES.to_owned(), header.into());
+                .insert(super::views::KEY_EXPIRES.to_owned(), header.into());
         }
     }
 }
@@ -230,6 +230,90 @@ mod tests {
             committed == generated,
             "docs/openapi.json is out of date: run UPDATE_OPENAPI=1 cargo test --lib openapi and commit it"
         );
+    }
+
+    /// Wherever the document shows a kind (a body's `kind` or `tool`, the
+    /// listing's `kind` parameter) or an authority id, it shows the one
+    /// pattern; and each pattern accepts exactly what the ledger accepts.
+    #[test]
+    fn kinds_and_authority_ids_are_shown_with_the_one_pattern_the_ledger_applies() {
+        use crate::domain::names::{AUTHORITY_ID_PATTERN, KIND_PATTERN};
+        use crate::domain::{AuthorityId, Kind};
+        use serde_json::{Value, json};
+
+        let doc: Value = serde_json::from_str(&document()).unwrap();
+        let schemas = &doc["components"]["schemas"];
+        let mut kinds = vec![
+            &schemas["SubmitBody"]["properties"]["kind"],
+            &schemas["BatchItemBody"]["properties"]["kind"],
+            &schemas["ExplainBody"]["properties"]["kind"],
+            &schemas["InvokeBody"]["properties"]["tool"],
+        ];
+        let mut authorities = vec![
+            &schemas["AuthorityName"],
+            &schemas["PinnedAuthority"]["properties"]["id"],
+        ];
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            for op in item.as_object().unwrap().values() {
+                for param in op["parameters"].as_array().into_iter().flatten() {
+                    match (param["name"].as_str(), param["in"].as_str()) {
+                        (Some("kind"), _) => kinds.push(&param["schema"]),
+                        (Some("authority"), _) => authorities.push(&param["schema"]),
+                        (Some("id"), Some("path")) if path.starts_with("/v1/authorities/") => {
+                            authorities.push(&param["schema"]);
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+        assert_eq!(kinds.len(), 5, "{kinds:?}");
+        assert_eq!(authorities.len(), 5, "{authorities:?}");
+        for kind in kinds {
+            assert_eq!(kind["pattern"], KIND_PATTERN, "{kind}");
+        }
+        for authority in authorities {
+            assert_eq!(authority["pattern"], AUTHORITY_ID_PATTERN, "{authority}");
+        }
+
+        let matches =
+            |pattern: &str, s: &str| jsonschema::is_valid(&json!({"pattern": pattern}), &json!(s));
+        let mut samples: Vec<String> = [
+            "",
+            "a",
+            "refund",
+            "refund.v2",
+            "send_email-v2",
+            "Refund",
+            "1refund",
+            "re fund",
+            "réfund",
+            "a:b",
+            "eu-west:payments.1",
+            "7",
+            "-x",
+            "x/y",
+            "x\n",
+            "x\u{0}",
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        for n in [63, 64, 65, 127, 128, 129] {
+            samples.push("a".repeat(n));
+        }
+        for s in &samples {
+            assert_eq!(
+                matches(KIND_PATTERN, s),
+                Kind::parse(s).is_ok(),
+                "kind {s:?}"
+            );
+            assert_eq!(
+                matches(AUTHORITY_ID_PATTERN, s),
+                AuthorityId::parse(s).is_ok(),
+                "authority {s:?}"
+            );
+        }
     }
 
     #[test]

@@ -2,14 +2,15 @@
 //! process (channel `command_ledger_outcome`) fans out to every waiter of
 //! the command in the payload. Each waiter re-reads the row when woken;
 //! terminal rows never change, so every concurrent waiter gets the same
-//! outcome.
+//! outcome. An answer that waits for an outcome does so through [`settle`].
 //!
 //! On one node a trigger sends the notification in the commit that makes a
-//! command terminal. On Citus the shards' triggers cannot (docs/SCALING.md),
-//! so whoever committed sends it on the coordinator right after
+//! command terminal. On a distributed backend the shards' triggers cannot
+//! (`db::Backend::outcome_notify_in_transaction`, docs/SCALING.md), so
+//! whoever committed sends it on the coordinator right after
 //! (`crate::ledger::OutcomeWake`): a process that dies between the two
 //! loses it. There the listener therefore also wakes every waiter each
-//! [`CITUS_FALLBACK`], and each re-reads its command by authority and id
+//! [`REREAD_FALLBACK`], and each re-reads its command by authority and id
 //! (one shard).
 
 use sqlx::PgPool;
@@ -19,9 +20,13 @@ use std::time::Duration;
 use tokio::sync::watch;
 use uuid::Uuid;
 
+use super::error::ApiError;
+use crate::db::Backend;
+use crate::db::commands::{self, CommandRow};
 use crate::db::notify::{self, Heard, OUTCOME_CHANNEL};
 
-/// How often waiters re-read on Citus even without a notification: what a
+/// How often waiters re-read without a notification where the commit does
+/// not send it (a distributed backend): what a
 /// lost one (its sender died between commit and NOTIFY, or SQL typed by
 /// hand finished the command) costs at most. Such a death costs that
 /// custodian's other commands far more (its lease, 10 s by default, must
@@ -29,7 +34,7 @@ use crate::db::notify::{self, Heard, OUTCOME_CHANNEL};
 /// and each tick is one read per waiter, which at 200 ms (the interval when
 /// polling was the only way, p50 191 ms) made a thousand idle waiters
 /// 5,000 reads a second.
-pub const CITUS_FALLBACK: Duration = Duration::from_secs(5);
+pub const REREAD_FALLBACK: Duration = Duration::from_secs(5);
 
 /// The registry of waiters, by command id.
 #[derive(Debug, Clone, Default)]
@@ -92,15 +97,15 @@ impl Waiters {
         }
     }
 
-    /// Runs the process's one listener until the pool closes; on Citus it
-    /// also wakes every waiter each [`CITUS_FALLBACK`].
-    pub fn spawn_listener(&self, pool: PgPool) -> tokio::task::JoinHandle<()> {
+    /// Runs the process's one listener until the pool closes; where the
+    /// commit sends no notification it also wakes every waiter each
+    /// [`REREAD_FALLBACK`].
+    pub fn spawn_listener(&self, pool: PgPool, backend: Backend) -> tokio::task::JoinHandle<()> {
         let waiters = self.clone();
         tokio::spawn(async move {
-            let mut listener = notify::Listener::new(pool.clone(), OUTCOME_CHANNEL);
-            // Asked once the listener has connected (the database is up then).
-            let mut citus = None;
-            let mut fallback = tokio::time::interval(CITUS_FALLBACK);
+            let mut listener = notify::Listener::new(pool, OUTCOME_CHANNEL);
+            let fallback_on = !backend.outcome_notify_in_transaction;
+            let mut fallback = tokio::time::interval(REREAD_FALLBACK);
             fallback.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tokio::select! {
@@ -113,15 +118,10 @@ impl Waiters {
                             }
                         },
                         // Anything that finished while we were not listening.
-                        Some(Heard::Gap) => {
-                            if citus.is_none() {
-                                citus = crate::db::is_citus(&pool).await.ok();
-                            }
-                            waiters.wake_all();
-                        }
+                        Some(Heard::Gap) => waiters.wake_all(),
                     },
                     // The console's streams refresh on their own clock.
-                    _ = fallback.tick(), if citus == Some(true) => waiters.wake_waiting(),
+                    _ = fallback.tick(), if fallback_on => waiters.wake_waiting(),
                 }
             }
         })
@@ -145,6 +145,43 @@ impl Drop for Subscription {
             .is_some_and(|tx| tx.receiver_count() <= 1)
         {
             slots.remove(&self.id);
+        }
+    }
+}
+
+/// Waits up to `wait` for `row` (one the caller may see) to become
+/// terminal, for an answer that waits (`Prefer: wait`, `?wait=`). Registers
+/// interest before re-reading, so an outcome between the read and the wait
+/// is not missed; wakes on notifications (and where the commit sends none,
+/// every [`REREAD_FALLBACK`]). Re-reads by authority and id, so that on a
+/// distributed backend it asks one shard. Returns the row as it is when the wait ends, and the
+/// wait applied.
+pub(super) async fn settle(
+    state: &super::AppState,
+    row: CommandRow,
+    wait: Option<Duration>,
+) -> Result<(CommandRow, Option<Duration>), ApiError> {
+    let Some(wait) = wait.filter(|w| !w.is_zero()) else {
+        return Ok((row, None));
+    };
+    if row.state().is_terminal() {
+        return Ok((row, Some(wait)));
+    }
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut subscription = state.waiters.subscribe(row.id);
+    loop {
+        let current = commands::get_in(&state.pool, &row.authority_id, row.id)
+            .await?
+            .ok_or(ApiError::NotFound)?;
+        if current.state().is_terminal() {
+            return Ok((current, Some(wait)));
+        }
+        tokio::select! {
+            () = subscription.changed() => {}
+            () = tokio::time::sleep_until(deadline) => {
+                let last = commands::get_in(&state.pool, &row.authority_id, row.id).await?.ok_or(ApiError::NotFound)?;
+                return Ok((last, Some(wait)));
+            }
         }
     }
 }

@@ -8,17 +8,18 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use std::time::Duration;
 use uuid::Uuid;
 
 use super::AppState;
 use super::error::{ApiError, Problem};
-use super::extract::{AppJson, AppQuery, Auth};
-use crate::db::webhooks::{AttemptRow, EndpointRow, EventRow, NewEndpoint};
-use crate::db::{self, Principal, Role};
+use super::extract::{AppJson, AppQuery, Auth, operator};
+use super::params::parse_id;
+use super::views::{EventView, WebhookView, event_view, webhook_view};
+use crate::db;
+use crate::db::webhooks::NewEndpoint;
 use crate::domain::Kind;
 use crate::domain::webhook::{Host, TERMINAL_STATES, format_secret, parse_url};
 
@@ -29,37 +30,6 @@ const MAX_ENDPOINTS_PER_SCOPE: usize = 10;
 const MAX_KINDS: usize = 64;
 /// How long registration waits for the host's addresses.
 const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// An endpoint as the API shows it: never its secret.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub(super) struct WebhookView {
-    id: Uuid,
-    url: String,
-    /// The dedup space whose commands it receives: the registering
-    /// principal's fleet id or its own id (commands.scope).
-    scope: Uuid,
-    /// Only these kinds; null: every kind.
-    kinds: Option<Vec<String>>,
-    /// Only these terminal states; null: all five.
-    states: Option<Vec<String>>,
-    created_at: DateTime<Utc>,
-    created_by: String,
-    /// Set once disabled: no new events, and pending ones expired.
-    disabled_at: Option<DateTime<Utc>>,
-}
-
-pub(super) fn webhook_view(e: &EndpointRow) -> WebhookView {
-    WebhookView {
-        id: e.id,
-        url: e.url.clone(),
-        scope: e.scope,
-        kinds: e.kinds.clone(),
-        states: e.states.clone(),
-        created_at: e.created_at,
-        created_by: e.created_by.clone(),
-        disabled_at: e.disabled_at,
-    }
-}
 
 /// A registered endpoint, with its secret: shown this once.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -75,73 +45,6 @@ pub(super) struct RegisteredWebhook {
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(super) struct WebhookList {
     items: Vec<WebhookView>,
-}
-
-/// One attempt at sending an event.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub(super) struct AttemptView {
-    /// 1 for the first (as sent in `Ledger-Attempt`).
-    n: i32,
-    at: DateTime<Utc>,
-    /// The receiver's HTTP status; null when none came back.
-    status: Option<i32>,
-    /// Why it failed; null for a 2xx.
-    error: Option<String>,
-    duration_ms: i32,
-}
-
-fn attempt_view(a: &AttemptRow) -> AttemptView {
-    AttemptView {
-        n: a.n,
-        at: a.at,
-        status: a.status,
-        error: a.error.clone(),
-        duration_ms: a.duration_ms,
-    }
-}
-
-/// An event: what is sent, where it stands, each attempt.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub(super) struct EventView {
-    /// Sent as `Ledger-Event-Id` and `event_id`: the receiver's key for duplicates.
-    id: Uuid,
-    endpoint_id: Uuid,
-    command_id: Uuid,
-    /// `pending`, `delivered` or `expired`.
-    state: String,
-    created_at: DateTime<Utc>,
-    /// No attempt after this; null until the first attempt.
-    expires_at: Option<DateTime<Utc>>,
-    /// When a pending event is due.
-    next_attempt_at: Option<DateTime<Utc>>,
-    delivered_at: Option<DateTime<Utc>>,
-    last_error: Option<String>,
-    /// The body sent, apart from `event_id` and `created_at`: command_id,
-    /// key, kind, authority, state, result, error, finished_at, history_hash.
-    #[schema(value_type = Object)]
-    payload: Value,
-    /// Every attempt that finished, first first.
-    attempts: Vec<AttemptView>,
-}
-
-pub(super) fn event_view(e: &EventRow, attempts: &[AttemptRow]) -> EventView {
-    EventView {
-        id: e.id,
-        endpoint_id: e.endpoint_id,
-        command_id: e.command_id,
-        state: e.state.clone(),
-        created_at: e.created_at,
-        expires_at: e.expires_at,
-        next_attempt_at: e.next_attempt_at,
-        delivered_at: e.delivered_at,
-        last_error: e.last_error.clone(),
-        payload: e.payload.clone(),
-        attempts: attempts
-            .iter()
-            .filter(|a| a.event_id == e.id)
-            .map(attempt_view)
-            .collect(),
-    }
 }
 
 /// `{"items": [event, ...]}`, newest first.
@@ -252,10 +155,6 @@ impl Registration {
         }
         Ok((target.url, kinds, states))
     }
-}
-
-fn parse_id(raw: &str, what: &str) -> Result<Uuid, ApiError> {
-    Uuid::parse_str(raw).map_err(|_| ApiError::InvalidId(format!("{raw:?} is not {what} (UUID)")))
 }
 
 /// `POST /v1/webhooks`: registers an endpoint for the caller's fleet (or,
@@ -402,15 +301,6 @@ pub(super) async fn events(
     .into_response())
 }
 
-fn operator(principal: &Principal) -> Result<(), ApiError> {
-    match principal.role {
-        Role::Operator => Ok(()),
-        Role::Device => Err(ApiError::Forbidden(
-            "redelivering webhooks is for operators",
-        )),
-    }
-}
-
 /// `POST /v1/webhooks/events/{id}/redeliver`: sends an event again
 /// (operators): pending, due now, tried until the deliverers' expiry from
 /// now, whatever became of it before. Its id stays the same, so a receiver
@@ -426,7 +316,7 @@ pub(super) async fn redeliver(
     Auth(principal): Auth,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    operator(&principal)?;
+    operator(&principal, "redelivering webhooks is for operators")?;
     let id = parse_id(&id, "an event id")?;
     let event = crate::ledger::webhooks::redeliver(&state.pool, id, state.webhooks.expiry)
         .await?

@@ -15,13 +15,15 @@ use crate::db::{self, CommandRow};
 /// custodians are woken. A hold decided already is [`LedgerError::HoldDecided`].
 pub async fn release(
     pool: &PgPool,
+    backend: db::Backend,
     wake: &PendingWake,
     id: Uuid,
     actor: &str,
     reason: Option<&str>,
 ) -> Result<(HoldRow, CommandRow), LedgerError> {
     let mut conn = pool.acquire().await?;
-    let Some((hold, command)) = db::holds::release(&mut conn, id, actor, reason).await? else {
+    let Some((hold, command)) = db::holds::release(&mut conn, backend, id, actor, reason).await?
+    else {
         drop(conn);
         return Err(decided_or_missing(pool, id).await);
     };

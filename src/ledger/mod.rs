@@ -5,21 +5,27 @@
 //!
 //! - [`submit`]: admission (key, intent guard, holds), recording, wake-up.
 //! - [`holds`]: release (record + wake) and reject.
-//! - [`probe`]: the seam through which the API asks a reconcile probe.
-//! - [`wake`]: waking custodians, and on Citus waiters, after a commit.
+//! - [`cancel`]: cancel while no effect was attempted (SERIALIZABLE, retried).
+//! - [`resolutions`]: what became of an ambiguous command, said by an
+//!   operator or asked of the reconcile probe now.
+//! - [`probe`]: the seam through which a front end asks a reconcile probe.
+//! - [`wake`]: waking custodians, and (on a distributed backend) waiters, after a commit.
 //! - [`webhooks`]: an operator's redelivery of a webhook event.
 
+pub mod cancel;
 pub mod holds;
 pub mod probe;
+pub mod resolutions;
 pub mod submit;
 pub mod wake;
 pub mod webhooks;
 
 pub use wake::{OutcomeWake, PendingWake};
 
+use crate::db::txn::TxError;
 use crate::domain::args_schema::SchemaMismatch;
 use crate::domain::schedule::ScheduleError;
-use crate::domain::{CanonError, KeyError};
+use crate::domain::{CanonError, CommandState, KeyError};
 
 /// Why a use case refused or failed.
 #[derive(Debug, thiserror::Error)]
@@ -54,8 +60,33 @@ pub enum LedgerError {
     /// The hold was decided already.
     #[error("hold {hold_id} is {state} already")]
     HoldDecided { hold_id: uuid::Uuid, state: String },
+    /// The command is past `prepared`: an effect may have been attempted.
+    #[error("command {command_id} is {state} and can no longer be cancelled")]
+    CancelTooLate {
+        command_id: uuid::Uuid,
+        state: CommandState,
+    },
+    /// Only an ambiguous command is probed again or resolved.
+    #[error(
+        "command {command_id} is {state}, not ambiguous: only an ambiguous command is probed again or resolved"
+    )]
+    NotAmbiguous {
+        command_id: uuid::Uuid,
+        state: CommandState,
+    },
+    /// A resolution is recorded once and never changed.
+    #[error(
+        "command {command_id} has a recorded resolution already; resolutions are never changed"
+    )]
+    AlreadyResolved { command_id: uuid::Uuid },
+    /// A finding about an effect that cannot be recorded as it is.
+    #[error("{0}")]
+    InvalidResolution(String),
     #[error(transparent)]
     Db(#[from] sqlx::Error),
+    /// A transaction that did not commit, or whose commit is unknown.
+    #[error(transparent)]
+    Tx(#[from] TxError),
     #[error(transparent)]
     Internal(anyhow::Error),
 }

@@ -28,8 +28,9 @@ use crate::domain::admission::{
 };
 use crate::domain::schedule;
 use crate::domain::{
-    AuthorityRef, CanonicalRequest, Disposition, IdempotencyKey, KeyError, Kind, RequestDigest,
-    State, canonical_request, canonical_request_at, differences, disposition, request_digest_v1,
+    AuthorityRef, CanonicalRequest, CommandState, Disposition, IdempotencyKey, KeyError, Kind,
+    RequestDigest, canonical_request, canonical_request_at, differences, disposition,
+    request_digest_v1,
 };
 
 /// A validated submission: what the front end parsed, before canonical form.
@@ -170,7 +171,7 @@ async fn keyed(
     // If the stored row vanished in between (retention), insert again.
     for _ in 0..3 {
         if let Some(row) = ctx.group.insert(&new).await? {
-            return Ok(recorded(ctx, row).await);
+            return Ok(admitted_new(ctx, row).await);
         }
         if let Some(admitted) = under_key(ctx, key, sub, canonical, policy).await? {
             return Ok(admitted);
@@ -191,9 +192,10 @@ async fn under_key(
     canonical: &CanonicalRequest,
     policy: &KindPolicy,
 ) -> Result<Option<Admitted>, LedgerError> {
-    let layout = ctx.group.layout().await?;
+    let backend = ctx.group.backend();
     let mut conn = ctx.pool.acquire().await?;
-    let Some(stored) = db::record::find_by_key(&mut conn, layout, ctx.scope, key.as_str()).await?
+    let Some(stored) =
+        db::submissions::find_by_key(&mut conn, backend, ctx.scope, key.as_str()).await?
     else {
         return Ok(None);
     };
@@ -249,7 +251,7 @@ fn judge(
     }
 }
 
-async fn recorded(ctx: &Ctx<'_>, row: CommandRow) -> Admitted {
+async fn admitted_new(ctx: &Ctx<'_>, row: CommandRow) -> Admitted {
     tracing::info!(command.id = %row.id, kind = %row.kind, authority = %row.authority_id, "command recorded");
     crate::crash::point(crate::crash::CrashPoint::AfterInsert);
     ctx.wake.pending(&row.authority_id).await;
@@ -321,14 +323,9 @@ pub async fn admit_batch(
         .collect();
     if !plain.is_empty() {
         let rows: Vec<&NewCommand> = plain.iter().map(|(_, n)| n).collect();
-        let inserted = match group.layout().await {
-            Ok(layout) => db::record::insert_pending_many(pool, layout, &rows)
-                .await
-                .map(|inserted| (layout, inserted)),
-            Err(e) => Err(e),
-        };
-        match inserted {
-            Ok((layout, inserted)) => {
+        let backend = group.backend();
+        match db::submissions::insert_pending_many(pool, backend, &rows).await {
+            Ok(inserted) => {
                 crate::crash::point(crate::crash::CrashPoint::AfterInsert);
                 let mut by_id: HashMap<Uuid, CommandRow> =
                     inserted.into_iter().map(|r| (r.id, r)).collect();
@@ -349,7 +346,7 @@ pub async fn admit_batch(
                 for (scope, keys) in &taken {
                     let found = match pool.acquire().await {
                         Ok(mut conn) => {
-                            db::record::find_by_keys(&mut conn, layout, *scope, keys).await
+                            db::submissions::find_by_keys(&mut conn, backend, *scope, keys).await
                         }
                         Err(e) => Err(e),
                     };
@@ -420,7 +417,7 @@ async fn guarded(
 ) -> Result<Admitted, LedgerError> {
     let actor = principal.actor();
     for _ in 0..4 {
-        let latest = db::record::latest_by_intent(
+        let latest = db::submissions::latest_by_intent(
             ctx.pool,
             ctx.scope,
             sub.authority.id.as_str(),
@@ -434,7 +431,7 @@ async fn guarded(
             epoch: u32::try_from(l.max_epoch).unwrap_or(0),
             nothing_done: l
                 .state
-                .parse::<State>()
+                .parse::<CommandState>()
                 .is_ok_and(|s| s.nothing_done_as_resolved(l.resolved_not_applied)),
             run_named: sub.run_id.is_some(),
         });
@@ -455,7 +452,7 @@ async fn guarded(
                     new = new.retrying(failed);
                 }
                 match ctx.group.insert(&new).await {
-                    Ok(Some(row)) => return Ok(recorded(ctx, row).await),
+                    Ok(Some(row)) => return Ok(admitted_new(ctx, row).await),
                     // The client's key was taken meanwhile: the key decides. (A
                     // derived key taken means another copy won this epoch.)
                     Ok(None) => {
@@ -466,7 +463,7 @@ async fn guarded(
                             return Ok(admitted);
                         }
                     }
-                    Err(e) if db::record::is_epoch_conflict(&e) => {}
+                    Err(e) if db::submissions::is_epoch_conflict(&e) => {}
                     Err(e) => return Err(e.into()),
                 }
             }
@@ -478,7 +475,7 @@ async fn guarded(
                 // before answering, so that this request retried after the
                 // window is a replay of the same command, not a new run.
                 if !l.same_request {
-                    db::record::remember_coalesced(
+                    db::submissions::remember_coalesced(
                         ctx.pool,
                         &row,
                         canonical.digest.as_bytes(),

@@ -9,15 +9,16 @@
 //! it exits.
 //!
 //! [`OutcomeWake`] wakes the clients waiting for commands that became
-//! terminal, on Citus only: there the shards' triggers send no outcome
-//! notification, so whoever committed the change (the custodian's record,
-//! claim, start and adoption, recovery, a cancel) sends it on the
-//! coordinator right after. On one node the trigger sends it in the commit
-//! itself, and this does nothing.
+//! terminal, where the commit itself does not
+//! ([`db::Backend::outcome_notify_in_transaction`] is false: a distributed
+//! backend, whose shards' triggers send no outcome notification): whoever
+//! committed the change (the custodian's record, claim, start and adoption,
+//! recovery, a cancel) sends it right after. Where the trigger sends it in
+//! the commit itself, this does nothing.
 
 use sqlx::PgPool;
 use std::collections::BTreeSet;
-use tokio::sync::{OnceCell, mpsc};
+use tokio::sync::mpsc;
 use uuid::Uuid;
 
 use crate::db;
@@ -80,21 +81,18 @@ async fn send(pool: &PgPool, authority: &str) {
     }
 }
 
-/// Announces terminal commands to waiters on Citus (see the module's head).
+/// Announces terminal commands to waiters where the commit does not (see
+/// the module's head).
 #[derive(Debug, Clone)]
 pub struct OutcomeWake {
     pool: PgPool,
-    /// Whether the database is a Citus coordinator, asked at the first
-    /// announcement (the database may not be up when this is made).
-    citus: std::sync::Arc<OnceCell<bool>>,
+    /// Whether the commit already announced them (then this sends nothing).
+    backend: db::Backend,
 }
 
 impl OutcomeWake {
-    pub fn new(pool: PgPool) -> Self {
-        OutcomeWake {
-            pool,
-            citus: std::sync::Arc::default(),
-        }
+    pub fn new(pool: PgPool, backend: db::Backend) -> Self {
+        OutcomeWake { pool, backend }
     }
 
     /// `ids` became terminal in a transaction that has committed. Sent
@@ -103,23 +101,11 @@ impl OutcomeWake {
     /// first, or the database does not answer) only costs latency: the
     /// waiters' fallback re-read finds the outcome (`http::wait`).
     pub async fn finished(&self, ids: &[Uuid]) {
-        if ids.is_empty() {
+        if ids.is_empty() || self.backend.outcome_notify_in_transaction {
             return;
         }
-        let citus = self
-            .citus
-            .get_or_try_init(|| db::is_citus(&self.pool))
-            .await;
-        match citus {
-            Ok(false) => {}
-            Ok(true) => {
-                if let Err(e) = db::notify::outcomes(&self.pool, ids).await {
-                    tracing::warn!(error = %e, commands = ids.len(), "outcome notification not sent; waiters will find the outcome at their next re-read");
-                }
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot tell whether the database is Citus; outcome notification not sent");
-            }
+        if let Err(e) = db::notify::outcomes(&self.pool, ids).await {
+            tracing::warn!(error = %e, commands = ids.len(), "outcome notification not sent; waiters will find the outcome at their next re-read");
         }
     }
 }

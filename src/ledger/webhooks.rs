@@ -16,7 +16,7 @@ pub async fn redeliver(
     id: Uuid,
     expiry: Duration,
 ) -> Result<Option<EventRow>, sqlx::Error> {
-    // Found by id (on Citus, on every shard), then changed on its own.
+    // Found by id (on a distributed backend, on every shard), then changed on its own.
     let Some(event) = db::get_event(pool, id).await? else {
         return Ok(None);
     };

@@ -137,8 +137,13 @@ impl Deliverer {
             .await?
             {
                 report.expired += 1;
-                tracing::warn!(event.id = %e.id, endpoint.id = %e.endpoint_id, attempts = e.attempts,
-                    "webhook event expired: its expiry passed while no deliverer held it");
+                if e.in_flight {
+                    tracing::warn!(event.id = %e.id, endpoint.id = %e.endpoint_id, attempts = e.attempts,
+                        "webhook event expired: its expiry passed while no deliverer held it");
+                } else {
+                    tracing::warn!(event.id = %e.id, endpoint.id = %e.endpoint_id, attempts = e.attempts,
+                        "webhook event expired: its expiry passed before its next attempt; no more attempts");
+                }
             }
             let claimed = db::claim(
                 &self.pool,

@@ -218,6 +218,7 @@ async fn in_the_embedded_demo_reset_starts_a_new_epoch_and_deletes_nothing() {
     let (_url, pool) = crate::harness::fresh_database().await;
     let mut state = AppState::new(
         crate::harness::as_role(&pool, command_ledger::db::roles::ServiceRole::Api),
+        crate::harness::ledger_backend(),
         quickstart_refund(Duration::from_secs(5), NearDuplicate::Hold),
     );
     state.api_reset = true;

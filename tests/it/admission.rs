@@ -44,6 +44,7 @@ pub(crate) async fn start_custodian(
     config.poll_interval = Duration::from_millis(100);
     let c = Arc::new(Custodian::new(
         crate::harness::as_role(&app.pool, command_ledger::db::roles::ServiceRole::Custodian),
+        crate::harness::ledger_backend(),
         config,
         refund_effects(&sink.url, Duration::from_secs(5)),
     ));
@@ -466,6 +467,7 @@ async fn with_the_database_unreachable_submissions_fail_closed_with_503() {
         .unwrap();
     let state = command_ledger::http::AppState::new(
         crate::harness::as_role(&pool, command_ledger::db::roles::ServiceRole::Api),
+        crate::harness::ledger_backend(),
         Policies::default(),
     );
     let base = format!("http://{}", crate::harness::serve_state(state).await);

@@ -123,6 +123,7 @@ async fn the_rate_limit_stops_the_noisy_device_and_no_other() {
         .unwrap();
     let mut state = command_ledger::http::AppState::new(
         crate::harness::as_role(&pool, command_ledger::db::roles::ServiceRole::Api),
+        crate::harness::ledger_backend(),
         Default::default(),
     );
     // A burst of 5, refilled at 1 per second: the 30 requests below are
@@ -256,6 +257,7 @@ async fn connections_past_the_bound_wait_for_one_to_close() {
     let (_, pool) = crate::harness::fresh_database().await;
     let mut state = command_ledger::http::AppState::new(
         crate::harness::as_role(&pool, command_ledger::db::roles::ServiceRole::Api),
+        crate::harness::ledger_backend(),
         Default::default(),
     );
     state.max_connections = 2;

@@ -266,7 +266,7 @@ async fn concurrent_submissions_share_a_commit_and_each_keeps_its_actor() {
     let a = crate::harness::device_principal(&pool, "dev-a").await;
     let b = crate::harness::device_principal(&pool, "dev-b").await;
     // One flusher: whatever arrives while it writes goes in its next statement.
-    let group = GroupCommit::spawn(pool.clone(), 1, 256);
+    let group = GroupCommit::spawn(pool.clone(), crate::harness::ledger_backend(), 1, 256);
     let args = json!({"n": 1});
     let rows: Vec<NewCommand> = (0..40)
         .map(|i| {
@@ -306,7 +306,7 @@ async fn concurrent_submissions_share_a_commit_and_each_keeps_its_actor() {
 async fn one_bad_row_never_fails_its_neighbours() {
     let pool = fresh_pool().await;
     let a = crate::harness::device_principal(&pool, "dev-a").await;
-    let group = GroupCommit::spawn(pool.clone(), 1, 256);
+    let group = GroupCommit::spawn(pool.clone(), crate::harness::ledger_backend(), 1, 256);
     let good = json!({"n": 1});
     // PostgreSQL cannot store U+0000 in jsonb: this row fails any statement it is in.
     let bad = json!({"n": "\u{0}"});

@@ -1,8 +1,9 @@
-//! `POST /v1/commands/{id}/cancel`: wins only while no effect was attempted.
+//! `POST /v1/commands/{id}/cancel` (and `commands cancel` on the command
+//! line): wins only while no effect was attempted.
 
-use crate::harness::{TestApp, problem, refund};
+use crate::harness::{TestApp, cli, problem, refund};
 use command_ledger::db::Role;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 async fn set_state(app: &TestApp, id: &str, state: &str) {
     sqlx::query(
@@ -207,4 +208,93 @@ async fn a_cancel_racing_the_start_of_the_effect_never_both_win() {
             .count(),
         started
     );
+}
+
+/// The command line's `commands cancel` goes through the same use case as
+/// `POST /v1/commands/{id}/cancel`: the row and its history entry change in
+/// the same way (the actor being `cli:<user>`), it prints the API's view of
+/// the command, a repeat changes nothing, and a command whose effect
+/// started is refused and left alone.
+#[tokio::test]
+async fn the_command_line_cancels_a_command_as_the_api_does() {
+    let app = TestApp::spawn().await;
+    let a = app.token("dev-a", Role::Device).await;
+    let by_api = app.create(&a, "api", &refund(1)).await;
+    let by_cli = app.create(&a, "cli", &refund(2)).await;
+    let started = app.create(&a, "started", &refund(3)).await;
+
+    let resp = app.post(&a, &format!("/v1/commands/{by_api}/cancel")).await;
+    assert_eq!(resp.status(), 200);
+    let (ok, out, err) = cli(&app.db_url, &["commands", "cancel", &by_cli, "--json"]).await;
+    assert!(ok, "{err}");
+    let mut printed: Value = serde_json::from_str(&out).unwrap();
+    assert!(printed["scope"].is_string(), "{printed}");
+    printed.as_object_mut().unwrap().remove("scope");
+    let shown: Value = app
+        .get(&a, &format!("/v1/commands/{by_cli}"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(printed, shown, "the API's view of the cancelled command");
+
+    // The row, and its history after the recording entry.
+    let row = |id: String| {
+        let pool = app.pool.clone();
+        async move {
+            let (state, error, finished): (String, Option<Value>, bool) = sqlx::query_as(
+                "select state, error, finished_at is not null from commands where id = $1::uuid",
+            )
+            .bind(&id)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+            let changes: Vec<(Option<String>, String, String, Option<String>)> = sqlx::query_as(
+                "select from_state, to_state, actor, reason from command_history
+                 where command_id = $1::uuid and from_state is not null order by id",
+            )
+            .bind(&id)
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+            (state, error, finished, changes)
+        }
+    };
+    let cancelled_by = |actor: &str| {
+        (
+            "cancelled".to_owned(),
+            Some(json!({"reason": "cancelled", "by": actor})),
+            true,
+            vec![(
+                Some("pending".to_owned()),
+                "cancelled".to_owned(),
+                actor.to_owned(),
+                Some("cancel requested".to_owned()),
+            )],
+        )
+    };
+    assert_eq!(row(by_api.clone()).await, cancelled_by("device:dev-a"));
+    let cli_row = row(by_cli.clone()).await;
+    assert_eq!(cli_row, cancelled_by("cli:ops-alice"));
+
+    // Again: nothing changes, and it still succeeds.
+    let (ok, out, err) = cli(&app.db_url, &["commands", "cancel", &by_cli]).await;
+    assert!(ok, "{err}");
+    assert!(out.contains("already cancelled"), "{out}");
+    assert_eq!(row(by_cli.clone()).await, cli_row);
+
+    // Too late once the effect started; no such command.
+    set_state(&app, &started, "prepared").await;
+    set_state(&app, &started, "effect_started").await;
+    let (ok, _, err) = cli(&app.db_url, &["commands", "cancel", &started]).await;
+    assert!(!ok);
+    assert!(
+        err.contains("effect_started") && err.contains("can no longer be cancelled"),
+        "{err}"
+    );
+    assert_eq!(row(started.clone()).await.0, "effect_started");
+    let missing = uuid::Uuid::now_v7().to_string();
+    let (ok, _, err) = cli(&app.db_url, &["commands", "cancel", &missing]).await;
+    assert!(!ok);
+    assert!(err.contains(&format!("no command {missing}")), "{err}");
 }

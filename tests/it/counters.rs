@@ -46,8 +46,18 @@ async fn two_api_processes_on_one_database_show_the_same_counters() {
     let (url, pool) = fresh_database().await;
     // Two processes: their own pools, their own in-memory counts.
     let other_pool = command_ledger::db::connect(&url, 4).await.unwrap();
-    let a = serve_state(AppState::new(pool.clone(), Policies::default())).await;
-    let b = serve_state(AppState::new(other_pool, Policies::default())).await;
+    let a = serve_state(AppState::new(
+        pool.clone(),
+        crate::harness::ledger_backend(),
+        Policies::default(),
+    ))
+    .await;
+    let b = serve_state(AppState::new(
+        other_pool,
+        crate::harness::ledger_backend(),
+        Policies::default(),
+    ))
+    .await;
     let token = command_ledger::cli::issue_token(&pool, "ops", Role::Operator, None)
         .await
         .unwrap();
@@ -132,7 +142,11 @@ async fn the_counters_outlive_the_process_that_counted() {
     let first = listener.local_addr().unwrap();
     let serving = tokio::spawn(command_ledger::http::serve(
         listener,
-        AppState::new(pool.clone(), Policies::default()),
+        AppState::new(
+            pool.clone(),
+            crate::harness::ledger_backend(),
+            Policies::default(),
+        ),
         async move {
             stopped.await.ok();
         },
@@ -143,7 +157,12 @@ async fn the_counters_outlive_the_process_that_counted() {
     stop.send(()).unwrap();
     serving.await.unwrap().unwrap();
 
-    let second = serve_state(AppState::new(pool.clone(), Policies::default())).await;
+    let second = serve_state(AppState::new(
+        pool.clone(),
+        crate::harness::ledger_backend(),
+        Policies::default(),
+    ))
+    .await;
     let state = state_of(&client, second, &token).await;
     assert_eq!(state["since_start"]["requests"], 0, "{state}");
     assert_eq!(state["ledger"]["requests"]["requests"], 2, "{state}");
@@ -210,7 +229,12 @@ async fn next_stats(resp: &mut reqwest::Response, buffer: &mut String) -> Value 
 #[tokio::test]
 async fn the_event_stream_sends_a_new_snapshot_when_commands_finish() {
     let (_, pool) = fresh_database().await;
-    let addr = serve_state(AppState::new(pool.clone(), Policies::default())).await;
+    let addr = serve_state(AppState::new(
+        pool.clone(),
+        crate::harness::ledger_backend(),
+        Policies::default(),
+    ))
+    .await;
     let token = command_ledger::cli::issue_token(&pool, "ops", Role::Operator, None)
         .await
         .unwrap();

@@ -301,7 +301,7 @@ async fn a_cancel_between_prepare_and_start_wins_and_the_effect_never_runs() {
     .await;
     assert_eq!(body["state"], "effect_started");
     let done = c.execute(started).await;
-    c.record(done, &mut report).await;
+    c.record_outcomes(done, &mut report).await;
     assert_eq!(command(&app, &token, &id).await["state"], "applied");
 }
 
@@ -333,6 +333,9 @@ async fn a_paused_custodian_is_fenced_out_after_another_takes_over() {
     let a_started = a.claim_and_start(1, &mut ra).await.unwrap();
     assert_eq!(a_started.len(), 1);
     let prepared_by_a = app.create(&token, "r2", &refund(2)).await;
+    // Renewed (the same generation), so that a slow machine does not let
+    // the lease lapse before the second claim.
+    a.heartbeat().await.unwrap();
     let a_prepared = a.claim(1, &mut ra).await.unwrap();
     assert_eq!(a_prepared.len(), 1);
 
@@ -374,10 +377,10 @@ async fn a_paused_custodian_is_fenced_out_after_another_takes_over() {
     let done = a.execute(a_started).await;
     assert_eq!(
         done[0].outcome.state(),
-        command_ledger::domain::State::Failed,
+        command_ledger::domain::CommandState::Failed,
         "the sink refused generation 1"
     );
-    a.record(done, &mut ra).await;
+    a.record_outcomes(done, &mut ra).await;
     assert_eq!(ra.fenced, 1);
     assert_eq!(a.stats().fenced.load(Ordering::Relaxed), 1);
     assert_eq!(
@@ -530,6 +533,7 @@ async fn a_running_custodian_is_woken_by_a_submission_and_the_submitter_gets_the
     config.poll_interval = Duration::from_secs(60);
     let c = std::sync::Arc::new(command_ledger::custodian::Custodian::new(
         crate::harness::as_role(&app.pool, command_ledger::db::roles::ServiceRole::Custodian),
+        crate::harness::ledger_backend(),
         config,
         refund_effects(&sink.url, 5 * SECOND),
     ));
@@ -637,6 +641,7 @@ async fn a_shutdown_records_what_answered_and_makes_the_rest_ambiguous() {
     config.shutdown_grace = SECOND;
     let c = std::sync::Arc::new(command_ledger::custodian::Custodian::new(
         crate::harness::as_role(&app.pool, command_ledger::db::roles::ServiceRole::Custodian),
+        crate::harness::ledger_backend(),
         config,
         effects,
     ));
@@ -698,6 +703,7 @@ async fn a_full_backlog_starves_neither_the_heartbeat_nor_the_shutdown() {
     config.batch_size = 1;
     let c = std::sync::Arc::new(command_ledger::custodian::Custodian::new(
         crate::harness::as_role(&app.pool, command_ledger::db::roles::ServiceRole::Custodian),
+        crate::harness::ledger_backend(),
         config,
         command_ledger::custodian::Effects::default(),
     ));
@@ -743,4 +749,37 @@ async fn a_full_backlog_starves_neither_the_heartbeat_nor_the_shutdown() {
         vec![],
         "everything started was recorded as it answered"
     );
+}
+
+/// A row a claim prepared and no start followed (the start's connection
+/// was cut) is started by a later turn's pass for stale prepared rows,
+/// on the engine's path too.
+#[tokio::test]
+async fn a_prepared_row_whose_start_never_came_is_started_by_the_stale_pass() {
+    let app = TestApp::spawn().await;
+    let token = app.token("dev", Role::Device).await;
+    let sink = TestSink::start(Mode::Ok).await;
+    let c = custodian(
+        &app.pool,
+        &["payments"],
+        refund_effects(&sink.url, 5 * SECOND),
+        2 * SECOND,
+    );
+    let id = app.create(&token, "r1", &refund(1)).await;
+    c.heartbeat().await.unwrap();
+    let mut report = StepReport::default();
+    // The first claim of a custodian looks for stale rows, so it takes the
+    // trigger path: the row is prepared, and its start never comes.
+    assert_eq!(c.claim(10, &mut report).await.unwrap().len(), 1);
+    // Past the stale age (the lease's length), the lease kept alive.
+    for _ in 0..2 {
+        tokio::time::sleep(Duration::from_millis(1_200)).await;
+        c.heartbeat().await.unwrap();
+    }
+    let started = c.claim_and_start(10, &mut report).await.unwrap();
+    assert_eq!(started.len(), 1, "the stale prepared row was not started");
+    let done = c.execute(started).await;
+    c.record_outcomes(done, &mut report).await;
+    assert_eq!(command(&app, &token, &id).await["state"], "applied");
+    assert_eq!(sink.requests(), 1);
 }

@@ -1,5 +1,5 @@
-//! The shared test harness: a database backend, a fresh database per test, and
-//! the API served on an ephemeral port.
+//! The shared test harness: a database backend, a fresh database per test,
+//! the API served on an ephemeral port, and the command line run against it.
 
 use command_ledger::db::roles::ServiceRole;
 use command_ledger::db::{self, Role};
@@ -103,14 +103,38 @@ pub(crate) fn citus() -> bool {
     std::env::var("TEST_CITUS").is_ok_and(|v| v == "1")
 }
 
-/// For a test that checks something only one node has: on Citus it says
-/// why it does not run there and returns `true` (the caller returns). The
-/// reasons are listed in docs/SCALING.md.
-pub(crate) fn one_node_only(why: &str) -> bool {
+/// What the tests' databases can do: the backend the harness builds
+/// (distributed with `TEST_CITUS=1`). The template checks it against what
+/// the service detects ([`db::Backend::detect`]).
+pub(crate) fn ledger_backend() -> db::Backend {
     if citus() {
-        eprintln!("not run on Citus: {why}");
+        db::Backend::CITUS
+    } else {
+        db::Backend::ONE_NODE
     }
-    citus()
+}
+
+/// For a test that needs a capability of [`db::Backend`]: `lacks!(field,
+/// why)` is `true` (the caller returns) when the backend lacks it, after
+/// saying which capability and why the test needs it. The backends that
+/// lack one are listed in docs/SCALING.md.
+macro_rules! lacks {
+    ($capability:ident, $why:expr) => {
+        $crate::harness::skipped(
+            stringify!($capability),
+            $crate::harness::ledger_backend().$capability,
+            $why,
+        )
+    };
+}
+pub(crate) use lacks;
+
+/// [`lacks!`]'s message and answer.
+pub(crate) fn skipped(capability: &str, has: bool, why: &str) -> bool {
+    if !has {
+        eprintln!("not run: the backend lacks {capability}: {why}");
+    }
+    !has
 }
 
 /// The admin URL with another host and port (a Citus worker's).
@@ -263,6 +287,11 @@ async fn template() -> &'static str {
                     .await
                     .expect("template connection");
                 db::migrate(&pool).await.expect("migrating the template");
+                assert_eq!(
+                    db::Backend::detect(&pool).await.unwrap(),
+                    ledger_backend(),
+                    "the backend the service detects is not the one the tests expect"
+                );
                 pool.close().await;
                 // Citus's maintenance daemon stays connected to a database:
                 // a template takes no connections (copying needs none).
@@ -435,7 +464,7 @@ impl TestApp {
         configure: impl FnOnce(&mut AppState),
     ) -> TestApp {
         let (db_url, pool) = fresh_database().await;
-        let mut state = AppState::new(as_role(&pool, ServiceRole::Api), policies);
+        let mut state = AppState::new(as_role(&pool, ServiceRole::Api), ledger_backend(), policies);
         configure(&mut state);
         let addr = serve_state(state).await;
         TestApp {
@@ -539,6 +568,25 @@ pub(crate) async fn problem(resp: reqwest::Response, status: u16, problem_type: 
     body
 }
 
+/// Runs the command line against the database at `db_url`, as the OS user
+/// `ops-alice` (so it acts as `cli:ops-alice`): (exit success, stdout, stderr).
+pub(crate) async fn cli(db_url: &str, args: &[&str]) -> (bool, String, String) {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_command-ledger"))
+        .arg("--database-url")
+        .arg(db_url)
+        .args(args)
+        .env("RUST_LOG", "error")
+        .env("USER", "ops-alice")
+        .output()
+        .await
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
 /// A demo sink on an ephemeral port, with its log in a temporary directory
 /// that goes when the sink does.
 #[derive(Debug)]
@@ -625,6 +673,7 @@ pub(crate) fn custodian(
     config.heartbeat = lease_ttl / 3;
     command_ledger::custodian::Custodian::new(
         as_role(pool, ServiceRole::Custodian),
+        ledger_backend(),
         config,
         effects,
     )

@@ -8,24 +8,9 @@ use std::time::Duration;
 
 use crate::harness::{TestApp, refund, refund_policy};
 
-const BIN: &str = env!("CARGO_BIN_EXE_command-ledger");
-
 /// Runs the binary against the app's database: (exit success, stdout, stderr).
 async fn cli(app: &TestApp, args: &[&str]) -> (bool, String, String) {
-    let out = tokio::process::Command::new(BIN)
-        .arg("--database-url")
-        .arg(&app.db_url)
-        .args(args)
-        .env("RUST_LOG", "error")
-        .env("USER", "ops-alice")
-        .output()
-        .await
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8(out.stdout).unwrap(),
-        String::from_utf8(out.stderr).unwrap(),
-    )
+    crate::harness::cli(&app.db_url, args).await
 }
 
 async fn cli_json(app: &TestApp, args: &[&str]) -> Value {

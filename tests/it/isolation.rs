@@ -53,8 +53,9 @@ async fn sql(app: &TestApp, text: &'static str) {
 
 #[tokio::test]
 async fn every_change_of_a_commands_state_but_the_claim_runs_at_serializable() {
-    if crate::harness::one_node_only(
-        "the watching trigger runs on the shards, which cannot write the coordinator's table it fills",
+    if crate::harness::lacks!(
+        local_tables,
+        "the watching trigger would run on the shards, which cannot write the coordinator's table it fills"
     ) {
         return;
     }
@@ -65,6 +66,7 @@ async fn every_change_of_a_commands_state_but_the_claim_runs_at_serializable() {
     let recovery = || {
         Recovery::new(
             app.pool.clone(),
+            crate::harness::ledger_backend(),
             Arc::new(effects(&sink)),
             "recovery".into(),
         )
@@ -157,8 +159,9 @@ async fn every_change_of_a_commands_state_but_the_claim_runs_at_serializable() {
 
 #[tokio::test]
 async fn a_custodian_taking_a_lease_over_adopts_at_serializable() {
-    if crate::harness::one_node_only(
-        "the watching trigger runs on the shards, which cannot write the coordinator's table it fills",
+    if crate::harness::lacks!(
+        local_tables,
+        "the watching trigger would run on the shards, which cannot write the coordinator's table it fills"
     ) {
         return;
     }
@@ -230,7 +233,7 @@ async fn a_transaction_that_never_stops_conflicting_gives_up_after_the_bound() {
     );
     let mut attempts = 0;
     let outcome = loop {
-        let mut tx = match retry.begin().await {
+        let mut tx = match retry.next_attempt().await {
             Ok(tx) => tx,
             Err(e) => break e,
         };

@@ -8,7 +8,9 @@
 mod adapter;
 mod admission;
 mod auth;
+mod baseline;
 mod batch;
+mod boundaries;
 mod cancel;
 mod citus;
 mod client;

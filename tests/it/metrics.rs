@@ -89,6 +89,7 @@ async fn the_in_process_custodian_reports_transitions_latency_and_generation() {
     );
     let mut state = AppState::new(
         crate::harness::as_role(&pool, command_ledger::db::roles::ServiceRole::Api),
+        crate::harness::ledger_backend(),
         Policies::default(),
     );
     state.custodian_stats = Some(Arc::clone(runner.stats()));

@@ -33,6 +33,7 @@ fn effects(sink: &TestSink, probe: bool) -> Effects {
 fn recovery(app: &TestApp, effects: Effects) -> Recovery {
     Recovery::new(
         crate::harness::as_role(&app.pool, command_ledger::db::roles::ServiceRole::Custodian),
+        crate::harness::ledger_backend(),
         Arc::new(effects),
         "recovery:test".into(),
     )
@@ -249,7 +250,7 @@ async fn recovery_paused_between_read_and_write_never_overwrites_a_finished_row(
     // Meanwhile the holder (paused, not dead) finishes and records: the
     // generation has not moved, so its write is legitimate.
     let done = c.execute(started).await;
-    c.record(done, &mut report).await;
+    c.record_outcomes(done, &mut report).await;
     assert_eq!(row(&app, &id).await.0, "applied");
 
     let mut rescued = RecoveryReport::default();
@@ -282,7 +283,7 @@ async fn a_late_outcome_after_recovery_resolved_the_row_is_refused() {
     assert_eq!(row(&app, &id).await.0, "ambiguous");
 
     let done = c.execute(started).await;
-    c.record(done, &mut report).await;
+    c.record_outcomes(done, &mut report).await;
     assert_eq!(report.fenced, 1);
     assert_eq!(
         row(&app, &id).await.0,

@@ -1,6 +1,7 @@
 //! Resolving what is ambiguous: an operator asks the reconcile probe again
-//! now, or records what the provider said; the command stays ambiguous,
-//! the resolution is kept beside it, append-only, and nothing is retried.
+//! now, or records what the provider said (over HTTP, or with `commands
+//! resolve` on the command line); the command stays ambiguous, the
+//! resolution is kept beside it, append-only, and nothing is retried.
 
 use command_ledger::custodian::effects::{Effect, EffectCall, EffectFuture, Effects, ProbeFuture};
 use command_ledger::db::Role;
@@ -13,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use crate::harness::{custodian, fresh_database, serve_state};
+use crate::harness::{cli, custodian, fresh_database, serve_state};
 
 /// Every call ends ambiguous; the probe answers `answer`; calls are counted.
 #[derive(Debug)]
@@ -68,7 +69,11 @@ impl Setup {
             };
             effects.register(kind, effect, Duration::from_secs(5));
         }
-        let mut state = AppState::new(pool.clone(), Policies::default());
+        let mut state = AppState::new(
+            pool.clone(),
+            crate::harness::ledger_backend(),
+            Policies::default(),
+        );
         state.probes = Some(Arc::new(effects.clone()));
         let addr = serve_state(state).await;
         let operator = command_ledger::cli::issue_token(&pool, "ops", Role::Operator, None)
@@ -336,4 +341,115 @@ async fn probing_now_records_a_definite_answer_and_never_retries() {
         .unwrap();
     assert!(states.iter().all(|st| st == "ambiguous"), "{states:?}");
     assert_eq!(s.calls.load(Ordering::SeqCst), 4, "probes never execute");
+}
+
+/// The command line's `commands resolve` records a resolution through the
+/// same use case as `POST /v1/commands/{id}/resolution`: the same row (an
+/// operator's, by `cli:<user>`), chained so that `verify` accepts it, the
+/// same checks and refusals; and it prints the API's views.
+#[tokio::test]
+async fn the_command_line_resolves_an_ambiguous_command_as_the_api_does() {
+    let s = Setup::new().await;
+    let (by_api, by_cli, untouched) = (s.id(0), s.id(1), s.id(2));
+    let (status, answer) = s
+        .post(
+            &s.operator,
+            &format!("/v1/commands/{by_api}/resolution"),
+            Some(
+                json!({"outcome": "not_applied", "evidence": " provider: no such refund ",
+                        "reference": "case-7"}),
+            ),
+        )
+        .await;
+    assert_eq!(status, 201, "{answer}");
+    let resolve = |id: &str, outcome: &str, evidence: &str| {
+        let args: Vec<String> = [
+            "commands",
+            "resolve",
+            id,
+            "--outcome",
+            outcome,
+            "--evidence",
+            evidence,
+            "--reference",
+            "case-7",
+            "--json",
+        ]
+        .iter()
+        .map(|a| (*a).to_owned())
+        .collect();
+        let db_url = s.db_url.clone();
+        async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            cli(&db_url, &args).await
+        }
+    };
+    let (ok, out, err) = resolve(by_cli, "not_applied", " provider: no such refund ").await;
+    assert!(ok, "{err}");
+    let printed: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(printed["command"]["id"], by_cli);
+    assert_eq!(
+        printed["command"]["state"], "ambiguous",
+        "terminal, as it was"
+    );
+    assert_eq!(printed["resolution"], s.command(by_cli).await["resolution"]);
+
+    let row = |id: &str| {
+        let (pool, id) = (s.pool.clone(), id.to_owned());
+        async move {
+            sqlx::query_as::<_, (String, String, Option<String>, String, String)>(
+                "select outcome, evidence, reference, source, actor from command_resolutions
+                 where command_id = $1::uuid",
+            )
+            .bind(&id)
+            .fetch_optional(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    let resolved_by = |actor: &str| {
+        Some((
+            "not_applied".to_owned(),
+            "provider: no such refund".to_owned(),
+            Some("case-7".to_owned()),
+            "operator".to_owned(),
+            actor.to_owned(),
+        ))
+    };
+    assert_eq!(row(by_api).await, resolved_by("operator:ops"));
+    assert_eq!(row(by_cli).await, resolved_by("cli:ops-alice"));
+    let verify = command_ledger::db::verify::resolutions;
+    assert_eq!(verify(&s.pool, None, None).await.unwrap(), vec![]);
+
+    // The same refusals, and nothing recorded by them.
+    for (outcome, evidence, refusal) in [
+        (
+            "maybe",
+            "x",
+            "outcome must be \"applied\" or \"not_applied\"",
+        ),
+        ("applied", "   ", "evidence must be 1-2000 characters"),
+    ] {
+        let (ok, _, err) = resolve(untouched, outcome, evidence).await;
+        assert!(!ok && err.contains(refusal), "{err}");
+    }
+    assert_eq!(row(untouched).await, None);
+    let (ok, _, err) = resolve(by_cli, "applied", "second thoughts").await;
+    assert!(!ok && err.contains("resolution already"), "{err}");
+    assert_eq!(row(by_cli).await, resolved_by("cli:ops-alice"));
+    let live: Value = s
+        .client
+        .post(format!("{}/v1/commands", s.base))
+        .bearer_auth(&s.operator)
+        .header("Idempotency-Key", "live")
+        .json(&json!({"kind": "noop", "authority": "elsewhere"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let (ok, _, err) = resolve(live["id"].as_str().unwrap(), "applied", "x").await;
+    assert!(!ok && err.contains("pending, not ambiguous"), "{err}");
+    assert_eq!(s.calls.load(Ordering::SeqCst), 4, "nothing was retried");
 }

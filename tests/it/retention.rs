@@ -200,7 +200,11 @@ async fn the_replay_window_is_advertised_when_configured() {
     let token = command_ledger::cli::issue_token(&pool, "kiosk-7", Role::Device, None)
         .await
         .unwrap();
-    let mut state = AppState::new(as_role(&pool, ServiceRole::Api), Policies::default());
+    let mut state = AppState::new(
+        as_role(&pool, ServiceRole::Api),
+        crate::harness::ledger_backend(),
+        Policies::default(),
+    );
     state.retention = Some(Duration::from_secs(30 * 86_400));
     let addr = serve_state(state).await;
     let resp = reqwest::Client::new()

@@ -66,6 +66,7 @@ async fn a_command_not_before_five_seconds_ahead_is_claimed_within_a_second_afte
     config.recovery_interval = 30 * SECOND;
     let c = Arc::new(Custodian::new(
         as_role(&app.pool, ServiceRole::Custodian),
+        crate::harness::ledger_backend(),
         config,
         refund_effects(&sink.url, 5 * SECOND),
     ));

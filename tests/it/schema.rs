@@ -3,7 +3,7 @@
 //! change it does make is audited.
 
 use crate::harness::fresh_pool;
-use command_ledger::domain::{State, TRANSITIONS, can_transition};
+use command_ledger::domain::{CommandState, TRANSITIONS, can_transition};
 use sqlx::PgPool;
 use std::collections::BTreeSet;
 
@@ -21,7 +21,7 @@ async fn insert_command(pool: &PgPool, key: &str) -> uuid::Uuid {
     .unwrap()
 }
 
-async fn set_state(pool: &PgPool, id: uuid::Uuid, to: State) -> Result<u64, sqlx::Error> {
+async fn set_state(pool: &PgPool, id: uuid::Uuid, to: CommandState) -> Result<u64, sqlx::Error> {
     sqlx::query(
         "update commands set state = $2, authority_generation = coalesce(authority_generation, 1) where id = $1",
     )
@@ -33,10 +33,10 @@ async fn set_state(pool: &PgPool, id: uuid::Uuid, to: State) -> Result<u64, sqlx
 }
 
 /// Walks a new command along legal edges to `target`.
-async fn command_in(pool: &PgPool, key: &str, target: State) -> uuid::Uuid {
-    use State::*;
+async fn command_in(pool: &PgPool, key: &str, target: CommandState) -> uuid::Uuid {
+    use CommandState::*;
     let id = insert_command(pool, key).await;
-    let path: &[State] = match target {
+    let path: &[CommandState] = match target {
         Pending => &[],
         Prepared => &[Prepared],
         EffectStarted => &[Prepared, EffectStarted],
@@ -64,11 +64,11 @@ async fn the_rust_transition_table_and_the_database_table_are_identical() {
             .fetch_all(&pool)
             .await
             .unwrap();
-    let in_db: BTreeSet<(State, State)> = rows
+    let in_db: BTreeSet<(CommandState, CommandState)> = rows
         .iter()
         .map(|(f, t)| (f.parse().unwrap(), t.parse().unwrap()))
         .collect();
-    let in_rust: BTreeSet<(State, State)> = TRANSITIONS.iter().copied().collect();
+    let in_rust: BTreeSet<(CommandState, CommandState)> = TRANSITIONS.iter().copied().collect();
     assert_eq!(
         in_db, in_rust,
         "every database edge is in Rust and every Rust edge in the database"
@@ -78,20 +78,22 @@ async fn the_rust_transition_table_and_the_database_table_are_identical() {
         .fetch_all(&pool)
         .await
         .unwrap();
-    let db_states: BTreeSet<(State, bool)> = states
+    let db_states: BTreeSet<(CommandState, bool)> = states
         .iter()
         .map(|(s, t)| (s.parse().unwrap(), *t))
         .collect();
-    let rust_states: BTreeSet<(State, bool)> =
-        State::ALL.iter().map(|s| (*s, s.is_terminal())).collect();
+    let rust_states: BTreeSet<(CommandState, bool)> = CommandState::ALL
+        .iter()
+        .map(|s| (*s, s.is_terminal()))
+        .collect();
     assert_eq!(db_states, rust_states);
 }
 
 #[tokio::test]
 async fn every_state_change_typed_by_hand_is_checked_against_the_table() {
     let pool = fresh_pool().await;
-    for from in State::ALL {
-        for to in State::ALL {
+    for from in CommandState::ALL {
+        for to in CommandState::ALL {
             if from == to {
                 continue;
             }
@@ -117,7 +119,7 @@ async fn every_state_change_typed_by_hand_is_checked_against_the_table() {
 #[tokio::test]
 async fn terminal_rows_cannot_be_edited_at_all() {
     let pool = fresh_pool().await;
-    let id = command_in(&pool, "done", State::Applied).await;
+    let id = command_in(&pool, "done", CommandState::Applied).await;
     for edit in [
         "update commands set result = '{\"forged\": true}' where id = $1",
         "update commands set error = '{}' where id = $1",
@@ -132,7 +134,7 @@ async fn terminal_rows_cannot_be_edited_at_all() {
 #[tokio::test]
 async fn identity_columns_are_immutable_and_live_rows_cannot_be_deleted() {
     let pool = fresh_pool().await;
-    let id = command_in(&pool, "live", State::Pending).await;
+    let id = command_in(&pool, "live", CommandState::Pending).await;
     for edit in [
         "update commands set args = '{\"amount\": 999}' where id = $1",
         "update commands set idempotency_key = 'other' where id = $1",
@@ -145,13 +147,15 @@ async fn identity_columns_are_immutable_and_live_rows_cannot_be_deleted() {
         "update commands set pinned_generation = 3 where id = $1",
     ] {
         let err = sqlx::query(edit).bind(id).execute(&pool).await.unwrap_err();
-        // On Citus the distribution column cannot change at all: Citus
-        // refuses the statement before the guard sees it.
-        let expected = if crate::harness::citus() && edit.contains("authority_id") {
-            "0A000"
-        } else {
-            "CL003"
-        };
+        // Where the tables are distributed by authority, the distribution
+        // column cannot change at all: the backend refuses the statement
+        // before the guard sees it.
+        let expected =
+            if !crate::harness::ledger_backend().local_tables && edit.contains("authority_id") {
+                "0A000"
+            } else {
+                "CL003"
+            };
         assert_eq!(sqlstate(&err), expected, "{edit}: {err}");
     }
     let err = sqlx::query("delete from commands where id = $1")
@@ -196,7 +200,7 @@ async fn commands_are_created_pending_and_checks_tie_state_to_columns() {
         .unwrap_err();
     assert_eq!(sqlstate(&err), "23514", "{err}");
     // The generation, once bound, only moves forward and only on a prepared row.
-    set_state(&pool, id, State::Prepared).await.unwrap();
+    set_state(&pool, id, CommandState::Prepared).await.unwrap();
     let err = sqlx::query("update commands set authority_generation = 0 where id = $1")
         .bind(id)
         .execute(&pool)
@@ -208,7 +212,9 @@ async fn commands_are_created_pending_and_checks_tie_state_to_columns() {
         .execute(&pool)
         .await
         .unwrap();
-    set_state(&pool, id, State::EffectStarted).await.unwrap();
+    set_state(&pool, id, CommandState::EffectStarted)
+        .await
+        .unwrap();
     let err = sqlx::query("update commands set authority_generation = 3 where id = $1")
         .bind(id)
         .execute(&pool)
@@ -220,7 +226,7 @@ async fn commands_are_created_pending_and_checks_tie_state_to_columns() {
 #[tokio::test]
 async fn every_change_is_in_the_history_and_the_history_cannot_be_rewritten() {
     let pool = fresh_pool().await;
-    let id = command_in(&pool, "audited", State::Prepared).await;
+    let id = command_in(&pool, "audited", CommandState::Prepared).await;
     // An operator names themself and a reason for a change typed by hand.
     let mut tx = pool.begin().await.unwrap();
     sqlx::raw_sql(
@@ -287,9 +293,9 @@ async fn every_change_is_in_the_history_and_the_history_cannot_be_rewritten() {
 #[tokio::test]
 async fn the_views_count_commands_by_state_and_age_the_oldest() {
     let pool = fresh_pool().await;
-    command_in(&pool, "a", State::Pending).await;
-    command_in(&pool, "b", State::Pending).await;
-    command_in(&pool, "c", State::Applied).await;
+    command_in(&pool, "a", CommandState::Pending).await;
+    command_in(&pool, "b", CommandState::Pending).await;
+    command_in(&pool, "c", CommandState::Applied).await;
     let counts: Vec<(String, i64)> =
         sqlx::query_as("select state, commands from command_counts_by_state order by state")
             .fetch_all(&pool)
@@ -297,7 +303,7 @@ async fn the_views_count_commands_by_state_and_age_the_oldest() {
             .unwrap();
     assert_eq!(
         counts.len(),
-        State::ALL.len(),
+        CommandState::ALL.len(),
         "every state is listed, zeros included"
     );
     let count = |s: &str| counts.iter().find(|(state, _)| state == s).unwrap().1;
@@ -396,7 +402,7 @@ async fn truncating_authorities_is_refused_so_no_generation_is_reissued() {
 #[tokio::test]
 async fn the_inspector_role_reads_the_ledger_but_no_token_hash_and_writes_nothing() {
     let (url, pool) = crate::harness::fresh_database().await;
-    command_in(&pool, "seen", State::Pending).await;
+    command_in(&pool, "seen", CommandState::Pending).await;
     command_ledger::cli::issue_token(&pool, "someone", command_ledger::db::Role::Device, None)
         .await
         .unwrap();
@@ -489,9 +495,9 @@ async fn one_statement_changing_many_rows_audits_and_announces_each_row() {
     let pool = fresh_pool().await;
     let mut ids = Vec::new();
     for i in 0..5 {
-        ids.push(command_in(&pool, &format!("batch-{i}"), State::EffectStarted).await);
+        ids.push(command_in(&pool, &format!("batch-{i}"), CommandState::EffectStarted).await);
     }
-    let untouched = command_in(&pool, "batch-untouched", State::EffectStarted).await;
+    let untouched = command_in(&pool, "batch-untouched", CommandState::EffectStarted).await;
     let mut listener = sqlx::postgres::PgListener::connect_with(&pool)
         .await
         .unwrap();
@@ -535,9 +541,10 @@ async fn one_statement_changing_many_rows_audits_and_announces_each_row() {
         .collect();
     expected.sort();
     assert_eq!(entries, expected);
-    if crate::harness::citus() {
-        // The shards send no outcome notification (docs/SCALING.md: waiters
-        // poll there); the audit above is the part that holds on Citus.
+    if crate::harness::lacks!(
+        outcome_notify_in_transaction,
+        "the commit announces nothing there (docs/SCALING.md); the audit above is the part that holds"
+    ) {
         return;
     }
 

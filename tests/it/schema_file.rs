@@ -3,12 +3,12 @@
 //! compared, so the schema can be read in one place and cannot drift.
 //! `COMMAND_LEDGER_WRITE_SCHEMA=1 cargo test --test it schema_file` rewrites it.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::harness::fresh_database;
 
 const HEADER: &str = "\
--- The ledger's schema after every migration in migrations/, as
+-- The ledger's schema after the migrations in migrations/, as
 -- `pg_dump --schema-only --no-owner` prints it, normalised: the version
 -- lines, session SETs and \\restrict lines are left out.
 --
@@ -22,7 +22,7 @@ const HEADER: &str = "\
 const PG_DUMP_MAJOR_LINE: &str = "-- pg_dump major version: ";
 
 /// Leaves out what changes from run to run or says nothing about the schema.
-fn normalise(dump: &str) -> String {
+pub(crate) fn normalise(dump: &str) -> String {
     let mut out = String::new();
     let mut blank = true;
     for line in dump.lines() {
@@ -50,24 +50,34 @@ fn normalise(dump: &str) -> String {
     out
 }
 
-#[tokio::test]
-async fn docs_schema_sql_is_what_the_migrations_make() {
-    if crate::harness::one_node_only(
-        "docs/schema.sql is the one-node schema; a coordinator's is rekeyed and distributed",
-    ) {
-        return;
-    }
+/// The pg_dump beside the PostgreSQL binaries the tests run (`None`, saying
+/// why, when there is none).
+pub(crate) fn pg_dump() -> Option<PathBuf> {
     let Ok(bin) = command_ledger::embedded_pg::find_bin_dir() else {
         eprintln!("skipped: no PostgreSQL binaries here, so no pg_dump");
-        return;
+        return None;
     };
     // Beside the real initdb (the one on PATH may be a lone symlink).
     let initdb = std::fs::canonicalize(bin.join("initdb")).unwrap_or_else(|_| bin.join("initdb"));
     let pg_dump = initdb.with_file_name("pg_dump");
     if !pg_dump.is_file() {
         eprintln!("skipped: no pg_dump beside {}", initdb.display());
+        return None;
+    }
+    Some(pg_dump)
+}
+
+#[tokio::test]
+async fn docs_schema_sql_is_what_the_migrations_make() {
+    if crate::harness::lacks!(
+        local_tables,
+        "docs/schema.sql is the schema of local tables; distributed ones are rekeyed"
+    ) {
         return;
     }
+    let Some(pg_dump) = pg_dump() else {
+        return;
+    };
     let version = std::process::Command::new(&pg_dump)
         .arg("--version")
         .output()

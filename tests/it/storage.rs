@@ -173,8 +173,9 @@ async fn no_index_of_commands_names_a_column_a_transition_changes() {
 
 #[tokio::test]
 async fn a_transition_is_a_hot_update() {
-    if crate::harness::one_node_only(
-        "HOT updates are counted where the rows are, in each worker's statistics of its shards",
+    if crate::harness::lacks!(
+        local_tables,
+        "HOT updates are counted where the rows are, in the statistics of the node holding them"
     ) {
         return;
     }
@@ -310,8 +311,9 @@ fn scans_an_authority(plan: &[String]) -> bool {
 /// each command by its key.
 #[tokio::test]
 async fn the_claim_reaches_each_command_by_its_key_whatever_the_authority_s_statistics() {
-    if crate::harness::one_node_only(
-        "on Citus the plan that reads the commands is the worker's, planned for its shard",
+    if crate::harness::lacks!(
+        generic_plans,
+        "the claim's one plan for every authority is what keeps it off the authority's statistics"
     ) {
         return;
     }
@@ -422,7 +424,7 @@ async fn columns_of_commands(pool: &PgPool) -> Vec<String> {
 async fn a_populated_v1_database_migrates_to_v2_without_losing_a_row_or_an_entry() {
     let (_url, pool) = empty_database().await;
     let v1 = sqlx::migrate::Migrator::with_migrations(
-        db::MIGRATOR
+        db::migrations::LEGACY_MIGRATOR
             .iter()
             .filter(|m| m.version <= 12)
             .cloned()
@@ -522,8 +524,9 @@ async fn the_guard_s_compiled_rules_are_the_frozen_tables() {
 /// 2-core machine.
 #[tokio::test]
 async fn a_statement_moving_thousands_of_commands_keeps_its_bookkeeping_linear() {
-    if crate::harness::one_node_only(
-        "on Citus the bookkeeping is the row-level trigger's, one row at a time (0019)",
+    if crate::harness::lacks!(
+        statement_triggers,
+        "row-level bookkeeping works one row at a time (0019)"
     ) {
         return;
     }
@@ -593,8 +596,9 @@ async fn a_statement_moving_thousands_of_commands_keeps_its_bookkeeping_linear()
 /// be counted. The chains stay those verify recomputes.
 #[tokio::test]
 async fn a_transition_looks_up_each_commands_last_entry_once() {
-    if crate::harness::one_node_only(
-        "on Citus the row-level trigger looks the entry up once into a variable (0019)",
+    if crate::harness::lacks!(
+        statement_triggers,
+        "the row-level trigger looks the entry up once into a variable (0019)"
     ) {
         return;
     }

@@ -416,6 +416,7 @@ async fn a_slow_body_is_cut_off_and_writes_nothing() {
         .unwrap();
     let mut state = command_ledger::http::AppState::new(
         crate::harness::as_role(&pool, command_ledger::db::roles::ServiceRole::Api),
+        crate::harness::ledger_backend(),
         Default::default(),
     );
     state.body_timeout = std::time::Duration::from_millis(500);

@@ -28,6 +28,7 @@ async fn serve_tls() -> std::net::SocketAddr {
             &fresh_pool().await,
             command_ledger::db::roles::ServiceRole::Api,
         ),
+        crate::harness::ledger_backend(),
         Default::default(),
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

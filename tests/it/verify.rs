@@ -218,8 +218,8 @@ async fn a_forged_history_entry_is_named_even_with_a_well_computed_hash() {
     let found = breaks(&doc);
     let forged_head = *entries_of(&pool, applied).await.last().unwrap();
     let ghost_entry = *entries_of(&pool, ghost).await.last().unwrap();
-    if crate::harness::citus() {
-        // There an entry inserted through the coordinator takes its id from
+    if !crate::harness::ledger_backend().local_tables {
+        // Distributed, an entry inserted through the coordinator takes its id from
         // the coordinator's range of the sequence, below every id the
         // workers' triggers gave: the forgery sorts first in its chain and
         // is named as the break it then is.
@@ -404,9 +404,10 @@ async fn a_published_digest_catches_a_chain_rewritten_end_to_end_and_survives_pr
 /// verify::a_hundred_thousand -- --nocapture` prints it.
 #[tokio::test]
 async fn a_hundred_thousand_untouched_commands_verify_clean() {
-    if crate::harness::one_node_only(
-        "preparing 10^5 commands through the shards' row-level triggers takes over ten minutes on a 2-core machine; \
-         the statement that checks them is the one the other verify tests run there",
+    if crate::harness::lacks!(
+        statement_triggers,
+        "preparing 10^5 commands through row-level triggers takes over ten minutes on a 2-core machine; \
+         the statement that checks them is the one the other verify tests run there"
     ) {
         return;
     }

@@ -129,6 +129,7 @@ async fn every_way_recovery_or_a_cancel_ends_a_command_wakes_its_waiters() {
     let recovery = || {
         Recovery::new(
             as_role(&app.pool, ServiceRole::Custodian),
+            crate::harness::ledger_backend(),
             Arc::new(refund_effects(&sink.url, 5 * SECOND)),
             "recovery:test".into(),
         )
@@ -172,13 +173,14 @@ async fn every_way_recovery_or_a_cancel_ends_a_command_wakes_its_waiters() {
 }
 
 /// On Citus the API re-reads its waiters' commands only as a fallback, at
-/// long intervals (`http::wait::CITUS_FALLBACK`); a waiter is woken by its
+/// long intervals (`http::wait::REREAD_FALLBACK`); a waiter is woken by its
 /// command's outcome.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_waiter_is_woken_by_its_outcome_not_by_a_poll() {
     let (_, pool) = fresh_database().await;
     let state = AppState::new(
         as_role(&pool, ServiceRole::Api),
+        crate::harness::ledger_backend(),
         command_ledger::domain::admission::Policies::default(),
     );
     let waiters = state.waiters.clone();

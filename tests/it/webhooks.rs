@@ -199,6 +199,20 @@ async fn deliver_until(d: &Deliverer, pool: &PgPool, command: &str, state: &str,
     }
 }
 
+/// A deliverer with `config` takes the event up and dies mid-send (its
+/// task is dropped, as a process killed there would be, once `receiver` got
+/// the request): nothing of the attempt is recorded.
+async fn dies_mid_send(app: &TestApp, receiver: &Receiver, config: DelivererConfig) {
+    let dying = tokio::spawn(deliverer(app, config).run(std::future::pending()));
+    let until = Instant::now() + Duration::from_secs(10);
+    while receiver.received().is_empty() {
+        assert!(Instant::now() < until, "the first deliverer sent nothing");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    dying.abort();
+    let _ = dying.await;
+}
+
 #[tokio::test]
 async fn a_receiver_that_fails_twice_gets_three_attempts_and_one_delivery() {
     let app = app().await;
@@ -258,7 +272,8 @@ async fn a_receiver_that_never_answers_is_retried_with_backoff_until_the_event_e
     let command = cancelled(&app, &token).await;
     let config = DelivererConfig {
         timeout: Duration::from_millis(200),
-        expiry: Duration::from_millis(1800),
+        // Room for at least three attempts on a slow machine.
+        expiry: Duration::from_millis(3000),
         backoff: Backoff {
             first: Duration::from_millis(100),
             cap: Duration::from_millis(400),
@@ -316,17 +331,99 @@ async fn a_receiver_that_never_answers_is_retried_with_backoff_until_the_event_e
             l.contains("webhook attempt failed; trying again") && l.contains(&event.to_string())
         })
         .count();
-    assert_eq!(retried, attempts.len() - 1, "{lines:#?}");
+    // The last attempt either found no time left for another (expired
+    // there), or scheduled one that came due after the expiry (expired by
+    // the next turn): which one depends on how fast the turns ran.
+    let expired_after_the_last = lines.iter().any(|l| {
+        l.contains("the event expired: no more attempts") && l.contains(&event.to_string())
+    });
+    let expired_before_the_next = lines.iter().any(|l| {
+        l.contains("its expiry passed before its next attempt") && l.contains(&event.to_string())
+    });
     assert!(
-        lines
-            .iter()
-            .any(|l| l.contains("the event expired: no more attempts")
-                && l.contains(&event.to_string())),
+        expired_after_the_last != expired_before_the_next,
+        "{lines:#?}"
+    );
+    assert_eq!(
+        retried,
+        attempts.len() - usize::from(expired_after_the_last),
         "{lines:#?}"
     );
     // Expired is final.
     d.run_once().await.unwrap();
     assert_eq!(receiver.received().len(), attempts.len());
+}
+
+#[tokio::test]
+async fn a_retry_that_comes_due_after_the_expiry_expires_the_event_keeping_the_last_error() {
+    let app = app().await;
+    let token = app.token("kiosk", Role::Device).await;
+    let receiver = Receiver::start(&[Answer::Status(503); 5]).await;
+    registered(&app, &token, &receiver.url).await;
+    let command = cancelled(&app, &token).await;
+    // The retry (300 ms after the failure) is due before the expiry (1 s
+    // after the first attempt), but no turn runs until both have passed.
+    let config = DelivererConfig {
+        expiry: Duration::from_secs(1),
+        backoff: Backoff {
+            first: Duration::from_millis(300),
+            cap: Duration::from_millis(300),
+        },
+        ..quick()
+    };
+    let d = deliverer(&app, config);
+    let first = d.run_once().await.unwrap();
+    assert_eq!((first.attempted, first.retried), (1, 1), "{first:?}");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let second = d.run_once().await.unwrap();
+    assert_eq!((second.attempted, second.expired), (0, 1), "{second:?}");
+
+    let events = events_of(&app.pool, &command).await;
+    let (event, state, started, last_error) = events[0].clone();
+    assert_eq!((state.as_str(), started), ("expired", 1));
+    // The event says what its last attempt met, not that a deliverer died.
+    assert_eq!(last_error.as_deref(), Some("the receiver answered 503"));
+    assert_eq!(
+        attempts_of(&app.pool, event).await,
+        [(1, Some(503), Some("the receiver answered 503".to_owned()))]
+    );
+    assert_eq!(receiver.received().len(), 1);
+}
+
+#[tokio::test]
+async fn an_event_whose_deliverer_died_holding_it_past_its_expiry_expires_saying_so() {
+    let app = app().await;
+    let token = app.token("kiosk", Role::Device).await;
+    let receiver = Receiver::start(&[Answer::Hang]).await;
+    registered(&app, &token, &receiver.url).await;
+    let command = cancelled(&app, &token).await;
+    // Held for 2 s (the dying deliverer's timeout); expires 500 ms after it
+    // was taken up.
+    let config = DelivererConfig {
+        timeout: Duration::from_secs(2),
+        expiry: Duration::from_millis(500),
+        ..quick()
+    };
+    dies_mid_send(&app, &receiver, config).await;
+
+    let restarted = deliverer(&app, quick());
+    deliver_until(
+        &restarted,
+        &app.pool,
+        &command,
+        "expired",
+        Duration::from_secs(10),
+    )
+    .await;
+    let events = events_of(&app.pool, &command).await;
+    let (event, _, started, last_error) = events[0].clone();
+    assert_eq!(started, 1);
+    assert_eq!(
+        last_error.as_deref(),
+        Some("expired before another attempt (its deliverer stopped while it was in flight)")
+    );
+    assert!(attempts_of(&app.pool, event).await.is_empty());
+    assert_eq!(receiver.received().len(), 1, "not sent again");
 }
 
 #[tokio::test]
@@ -442,14 +539,7 @@ async fn an_outcome_whose_deliverer_died_before_sending_is_delivered_after_a_res
         timeout: Duration::from_secs(2),
         ..quick()
     };
-    let dying = tokio::spawn(deliverer(&app, config).run(std::future::pending()));
-    let until = Instant::now() + Duration::from_secs(10);
-    while receiver.received().is_empty() {
-        assert!(Instant::now() < until, "the first deliverer sent nothing");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    dying.abort();
-    let _ = dying.await;
+    dies_mid_send(&app, &receiver, config).await;
     let died_at = Instant::now();
     let events = events_of(&app.pool, &command).await;
     assert_eq!((events[0].1.as_str(), events[0].2), ("pending", 1));

@@ -129,7 +129,7 @@ impl Awa {
             let args = vec!["insert-single".to_owned(), n.clone(), clients.to_string()];
             let r = self.step(url, &args).await?;
             let seconds = r["seconds"].as_f64().context("an enqueue step's seconds")?;
-            figures.record_single(
+            figures.push_single(
                 PEER,
                 "awa_insert_with",
                 "`insert_with`, one per transaction",
@@ -168,7 +168,7 @@ impl Awa {
             checkpoint(admin).await;
             let r = self.step(url, &args).await?;
             let seconds = r["seconds"].as_f64().context("an enqueue step's seconds")?;
-            figures.record(
+            figures.push_rate(
                 key,
                 PEER,
                 &name,
@@ -223,7 +223,7 @@ impl Awa {
             ];
             self.step(url, &work).await?;
         }
-        figures.record_e2e(
+        figures.push_e2e(
             "awa",
             PEER,
             E2e {
@@ -289,7 +289,7 @@ impl Awa {
         } else {
             format!("the same, jobs queued by `{queued_by}`")
         };
-        figures.record(
+        figures.push_rate(
             key,
             PEER,
             &name,
@@ -298,7 +298,7 @@ impl Awa {
                    "queued_by": queued_by, "output": r, "exact_before": before, "exact_after": after}),
         );
         if key == "awa_process" {
-            figures.record(
+            figures.push_rate(
                 "awa_process_from_client_start",
                 PEER,
                 "the same, timed from `Client::start`",

@@ -73,7 +73,7 @@ impl Dbos {
             checkpoint(admin).await;
             let c = clients.to_string();
             let r = self.step(url, &["enqueue", &n, &c]).await?;
-            figures.record_single(
+            figures.push_single(
                 PEER,
                 "dbos_enqueue",
                 "`DBOSClient.enqueue` with a workflow ID, one per transaction",
@@ -138,7 +138,7 @@ impl Dbos {
         } else {
             ("dbos_process_tuned", format!("tuned ({})", r["queue"]))
         };
-        figures.record(
+        figures.push_rate(
             key,
             PEER,
             &format!("process {} enqueued one-step workflows, one process, {what}", o.jobs),
@@ -180,7 +180,7 @@ impl Dbos {
             self.step(url, &["work", &open.to_string(), "tuned"])
                 .await?;
         }
-        figures.record_e2e(
+        figures.push_e2e(
             "dbos",
             PEER,
             E2e {

@@ -93,7 +93,7 @@ impl Graphile {
                 "pgbench --transactions={per_client} --client={clients} (prepared): {}",
                 ADD_JOB.trim()
             );
-            figures.record_single(
+            figures.push_single(
                 PEER,
                 "gw_add_job",
                 "`add_job`, one per transaction",
@@ -111,7 +111,7 @@ impl Graphile {
         checkpoint(pool).await;
         let took = add_jobs(pool, o.jobs, o.batch).await?;
         expect_queued(pool, o.jobs, "after add_jobs").await?;
-        figures.record(
+        figures.push_rate(
             "gw_add_jobs",
             PEER,
             &format!("enqueue: `add_jobs`, batches of {}", o.batch),
@@ -165,7 +165,7 @@ impl Graphile {
         // Whatever was left is drained before the next repetition.
         self.once(o, url, true).await?;
         expect_queued(pool, 0, "after draining the end-to-end jobs").await?;
-        figures.record_e2e(
+        figures.push_e2e(
             "gw",
             PEER,
             E2e {
@@ -240,7 +240,7 @@ impl Graphile {
                 String::new()
             }
         );
-        figures.record(
+        figures.push_rate(
             key,
             PEER,
             &format!("process {jobs} queued no-op jobs (queued by {queued_by}), one worker, {what}"),
@@ -248,7 +248,7 @@ impl Graphile {
             json!({"how": how, "jobs": jobs, "queued_by": queued_by, "seconds": took.as_secs_f64(), "left": left,
                    "output_tail": tail(&stderr, 5)}),
         );
-        figures.record(
+        figures.push_rate(
             adjusted,
             PEER,
             &format!("the same, {what}, less an empty run's start and stop"),

@@ -119,14 +119,14 @@ impl Figures {
     }
 
     /// A rate, in jobs per second.
-    fn record(&mut self, key: &str, peer: &'static str, name: &str, rate: f64, raw: Value) {
+    fn push_rate(&mut self, key: &str, peer: &'static str, name: &str, rate: f64, raw: Value) {
         self.push(key.to_owned(), peer, name, "jobs/s", rate, raw);
     }
 
     /// One-job-per-transaction enqueueing from `clients` clients: its rate
     /// (`<key>_c<clients>`) and its p99 latency (`<key>_c<clients>_p99`).
     #[allow(clippy::too_many_arguments)]
-    fn record_single(
+    fn push_single(
         &mut self,
         peer: &'static str,
         key: &str,
@@ -157,7 +157,7 @@ impl Figures {
 
     /// An end-to-end window: finished per second (`<prefix>_e2e`) and
     /// submitted per second (`<prefix>_e2e_submitted`).
-    fn record_e2e(&mut self, prefix: &str, peer: &'static str, e: E2e, raw: Value) {
+    fn push_e2e(&mut self, prefix: &str, peer: &'static str, e: E2e, raw: Value) {
         let seconds = e.seconds.max(1e-6);
         self.push(
             format!("{prefix}_e2e_submitted"),

@@ -81,7 +81,7 @@ impl PgBoss {
             let c = clients.to_string();
             let r = self.step(url, &["send", &n, &c]).await?;
             self.expect_created(url, o.jobs, "after send").await?;
-            figures.record_single(
+            figures.push_single(
                 PEER,
                 "pgboss_send",
                 "`send`, one per transaction",
@@ -106,7 +106,7 @@ impl PgBoss {
         let batch = o.batch.to_string();
         let r = self.step(url, &["insert", &n, &batch]).await?;
         self.expect_created(url, o.jobs, "after insert").await?;
-        figures.record(
+        figures.push_rate(
             "pgboss_insert",
             PEER,
             &format!("enqueue: `insert`, batches of {}", o.batch),
@@ -133,7 +133,7 @@ impl PgBoss {
         let done = r["completed"]
             .as_f64()
             .context("work-for's completed count")?;
-        figures.record(
+        figures.push_rate(
             "pgboss_process_defaults",
             PEER,
             &format!(
@@ -173,7 +173,7 @@ impl PgBoss {
                 "peers: {PEER}: processing {created} jobs: {before} before, {after} after; the worker said {r}"
             );
         }
-        figures.record(
+        figures.push_rate(
             "pgboss_process_batch",
             PEER,
             &format!(
@@ -217,7 +217,7 @@ impl PgBoss {
             self.step(url, &["work", &open.to_string(), "batch"])
                 .await?;
         }
-        figures.record_e2e(
+        figures.push_e2e(
             "pgboss",
             PEER,
             E2e {

@@ -13,7 +13,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** `POST /api/invoke`: the same operation as `POST /v1/invoke`. */
+        /**
+         * `POST /api/invoke`: the same operation as `POST /v1/invoke`, under the
+         *     admission layer's path.
+         */
         post: operations["apiInvoke"];
         delete?: never;
         options?: never;
@@ -626,6 +629,7 @@ export interface components {
              *     omit it.
              */
             idempotency_key?: string | null;
+            /** @description A kind of the catalog: a lowercase letter, then a-z, 0-9, '_', '.', '-'; at most 64 characters. */
             kind: string;
             /**
              * Format: date-time
@@ -777,6 +781,7 @@ export interface components {
         ExplainBody: {
             args?: Record<string, never> | null;
             authority?: components["schemas"]["AuthorityField"] | null;
+            /** @description A kind of the catalog: a lowercase letter, then a-z, 0-9, '_', '.', '-'; at most 64 characters. */
             kind: string;
             run_id?: string | null;
         };
@@ -803,6 +808,7 @@ export interface components {
             disposition: string;
             hold: components["schemas"]["HoldView"];
         };
+        /** @description One entry of a command's history. */
         HistoryEntry: {
             actor: string;
             /** Format: date-time */
@@ -853,7 +859,7 @@ export interface components {
             run_id?: string | null;
             state: string;
         };
-        /** @description The body of `POST /v1/invoke`. */
+        /** @description The body of `POST /v1/invoke` (and of `POST /api/invoke`). */
         InvokeBody: {
             args?: Record<string, never> | null;
             authority?: components["schemas"]["AuthorityField"] | null;
@@ -870,7 +876,7 @@ export interface components {
              */
             priority?: number | null;
             runId?: string | null;
-            /** @description The kind of command, as `kind` in `POST /v1/commands`. */
+            /** @description A kind of the catalog: a lowercase letter, then a-z, 0-9, '_', '.', '-'; at most 64 characters. */
             tool: string;
         };
         InvokeView: {
@@ -1062,6 +1068,7 @@ export interface components {
              * @description RFC 3339; after it the command must not start.
              */
             deadline?: string | null;
+            /** @description A kind of the catalog: a lowercase letter, then a-z, 0-9, '_', '.', '-'; at most 64 characters. */
             kind: string;
             /**
              * Format: date-time
@@ -1670,7 +1677,6 @@ export interface operations {
                 limit?: number;
                 /** @description The `next_after` of the previous page. */
                 after?: string;
-                /** @description Only this kind. */
                 kind?: string;
                 /** @description Only commands under this idempotency key. */
                 key?: string;

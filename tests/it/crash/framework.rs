@@ -4,7 +4,7 @@
 //! sink's log and the client's log. The campaigns are in `campaigns.rs`.
 
 use command_ledger::demo_sink::{LogLine, read_log};
-use command_ledger::domain::{State, can_transition};
+use command_ledger::domain::{CommandState, can_transition};
 use serde_json::{Value, json};
 use sqlx::PgPool;
 use std::collections::{BTreeMap, HashMap};
@@ -550,8 +550,9 @@ pub(super) async fn check(world: &World, acked: &BTreeMap<String, String>) -> Ch
         let ok = match (last.get(&id), from.as_deref()) {
             (None, None) => to == "pending",
             (Some(prev), Some(f)) if prev == f => {
-                let (f, t): (State, State) = (f.parse().unwrap(), to.parse().unwrap());
-                can_transition(f, t) || (f == State::Prepared && t == State::Prepared)
+                let (f, t): (CommandState, CommandState) =
+                    (f.parse().unwrap(), to.parse().unwrap());
+                can_transition(f, t) || (f == CommandState::Prepared && t == CommandState::Prepared)
             }
             _ => false,
         };

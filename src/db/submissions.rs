@@ -1,4 +1,4 @@
-//! Recording a submission: the pending row (one, or many in one statement),
+//! Submissions: the pending row (one, or many in one statement),
 //! and on Citus its key's row in `command_keys` first; and finding what a
 //! key or an intent already names, which admission compares a request with.
 //!
@@ -13,17 +13,17 @@ use std::collections::HashSet;
 use uuid::Uuid;
 
 use super::commands::{CommandRow, NewCommand, get_in};
-use super::{Layout, txn};
+use super::{Backend, txn};
 
-/// Records the pending row in a transaction of its own acting as its
+/// Inserts the pending row in a transaction of its own acting as its
 /// caller: [`insert_pending`], committed.
-pub async fn record_pending(
+pub async fn insert_pending_alone(
     pool: &PgPool,
-    layout: Layout,
+    backend: Backend,
     new: &NewCommand,
 ) -> Result<Option<CommandRow>, sqlx::Error> {
     let mut tx = txn::begin_as(pool, txn::Isolation::ReadCommitted, &new.actor).await?;
-    let row = insert_pending(&mut tx, layout, new).await?;
+    let row = insert_pending(&mut tx, backend, new).await?;
     tx.commit().await?;
     Ok(row)
 }
@@ -33,13 +33,13 @@ pub async fn record_pending(
 /// waits for the first to commit, then finds the key taken. On Citus the
 /// key's row in `command_keys` is inserted first and decides the same way
 /// across authorities. Run in a transaction acting as `new.actor`
-/// ([`super::txn`]), or use [`record_pending`].
+/// ([`super::txn`]), or use [`insert_pending_alone`].
 pub async fn insert_pending(
     conn: &mut PgConnection,
-    layout: Layout,
+    backend: Backend,
     new: &NewCommand,
 ) -> Result<Option<CommandRow>, sqlx::Error> {
-    if layout == Layout::Citus {
+    if backend.key_table_first {
         // One row: a plain insert, which Citus sends to the key's shard.
         let claimed = sqlx::query!(
             r#"
@@ -89,7 +89,7 @@ pub async fn insert_pending(
     )
     .fetch_optional(&mut *conn)
     .await?;
-    if row.is_none() && layout == Layout::Citus {
+    if row.is_none() && backend.key_table_first {
         return Err(keys_out_of_step(&new.idempotency_key));
     }
     Ok(row)
@@ -126,7 +126,7 @@ async fn claim_keys(
 }
 
 /// On Citus, a key taken in `command_keys` whose command was not inserted:
-/// the transaction is refused (rolling the key back) rather than record
+/// the transaction is refused (rolling the key back) rather than insert
 /// half of it. For one row that means the two tables disagree (only a hand
 /// edit does that); in a many-row insert it is also a row whose intent
 /// epoch its scope holds, and the group commit then admits each row alone.
@@ -147,7 +147,7 @@ fn keys_out_of_step(key: &str) -> sqlx::Error {
 /// are inserted.
 pub async fn insert_pending_many(
     pool: &PgPool,
-    layout: Layout,
+    backend: Backend,
     rows: &[&NewCommand],
 ) -> Result<Vec<CommandRow>, sqlx::Error> {
     let mut rows = rows.to_vec();
@@ -163,7 +163,7 @@ pub async fn insert_pending_many(
             &[(txn::ACTORS, &actors)],
         )))
         .await?;
-    if layout == Layout::Citus {
+    if backend.key_table_first {
         let claimed: HashSet<Uuid> = claim_keys(
             &mut tx,
             &rows.iter().map(|r| r.scope).collect::<Vec<_>>(),
@@ -250,7 +250,7 @@ pub async fn insert_pending_many(
     )
     .fetch_all(&mut *tx)
     .await?;
-    if layout == Layout::Citus && inserted.len() != rows.len() {
+    if backend.key_table_first && inserted.len() != rows.len() {
         let missing = rows
             .iter()
             .find(|r| !inserted.iter().any(|i| i.id == r.id))
@@ -298,11 +298,11 @@ fn is_constraint(reported: &str, constraint: &str) -> bool {
 /// the command's authority, so both look-ups go to one shard each.
 pub async fn find_by_key(
     conn: &mut PgConnection,
-    layout: Layout,
+    backend: Backend,
     scope: Uuid,
     key: &str,
 ) -> Result<Option<CommandRow>, sqlx::Error> {
-    if layout == Layout::Citus {
+    if backend.key_table_first {
         let Some(named) = sqlx::query!(
             "select authority_id, command_id from command_keys where scope = $1 and idempotency_key = $2",
             scope,
@@ -415,11 +415,11 @@ pub async fn remember_coalesced(
 /// `command_keys`, then by authority and id).
 pub async fn find_by_keys(
     conn: &mut PgConnection,
-    layout: Layout,
+    backend: Backend,
     scope: Uuid,
     keys: &[String],
 ) -> Result<Vec<CommandRow>, sqlx::Error> {
-    if layout == Layout::Citus {
+    if backend.key_table_first {
         let named = sqlx::query!(
             "select authority_id, command_id from command_keys where scope = $1 and idempotency_key = any($2)",
             scope,

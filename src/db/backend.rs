@@ -1,0 +1,117 @@
+//! What the database behind a pool can and cannot do, detected once when the
+//! pool opens ([`Backend::detect`]) and carried from there (`AppState`, group
+//! commit, the custodian, recovery). Code outside `db` asks these
+//! capabilities, never which product answers: a distributed backend (a
+//! Citus coordinator, docs/SCALING.md) differs from one PostgreSQL in the
+//! few ways the fields name, each by what the code does differently.
+
+/// The capabilities of the ledger's database. `Copy`: pass it by value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backend {
+    /// The ledger's tables are ordinary tables of the database the pool
+    /// connects to: their rows, statistics, triggers and plans are there.
+    /// False when `migrate` distributes them by authority over worker nodes
+    /// (`ledger_distribute()`, migration 0019), where each runs on its shard.
+    pub local_tables: bool,
+    /// The commit that makes a command terminal also wakes its waiters (a
+    /// trigger's `NOTIFY` in that transaction). When false, whoever
+    /// committed sends the notification right after
+    /// (`ledger::OutcomeWake`), and the API's waiters also re-read on a
+    /// timer (`http::wait::REREAD_FALLBACK`), since a notification sent
+    /// after the commit is lost if its sender dies first.
+    pub outcome_notify_in_transaction: bool,
+    /// A submission writes its key's row in `command_keys` first, in its
+    /// own transaction, and looks keys up there
+    /// ([`super::submissions`], migration 0020): the table holding the commands
+    /// cannot keep a key unique across authorities. When false the unique
+    /// constraint on `commands` does.
+    pub key_table_first: bool,
+    /// The custodian's claim names one authority per statement (each then
+    /// runs on one shard group), taking the leased authorities in turn; when
+    /// false, one statement claims for all of them.
+    pub claims_per_authority: bool,
+    /// The custodian's transitions run with one generic plan for every
+    /// authority ([`super::txn::GENERIC_PLANS`]). A distributed backend cannot
+    /// run these statements from a generic plan, and plans each for its
+    /// shard anyway.
+    pub generic_plans: bool,
+    /// The bookkeeping triggers on `commands` run once per statement, over
+    /// its transition tables; when false, once per row (migration 0019: a
+    /// distributed table takes no statement-level trigger with transition
+    /// tables), which makes a statement moving many rows cost more per row.
+    pub statement_triggers: bool,
+    /// The custodian's steps are the engine's functions (migration 0030:
+    /// `ledger_claim_start`, `ledger_record_outcomes`, owned by the role
+    /// `ledger_engine`); when false, its transitions are updates that the
+    /// triggers keep the history of (0030 installs nothing on a distributed
+    /// backend). The custodian still checks that the functions exist.
+    pub engine_steps: bool,
+}
+
+impl Backend {
+    /// One PostgreSQL server.
+    pub const ONE_NODE: Backend = Backend {
+        local_tables: true,
+        outcome_notify_in_transaction: true,
+        key_table_first: false,
+        claims_per_authority: false,
+        generic_plans: true,
+        statement_triggers: true,
+        engine_steps: true,
+    };
+
+    /// A Citus coordinator (the `citus` extension is installed): the tables
+    /// are distributed by authority, and the shards' triggers run on the
+    /// workers, whose `NOTIFY` reaches no listener of the coordinator.
+    pub const CITUS: Backend = Backend {
+        local_tables: false,
+        outcome_notify_in_transaction: false,
+        key_table_first: true,
+        claims_per_authority: true,
+        generic_plans: false,
+        statement_triggers: false,
+        engine_steps: false,
+    };
+
+    /// The backend of the database `ex` is connected to: asked once, where
+    /// the pool is opened.
+    pub async fn detect(ex: impl sqlx::PgExecutor<'_>) -> Result<Backend, sqlx::Error> {
+        let citus: bool = sqlx::query_scalar(
+            "select exists (select 1 from pg_extension where extname = 'citus')",
+        )
+        .fetch_one(ex)
+        .await?;
+        Ok(if citus {
+            Backend::CITUS
+        } else {
+            Backend::ONE_NODE
+        })
+    }
+
+    /// The product, as the command line names it to an operator.
+    pub fn product(self) -> &'static str {
+        if self == Backend::CITUS {
+            "Citus"
+        } else {
+            "PostgreSQL"
+        }
+    }
+}
+
+/// What `command-ledger migrate` says about its flag requiring a
+/// distributed backend (the command line's help, kept with the backends).
+pub mod migrate_help {
+    /// The flag's name: `migrate --citus`.
+    pub const REQUIRE_FLAG: &str = "citus";
+    /// The subcommand's help.
+    pub const ABOUT: &str = "Apply database migrations and exit. On a Citus coordinator (detected: \
+         the `citus` extension is installed) the tables are then distributed by authority \
+         (docs/SCALING.md)";
+    /// The flag's help.
+    pub const REQUIRE_HELP: &str = "Require a Citus coordinator: fail, after migrating, if the \
+         database is not one (instead of leaving the tables on one node)";
+    /// The refusal when the flag was given and the backend is not distributed.
+    pub const NOT_DISTRIBUTED: &str = "migrations applied, but the database is not a Citus \
+         coordinator (no citus extension): create extension citus and add the workers, then \
+         run migrate --citus again";
+}
