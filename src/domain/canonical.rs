@@ -11,6 +11,7 @@
 use serde_json::{Map, Number, Value};
 use unicode_normalization::{UnicodeNormalization, is_nfc};
 
+pub use super::canon_error::CanonError;
 use super::money::{minor_units, parse_money};
 
 /// Version of these rules; stored with every command's digest. Version 2
@@ -67,52 +68,6 @@ pub struct Canonical {
     pub value: Value,
     /// `rule@path`, sorted: `drop_volatile@/trace_id`, `money@/amount`, ...
     pub rules: Vec<String>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum CanonError {
-    #[error(
-        "{path}: {text:?} is an amount without a currency; add a currency field, write it like \"12.00 USD\", or give the kind a currency in the catalog"
-    )]
-    AmbiguousMoney { path: String, text: String },
-    #[error("{path}: {text:?} is not an amount of money")]
-    BadMoney { path: String, text: String },
-    #[error("{path}: unknown currency {code:?} (ISO 4217 codes such as USD, EUR, JPY)")]
-    UnknownCurrency { path: String, code: String },
-    #[error("{path}: {text:?} has more decimals than {currency} allows ({digits})")]
-    TooPrecise {
-        path: String,
-        text: String,
-        currency: String,
-        digits: u32,
-    },
-    #[error("{path}: the amount says {found} but the currency field says {given}")]
-    CurrencyMismatch {
-        path: String,
-        found: String,
-        given: String,
-    },
-    #[error("{path}: amount out of range")]
-    OutOfRange { path: String },
-    #[error(
-        "{path}: two fields of one object have the same name once written in Unicode NFC; send one"
-    )]
-    DuplicateKey { path: String },
-}
-
-impl CanonError {
-    /// Where in the args the unreadable value sits (a JSON pointer).
-    pub fn path(&self) -> &str {
-        match self {
-            CanonError::AmbiguousMoney { path, .. }
-            | CanonError::BadMoney { path, .. }
-            | CanonError::UnknownCurrency { path, .. }
-            | CanonError::TooPrecise { path, .. }
-            | CanonError::CurrencyMismatch { path, .. }
-            | CanonError::OutOfRange { path }
-            | CanonError::DuplicateKey { path } => path,
-        }
-    }
 }
 
 /// Canonicalizes `args` under `policy`, at the current version.

@@ -4,6 +4,7 @@
 
 pub mod admission;
 pub mod args_schema;
+pub mod canon_error;
 pub mod canonical;
 pub mod digest;
 pub mod idempotency_key;

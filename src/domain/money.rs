@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use super::canonical::CanonError;
+use super::canon_error::CanonError;
 
 #[derive(Debug, PartialEq)]
 pub(super) struct Money {
