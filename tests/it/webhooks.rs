@@ -182,14 +182,23 @@ async fn attempts_of(pool: &PgPool, event: Uuid) -> Vec<(i32, Option<i32>, Optio
 }
 
 /// Runs the deliverer turn after turn until the command's only event is in
-/// `state` (or fails after `within`).
-async fn deliver_until(d: &Deliverer, pool: &PgPool, command: &str, state: &str, within: Duration) {
+/// `state` (or fails after `within`). When each turn started, read just
+/// before it (so at or before the deliverer's own clock for the turn).
+async fn deliver_until(
+    d: &Deliverer,
+    pool: &PgPool,
+    command: &str,
+    state: &str,
+    within: Duration,
+) -> Vec<chrono::DateTime<chrono::Utc>> {
     let until = Instant::now() + within;
+    let mut turns = Vec::new();
     loop {
+        turns.push(chrono::Utc::now());
         d.run_once().await.unwrap();
         let events = events_of(pool, command).await;
         if events.len() == 1 && events[0].1 == state {
-            return;
+            return turns;
         }
         assert!(
             Instant::now() < until,
@@ -281,7 +290,7 @@ async fn a_receiver_that_never_answers_is_retried_with_backoff_until_the_event_e
         ..quick()
     };
     let d = deliverer(&app, config);
-    deliver_until(&d, &app.pool, &command, "expired", Duration::from_secs(30)).await;
+    let turns = deliver_until(&d, &app.pool, &command, "expired", Duration::from_secs(30)).await;
 
     let events = events_of(&app.pool, &command).await;
     let (event, _, started, last_error) = events[0].clone();
@@ -311,7 +320,7 @@ async fn a_receiver_that_never_answers_is_retried_with_backoff_until_the_event_e
             i + 2
         );
     }
-    // No attempt after the expiry.
+    // When the event expires, and when its last attempt was sent.
     let (expires_at, last_at): (chrono::DateTime<chrono::Utc>, chrono::DateTime<chrono::Utc>) =
         sqlx::query_as(
             "select e.expires_at, max(a.at) from webhook_events e \
@@ -322,7 +331,16 @@ async fn a_receiver_that_never_answers_is_retried_with_backoff_until_the_event_e
         .fetch_one(&app.pool)
         .await
         .unwrap();
-    assert!(last_at < expires_at);
+    // No attempt taken up after the expiry: the turn that made the last one
+    // (turns run one after the other, each waits for its sends) started
+    // before it. The send itself starts a few statements later, which may
+    // fall after the expiry on a loaded machine.
+    let its_turn = turns.iter().rev().find(|t| **t <= last_at).unwrap();
+    assert!(
+        *its_turn < expires_at,
+        "the last attempt (at {last_at}) was taken up by a turn started at {its_turn}, \
+         at or after the expiry ({expires_at})"
+    );
     // The log says each failure, and that the event expired.
     let lines = logs.lines();
     let retried = lines
@@ -361,10 +379,11 @@ async fn a_retry_that_comes_due_after_the_expiry_expires_the_event_keeping_the_l
     let receiver = Receiver::start(&[Answer::Status(503); 5]).await;
     registered(&app, &token, &receiver.url).await;
     let command = cancelled(&app, &token).await;
-    // The retry (300 ms after the failure) is due before the expiry (1 s
-    // after the first attempt), but no turn runs until both have passed.
+    // The retry (300 ms after the failure) is due before the expiry (3 s
+    // after the event was taken up: room for a slow attempt on a loaded
+    // cluster), but no turn runs until both have passed.
     let config = DelivererConfig {
-        expiry: Duration::from_secs(1),
+        expiry: Duration::from_secs(3),
         backoff: Backoff {
             first: Duration::from_millis(300),
             cap: Duration::from_millis(300),
@@ -374,7 +393,8 @@ async fn a_retry_that_comes_due_after_the_expiry_expires_the_event_keeping_the_l
     let d = deliverer(&app, config);
     let first = d.run_once().await.unwrap();
     assert_eq!((first.attempted, first.retried), (1, 1), "{first:?}");
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    // The expiry was set from the turn's start, before it returned.
+    tokio::time::sleep(Duration::from_millis(3100)).await;
     let second = d.run_once().await.unwrap();
     assert_eq!((second.attempted, second.expired), (0, 1), "{second:?}");
 
