@@ -313,7 +313,9 @@ async fn a_paused_custodian_is_fenced_out_after_another_takes_over() {
     let app = TestApp::spawn().await;
     let token = app.token("dev", Role::Device).await;
     let sink = TestSink::start(Mode::Ok).await;
-    let ttl = Duration::from_millis(600);
+    // Long enough that B's lease outlives the reads and the submission
+    // between its takeover and its turn on a loaded cluster.
+    let ttl = Duration::from_secs(2);
     let a = custodian(
         &app.pool,
         &["payments"],
@@ -402,7 +404,9 @@ async fn a_command_pinned_to_a_superseded_generation_expires_unexecuted() {
     let app = TestApp::spawn().await;
     let token = app.token("dev", Role::Device).await;
     let sink = TestSink::start(Mode::Ok).await;
-    let ttl = Duration::from_millis(400);
+    // Long enough that B's lease, taken at the start of its turn, is still
+    // live when the turn claims, on a loaded cluster.
+    let ttl = Duration::from_secs(2);
     let a = custodian(
         &app.pool,
         &["agent-7"],
