@@ -217,6 +217,19 @@ impl Database {
         Ok(())
     }
 
+    /// Opens the database, runs `work` on it and closes it whatever `work`
+    /// returned (its private cluster stopped if this process started it).
+    pub async fn with<T>(
+        url: Option<String>,
+        state_dir: &Path,
+        work: impl AsyncFnOnce(&Database) -> anyhow::Result<T>,
+    ) -> anyhow::Result<T> {
+        let db = Database::open(url, state_dir).await?;
+        let result = work(&db).await;
+        db.close().await?;
+        result
+    }
+
     /// Closes the pool, then stops the private cluster if this process started it.
     pub async fn close(self) -> anyhow::Result<()> {
         self.pool.close().await;

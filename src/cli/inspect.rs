@@ -90,10 +90,7 @@ pub(super) async fn holds(
     state_dir: &Path,
     cmd: HoldsCommand,
 ) -> anyhow::Result<()> {
-    let db = Database::open(url, state_dir).await?;
-    let result = holds_on(&db, cmd).await;
-    db.close().await?;
-    result
+    Database::with(url, state_dir, async |db| holds_on(db, cmd).await).await
 }
 
 async fn holds_on(db: &Database, cmd: HoldsCommand) -> anyhow::Result<()> {

@@ -173,10 +173,10 @@ pub(super) async fn run(
         }
         None => None,
     };
-    let db = Database::open(url, state_dir).await?;
-    let result = verify_with(&db, &args, against).await;
-    db.close().await?;
-    result
+    Database::with(url, state_dir, async |db| {
+        verify_with(db, &args, against).await
+    })
+    .await
 }
 
 async fn verify_with(

@@ -102,10 +102,7 @@ pub(super) async fn run(
     state_dir: &Path,
     cmd: WebhooksCommand,
 ) -> anyhow::Result<()> {
-    let db = Database::open(url, state_dir).await?;
-    let result = run_on(&db, cmd).await;
-    db.close().await?;
-    result
+    Database::with(url, state_dir, async |db| run_on(db, cmd).await).await
 }
 
 async fn run_on(db: &Database, cmd: WebhooksCommand) -> anyhow::Result<()> {
