@@ -1027,6 +1027,23 @@ $$;
 COMMENT ON FUNCTION public.ledger_claim_start(p_authorities text[], p_holder text, p_limit integer) IS 'Engine step (0030): up to p_limit queued commands of the authorities p_holder leases, lowest claim rank first, moved pending -> prepared -> effect_started under the lease''s generation (two history entries), or pending -> expired (deadline passed, pinned generation not the lease''s), with the queue and in-flight tables kept. Returns the rows as they now are. Fenced by the lease row held for share; no effect starts before it commits.';
 
 --
+-- Name: ledger_claim_start_authority(text, text, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ledger_claim_start_authority(p_authority text, p_holder text, p_limit integer) RETURNS SETOF public.commands
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+            select * from ledger_claim_start(array[p_authority], p_holder, p_limit)
+        $$;
+
+--
+-- Name: FUNCTION ledger_claim_start_authority(p_authority text, p_holder text, p_limit integer); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ledger_claim_start_authority(p_authority text, p_holder text, p_limit integer) IS 'Engine step (0033): ledger_claim_start for the one authority p_authority. On Citus it runs on the worker holding the authority''s shards (delegated by ledger_delegate_engine_steps()), in single-table statements; on one node it is ledger_claim_start(array[p_authority], ...).';
+
+--
 -- Name: ledger_count_history(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -1113,6 +1130,50 @@ $$;
 --
 
 COMMENT ON FUNCTION public.ledger_counts_compact() IS 'Folds ledger_counts: the shards'' counts (ledger_counts_by_authority) and other sources'' finished minutes into one row per minute and counter (source empty), minutes older than a day into one row per day. Sums are unchanged. Called by API processes about once a minute.';
+
+--
+-- Name: ledger_delegate_engine_steps(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ledger_delegate_engine_steps() RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+declare
+    f regprocedure;
+    done integer := 0;
+begin
+    if not exists (select 1 from pg_extension where extname = 'citus') then
+        raise exception 'ledger_delegate_engine_steps() needs a Citus coordinator'
+            using errcode = 'CL013';
+    end if;
+    for f in
+        select p.oid::regprocedure from pg_proc p
+        where p.pronamespace = 'public'::regnamespace
+          and p.proname in ('ledger_claim_start_authority', 'ledger_record_outcomes')
+    loop
+        if not exists (select 1 from pg_dist_object o
+                       where o.classid = 'pg_proc'::regclass and o.objid = f
+                         and o.distribution_argument_index is not null) then
+            perform create_distributed_function(f, 'p_authority', colocate_with := 'commands',
+                                                force_delegation := true);
+            -- A function Citus creates on a worker may be executed by PUBLIC
+            -- there, whatever the coordinator's copy allows: said again now,
+            -- the revoke reaches every node.
+            execute format('revoke all on function %s from public', f);
+            execute format('grant execute on function %s to ledger_custodian', f);
+            done := done + 1;
+        end if;
+    end loop;
+    return done;
+end;
+$$;
+
+--
+-- Name: FUNCTION ledger_delegate_engine_steps(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ledger_delegate_engine_steps() IS 'On a Citus coordinator, after ledger_distribute(): the engine steps (ledger_claim_start_authority, ledger_record_outcomes) are run by the worker holding p_authority''s shards, the whole call in one round trip, also inside a transaction block (force_delegation), executable by ledger_custodian only on every node. Returns how many it delegated. Idempotent.';
 
 --
 -- Name: ledger_distribute(); Type: FUNCTION; Schema: public; Owner: -
@@ -3902,11 +3963,24 @@ REVOKE ALL ON FUNCTION public.ledger_claim_start(p_authorities text[], p_holder 
 GRANT ALL ON FUNCTION public.ledger_claim_start(p_authorities text[], p_holder text, p_limit integer) TO ledger_custodian;
 
 --
+-- Name: FUNCTION ledger_claim_start_authority(p_authority text, p_holder text, p_limit integer); Type: ACL; Schema: public; Owner: -
+--
+
+REVOKE ALL ON FUNCTION public.ledger_claim_start_authority(p_authority text, p_holder text, p_limit integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.ledger_claim_start_authority(p_authority text, p_holder text, p_limit integer) TO ledger_custodian;
+
+--
 -- Name: FUNCTION ledger_counts_compact(); Type: ACL; Schema: public; Owner: -
 --
 
 REVOKE ALL ON FUNCTION public.ledger_counts_compact() FROM PUBLIC;
 GRANT ALL ON FUNCTION public.ledger_counts_compact() TO ledger_api;
+
+--
+-- Name: FUNCTION ledger_delegate_engine_steps(); Type: ACL; Schema: public; Owner: -
+--
+
+REVOKE ALL ON FUNCTION public.ledger_delegate_engine_steps() FROM PUBLIC;
 
 --
 -- Name: FUNCTION ledger_distribute(); Type: ACL; Schema: public; Owner: -

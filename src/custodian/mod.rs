@@ -177,7 +177,7 @@ impl Custodian {
     async fn engine_steps(&self) -> Result<bool, CustodianError> {
         Ok(*self
             .engine
-            .get_or_try_init(|| crate::db::lifecycle::engine_steps(&self.pool))
+            .get_or_try_init(|| crate::db::lifecycle::engine_steps(&self.pool, self.backend))
             .await?)
     }
 

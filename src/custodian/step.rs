@@ -73,8 +73,9 @@ impl Custodian {
     }
 
     /// Claims and starts up to `limit` pending commands of the authorities
-    /// leased now in one transaction (the engine step, migration 0030), at
-    /// the claim's isolation: the lease row it holds for share fences it, as
+    /// leased now, in one transaction (the engine step, migrations 0030 and
+    /// 0033; where claims name one authority, one transaction each), at the
+    /// claim's isolation: the lease row it holds for share fences it, as
     /// it fences the claim. (At SERIALIZABLE, a custodian paused with a
     /// transaction open kept its successor's claims failing: the full zombie
     /// campaign.) Returns those whose `effect_started` is committed; overdue
@@ -85,11 +86,44 @@ impl Custodian {
         limit: i64,
         report: &mut StepReport,
     ) -> Result<Vec<Started>, CustodianError> {
-        let held = self.held();
-        if held.is_empty() || limit <= 0 {
+        if limit <= 0 {
             return Ok(Vec::new());
         }
-        let authorities: Vec<String> = held.keys().cloned().collect();
+        let mut rows = Vec::new();
+        for authorities in self.claim_groups() {
+            let remaining = limit - rows.len() as i64;
+            if remaining <= 0 {
+                break;
+            }
+            rows.extend(self.claim_start_in(&authorities, remaining, report).await?);
+        }
+        if !rows.is_empty() {
+            crash::point(CrashPoint::AfterEffectStarted);
+        }
+        report.claimed += rows.len();
+        self.stats
+            .claimed
+            .fetch_add(rows.len() as u64, Ordering::Relaxed);
+        let started = self.started_from(rows, report).await;
+        report.started += started.len();
+        self.stats
+            .started
+            .fetch_add(started.len() as u64, Ordering::Relaxed);
+        Ok(started)
+    }
+
+    /// One claim-and-start over `authorities`, in a transaction of its own,
+    /// retried on conflicts: the rows it moved, once their commit is known
+    /// (after a commit whose outcome is unknown, none: they are closed
+    /// without dispatching). On a backend that claims per authority the
+    /// group is one authority, and the step is the one delegated to its
+    /// shard ([`db::lifecycle::claim_start_authority`]).
+    async fn claim_start_in(
+        &self,
+        authorities: &[String],
+        limit: i64,
+        report: &mut StepReport,
+    ) -> Result<Vec<CommandRow>, CustodianError> {
         let settings = self.transition_settings().await?;
         let mut retry = txn::Retrying::with_settings(
             &self.pool,
@@ -106,9 +140,21 @@ impl Custodian {
                 Ok(tx) => tx,
                 Err(e) => break Err(e),
             };
-            let attempt =
-                db::lifecycle::claim_start(&mut *tx, &authorities, &self.config.holder, limit)
-                    .await;
+            let attempt = match authorities {
+                [authority] if self.backend.claims_per_authority => {
+                    db::lifecycle::claim_start_authority(
+                        &mut *tx,
+                        authority,
+                        &self.config.holder,
+                        limit,
+                    )
+                    .await
+                }
+                _ => {
+                    db::lifecycle::claim_start(&mut *tx, authorities, &self.config.holder, limit)
+                        .await
+                }
+            };
             if let Ok(rows) = &attempt {
                 moved = rows
                     .iter()
@@ -125,8 +171,8 @@ impl Custodian {
                 Err(e) => break Err(e),
             }
         };
-        let rows = match result {
-            Ok(rows) => rows,
+        match result {
+            Ok(rows) => Ok(rows),
             Err(TxError::CommitUnknown(e)) => {
                 tracing::warn!(error = %e, "claim and start commit outcome unknown; not dispatching");
                 let mut groups: BTreeMap<(String, i64), Vec<Uuid>> = BTreeMap::new();
@@ -137,23 +183,10 @@ impl Custodian {
                     self.close_undispatched(&authority, generation, &ids, report)
                         .await;
                 }
-                return Ok(Vec::new());
+                Ok(Vec::new())
             }
-            Err(e) => return Err(e.into()),
-        };
-        if !rows.is_empty() {
-            crash::point(CrashPoint::AfterEffectStarted);
+            Err(e) => Err(e.into()),
         }
-        report.claimed += rows.len();
-        self.stats
-            .claimed
-            .fetch_add(rows.len() as u64, Ordering::Relaxed);
-        let started = self.started_from(rows, report).await;
-        report.started += started.len();
-        self.stats
-            .started
-            .fetch_add(started.len() as u64, Ordering::Relaxed);
-        Ok(started)
     }
 
     /// The rows a start committed: the expired ones counted and their
@@ -198,6 +231,25 @@ impl Custodian {
         self.claim_looking(limit, look_for_stale, report).await
     }
 
+    /// The authorities leased now, as the claims take them until their limit
+    /// is reached: all in one statement, or one per statement (each on its
+    /// own shard), starting one further along at each turn so that no
+    /// authority always comes last. None when nothing is leased.
+    fn claim_groups(&self) -> Vec<Vec<String>> {
+        let mut ids: Vec<String> = self.held().keys().cloned().collect();
+        if ids.is_empty() {
+            return Vec::new();
+        }
+        if !self.backend.claims_per_authority {
+            return vec![ids];
+        }
+        ids.sort();
+        let turn = self.claim_turn.fetch_add(1, Ordering::Relaxed);
+        let first = turn % ids.len();
+        ids.rotate_left(first);
+        ids.into_iter().map(|id| vec![id]).collect()
+    }
+
     /// [`Custodian::claim`], looking for stale prepared rows when `look_for_stale`.
     #[tracing::instrument(name = "claim", skip(self, report), fields(holder = %self.config.holder))]
     async fn claim_looking(
@@ -206,25 +258,11 @@ impl Custodian {
         look_for_stale: bool,
         report: &mut StepReport,
     ) -> Result<Vec<CommandRow>, CustodianError> {
-        let held = self.held();
-        if held.is_empty() || limit <= 0 {
+        if limit <= 0 {
             return Ok(Vec::new());
         }
-        let ids: Vec<String> = held.keys().cloned().collect();
-        // One statement for every authority, or one per authority (each on
-        // its own shard), until `limit` is reached.
-        let groups: Vec<Vec<String>> = if self.backend.claims_per_authority {
-            let mut ids = ids;
-            ids.sort();
-            let turn = self.claim_turn.fetch_add(1, Ordering::Relaxed);
-            let first = turn % ids.len();
-            ids.rotate_left(first);
-            ids.into_iter().map(|id| vec![id]).collect()
-        } else {
-            vec![ids]
-        };
         let mut claimed = Vec::new();
-        for authorities in groups {
+        for authorities in self.claim_groups() {
             let remaining = limit - claimed.len() as i64;
             if remaining <= 0 {
                 break;

@@ -40,11 +40,13 @@ pub struct Backend {
     /// distributed table takes no statement-level trigger with transition
     /// tables), which makes a statement moving many rows cost more per row.
     pub statement_triggers: bool,
-    /// The custodian's steps are the engine's functions (migration 0030:
-    /// `ledger_claim_start`, `ledger_record_outcomes`, owned by the role
-    /// `ledger_engine`); when false, its transitions are updates that the
-    /// triggers keep the history of (0030 installs nothing on a distributed
-    /// backend). The custodian still checks that the functions exist.
+    /// The custodian's steps are the engine's functions, owned by the role
+    /// `ledger_engine` (migrations 0030 and 0033: `ledger_claim_start`,
+    /// `ledger_claim_start_authority`, `ledger_record_outcomes`); when false,
+    /// its transitions are updates that the triggers keep the history of.
+    /// On Citus each step takes one authority and the coordinator hands the
+    /// call to the worker holding its shards. The custodian still checks that
+    /// the functions are there ([`super::lifecycle::engine_steps`]).
     pub engine_steps: bool,
 }
 
@@ -70,7 +72,7 @@ impl Backend {
         claims_per_authority: true,
         generic_plans: false,
         statement_triggers: false,
-        engine_steps: false,
+        engine_steps: true,
     };
 
     /// The backend of the database `ex` is connected to: asked once, where

@@ -16,8 +16,11 @@ use super::txn;
 
 use crate::domain::CommandState;
 
-/// One command as stored.
-#[derive(Debug, Clone, PartialEq)]
+/// One command as stored: a row of `commands`, also as the composite value
+/// of that row type (what an engine step returns on Citus, where a call is
+/// delegated to a worker only when it stands alone in the select list).
+#[derive(Debug, Clone, PartialEq, sqlx::Type)]
+#[sqlx(type_name = "commands")]
 pub struct CommandRow {
     pub id: Uuid,
     pub scope: Uuid,

@@ -232,17 +232,31 @@ pub async fn record_outcomes(
     .await
 }
 
-/// Whether the engine steps (migration 0030) are installed: one node, the
-/// functions owned by [`super::roles::ENGINE`]. Without them the custodian
-/// takes the trigger path ([`claim`], [`start`], [`record_outcomes`]).
-pub async fn engine_steps(ex: impl PgExecutor<'_>) -> Result<bool, sqlx::Error> {
-    sqlx::query_scalar(
-        "select count(*) = 2 from pg_proc p join pg_roles r on r.oid = p.proowner
-         where p.proname in ('ledger_claim_start', 'ledger_record_outcomes') and r.rolname = $1",
-    )
-    .bind(super::roles::ENGINE)
-    .fetch_one(ex)
-    .await
+/// Whether the engine steps are installed and usable on `backend`: the
+/// functions owned by [`super::roles::ENGINE`] (migrations 0030 and 0033),
+/// and on a distributed backend delegated to the worker holding the
+/// authority (`ledger_delegate_engine_steps()`), without which a step would
+/// run on the coordinator as a role that may not log in on the workers.
+/// Without them the custodian takes the trigger path ([`claim`], [`start`],
+/// [`record_outcomes`]).
+pub async fn engine_steps(
+    ex: impl PgExecutor<'_>,
+    backend: super::Backend,
+) -> Result<bool, sqlx::Error> {
+    let steps = "select count(*) = 2 from pg_proc p join pg_roles r on r.oid = p.proowner
+         where p.proname in ('ledger_claim_start_authority', 'ledger_record_outcomes') and r.rolname = $1";
+    let delegated = " and exists (select 1 from pg_dist_object o
+                     where o.classid = 'pg_proc'::regclass and o.objid = p.oid
+                       and o.distribution_argument_index is not null)";
+    let sql = if backend.local_tables {
+        steps.to_owned()
+    } else {
+        format!("{steps}{delegated}")
+    };
+    sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+        .bind(super::roles::ENGINE)
+        .fetch_one(ex)
+        .await
 }
 
 /// Claims and starts, in one statement (`ledger_claim_start`, migration
@@ -272,6 +286,27 @@ pub async fn claim_start(
         from ledger_claim_start($1, $2, $3::bigint::integer) as c
         "#,
         authorities,
+        holder,
+        limit,
+    )
+    .fetch_all(ex)
+    .await
+}
+
+/// [`claim_start`] for one authority (`ledger_claim_start_authority`,
+/// migration 0033): on Citus the call is the transaction's only statement
+/// on the ledger's tables and runs whole on the worker holding the
+/// authority's shards, so it stands alone in the select list. Run in a
+/// transaction of its own acting as the custodian, at the claim's isolation.
+pub async fn claim_start_authority(
+    ex: impl PgExecutor<'_>,
+    authority: &str,
+    holder: &str,
+    limit: i64,
+) -> Result<Vec<CommandRow>, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"select ledger_claim_start_authority($1, $2, $3::bigint::integer) as "row!: CommandRow""#,
+        authority,
         holder,
         limit,
     )

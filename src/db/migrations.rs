@@ -61,11 +61,18 @@ fn clashed_with_another_database(e: &DbError) -> bool {
         DbError::Sqlx(sqlx::Error::Database(d)) => d,
         _ => return false,
     };
-    // CL010 or 42501 naming the engine's role: it lost its member; 23505: a
-    // role (or a membership) made twice.
+    // CL010, or 42501 naming the engine's role or one of its functions (a
+    // grant on it by a role no longer its member): it lost its member;
+    // 23505: a role (or a membership) made twice.
     match database.code().as_deref() {
         Some("CL010" | "23505") => true,
-        Some("42501") => database.message().contains(roles::ENGINE),
+        Some("42501") => [
+            roles::ENGINE,
+            "ledger_claim_start",
+            "ledger_record_outcomes",
+        ]
+        .iter()
+        .any(|name| database.message().contains(name)),
         _ => false,
     }
 }
@@ -150,6 +157,18 @@ async fn applied(conn: &mut PgConnection) -> Result<Vec<(i64, Vec<u8>)>, sqlx::E
         .await
 }
 
+/// On Citus: the tables distributed by authority, and the engine steps
+/// delegated to the worker holding each authority's shards (migration 0033).
+async fn distribute(conn: &mut PgConnection) -> Result<(), DbError> {
+    sqlx::query("select ledger_distribute()")
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query("select ledger_delegate_engine_steps()")
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
 /// Records the baseline's migrations as applied to a database that finished
 /// the legacy chain: it holds their schema already.
 async fn record_baseline(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
@@ -172,8 +191,8 @@ async fn record_baseline(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
 }
 
 /// Runs `migrator` to its end: up to `roles_version` as the login, the rest
-/// as the owner (with the engine's role granted meanwhile on one node), then
-/// distributes on Citus.
+/// as the owner (with the engine's role granted meanwhile), then distributes
+/// on Citus.
 async fn run_chain(
     conn: &mut PgConnection,
     migrator: &Migrator,
@@ -192,35 +211,33 @@ async fn run_chain(
     if distributed {
         roles::may_log_in_on_every_node(&mut *conn).await?;
     }
-    // One node: the engine steps belong to `ledger_engine`, which the
-    // migrating role is a member of only while the migrations run.
-    let engine_grantee = if distributed {
-        None
+    // The engine steps belong to `ledger_engine`, which the migrating role
+    // is a member of only while the migrations run (and, on Citus, while
+    // the steps are distributed: the workers check their owner too).
+    let grantee = if may_act_as_owner {
+        roles::OWNER.to_owned()
     } else {
-        let grantee = if may_act_as_owner {
-            roles::OWNER.to_owned()
-        } else {
-            sqlx::query_scalar::<_, String>("select current_user::text")
-                .fetch_one(&mut *conn)
-                .await?
-        };
-        roles::engine_member_while_migrating(&mut *conn, &grantee).await?
+        sqlx::query_scalar::<_, String>("select current_user::text")
+            .fetch_one(&mut *conn)
+            .await?
     };
+    let engine_grantee =
+        roles::engine_member_while_migrating(&mut *conn, &grantee, distributed).await?;
     if may_act_as_owner {
         sqlx::raw_sql(sqlx::AssertSqlSafe(format!("set role {}", roles::OWNER)))
             .execute(&mut *conn)
             .await?;
     }
-    let ran = migrator.run(&mut *conn).await;
+    let mut ran = migrator.run(&mut *conn).await.map_err(DbError::from);
     sqlx::raw_sql("reset role").execute(&mut *conn).await?;
+    if ran.is_ok() && distributed {
+        ran = distribute(&mut *conn).await;
+    }
     if let Some(grantee) = engine_grantee {
         roles::engine_without_member(&mut *conn, &grantee).await?;
     }
     ran?;
     if distributed {
-        sqlx::query("select ledger_distribute()")
-            .execute(&mut *conn)
-            .await?;
         // Setting a database's defaults is the database owner's (the login).
         super::citus_session_defaults(&mut *conn).await?;
     }

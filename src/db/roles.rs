@@ -141,8 +141,10 @@ pub async fn may_log_in_on_every_node(conn: &mut PgConnection) -> Result<(), sql
 /// replace its functions).
 pub const ENGINE: &str = "ledger_engine";
 
-/// Before the migrations (one node): creates [`ENGINE`] when missing and
-/// makes `grantee` (the role the migrations run as) its member, under a lock
+/// Before the migrations: creates [`ENGINE`] when missing (on Citus, with
+/// `on_every_node`, on each worker too: a role created in another database
+/// of the coordinator's cluster is not on them) and makes `grantee` (the
+/// role the migrations run as) its member, under a lock
 /// that every migrating process takes, so that one process's revoke never
 /// lands inside another's migrations. Returns the grantee to pass to
 /// [`engine_without_member`], or `None` when there is nothing to undo (a
@@ -151,6 +153,7 @@ pub const ENGINE: &str = "ledger_engine";
 pub async fn engine_member_while_migrating(
     conn: &mut PgConnection,
     grantee: &str,
+    on_every_node: bool,
 ) -> Result<Option<String>, sqlx::Error> {
     // Held until engine_without_member, or until the connection closes.
     sqlx::query("select pg_advisory_lock(7242033)")
@@ -172,6 +175,22 @@ pub async fn engine_member_while_migrating(
         sqlx::raw_sql(AssertSqlSafe(format!(
             "create role {} nologin",
             ident(ENGINE)
+        )))
+        .execute(&mut *conn)
+        .await?;
+    }
+    if on_every_node && may_create {
+        // Not propagated from a worker: the coordinator holds the lock the
+        // propagation would wait for.
+        sqlx::raw_sql(AssertSqlSafe(format!(
+            "select run_command_on_workers({})",
+            literal(&format!(
+                "do $$ begin if not exists (select 1 from pg_roles where rolname = {}) then \
+                 set local citus.enable_create_role_propagation = off; create role {} nologin; \
+                 end if; end $$",
+                literal(ENGINE),
+                ident(ENGINE)
+            ))
         )))
         .execute(&mut *conn)
         .await?;
