@@ -85,6 +85,15 @@ begin
             expiry text;
             n_started integer := 0;
         begin
+            -- Citus gives a copy of this function made on a worker added
+            -- later EXECUTE for PUBLIC, whatever the coordinator's copy
+            -- allows; the coordinator delegates the call without checking.
+            -- The worker's session is the caller's own role (the
+            -- coordinator connects as it): only a custodian's may go on.
+            if not pg_has_role(session_user, 'ledger_custodian', 'member') then
+                raise exception 'permission denied: only ledger_custodian runs the engine steps'
+                    using errcode = '42501';
+            end if;
             -- Shared lock: a takeover of the lease waits until this commits.
             select a.generation into gen from authorities a
             where a.id = p_authority and a.lease_holder = p_holder and a.lease_expires_at > at
@@ -210,6 +219,15 @@ begin
             prev_ids uuid[];
             prevs bytea[];
         begin
+            -- Citus gives a copy of this function made on a worker added
+            -- later EXECUTE for PUBLIC, whatever the coordinator's copy
+            -- allows; the coordinator delegates the call without checking.
+            -- The worker's session is the caller's own role (the
+            -- coordinator connects as it): only a custodian's may go on.
+            if not pg_has_role(session_user, 'ledger_custodian', 'member') then
+                raise exception 'permission denied: only ledger_custodian runs the engine steps'
+                    using errcode = '42501';
+            end if;
             perform 1 from authorities a where a.id = p_authority and a.generation = p_generation;
             if not found then
                 return;

@@ -594,3 +594,74 @@ async fn nobody_can_act_as_the_engine_and_its_steps_move_commands_only_along_the
         .collect();
     assert!(breaks.is_empty(), "{breaks:?}");
 }
+
+#[tokio::test]
+async fn on_citus_a_worker_that_lets_anyone_execute_the_steps_still_runs_them_for_the_custodian_only()
+ {
+    if crate::harness::ledger_backend().local_tables {
+        eprintln!(
+            "not run: the backend has local_tables (TEST_CITUS=1 is not set): no step runs on a worker"
+        );
+        return;
+    }
+    let (_url, admin) = fresh_database().await;
+    let (_principal, live, _done) = seed(&admin).await;
+    sqlx::query(
+        "insert into authorities (id, generation, lease_holder, lease_expires_at) \
+         values ('payments', 3, 'holder', now() + interval '1 hour')",
+    )
+    .execute(&admin)
+    .await
+    .unwrap();
+    // What a worker added after `migrate` holds: Citus makes its copy of
+    // each step executable by PUBLIC, and the coordinator hands the call
+    // over without checking its own copy's grants.
+    for step in [
+        "ledger_claim_start_authority(text, text, integer)",
+        "ledger_record_outcomes(text, bigint, jsonb)",
+    ] {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "grant execute on function {step} to public"
+        )))
+        .execute(&admin)
+        .await
+        .unwrap();
+    }
+    let public_on_workers: bool = sqlx::query_scalar(
+        "select bool_and(result::boolean) from run_command_on_workers(\
+         $$select has_function_privilege('ledger_api', \
+         'ledger_claim_start_authority(text, text, integer)', 'execute')$$)",
+    )
+    .fetch_one(&admin)
+    .await
+    .unwrap();
+    assert!(public_on_workers, "the grant did not reach the workers");
+    for role in [
+        ServiceRole::Api,
+        ServiceRole::Inspector,
+        ServiceRole::Retention,
+    ] {
+        assert_refused(
+            &admin,
+            role,
+            &[
+                "select ledger_claim_start_authority('payments', 'holder', 10)".to_owned(),
+                format!(
+                    "select ledger_record_outcomes('payments', 3, \
+                     '[{{\"id\": \"{live}\", \"state\": \"applied\"}}]')"
+                ),
+            ],
+        )
+        .await;
+    }
+    // The custodian's own call still moves the command.
+    let custodian = as_role(&admin, ServiceRole::Custodian);
+    let started: Vec<CommandRow> =
+        sqlx::query_scalar("select ledger_claim_start_authority('payments', 'holder', 10)")
+            .fetch_all(&custodian)
+            .await
+            .unwrap();
+    assert_eq!(started.len(), 1);
+    assert_eq!(started[0].id, live);
+    custodian.close().await;
+}
