@@ -446,6 +446,45 @@ async fn a_process_given_only_its_roles_url_checks_the_migrations_and_works_as_t
     );
 }
 
+/// The authority `payments` at generation 3, leased to `holder` for an hour.
+async fn lease_payments(admin: &PgPool) {
+    sqlx::query(
+        "insert into authorities (id, generation, lease_holder, lease_expires_at) \
+         values ('payments', 3, 'holder', now() + interval '1 hour')",
+    )
+    .execute(admin)
+    .await
+    .unwrap();
+}
+
+/// The API, the inspector and retention may run neither engine step on
+/// `payments` (claiming as `holder`, recording `live` at `generation`).
+async fn assert_steps_refused_but_to_the_custodian(
+    admin: &PgPool,
+    live: uuid::Uuid,
+    holder: &str,
+    generation: i64,
+) {
+    for role in [
+        ServiceRole::Api,
+        ServiceRole::Inspector,
+        ServiceRole::Retention,
+    ] {
+        assert_refused(
+            admin,
+            role,
+            &[
+                format!("select ledger_claim_start_authority('payments', '{holder}', 10)"),
+                format!(
+                    "select ledger_record_outcomes('payments', {generation}, \
+                     '[{{\"id\": \"{live}\", \"state\": \"applied\"}}]')"
+                ),
+            ],
+        )
+        .await;
+    }
+}
+
 #[tokio::test]
 async fn nobody_can_act_as_the_engine_and_its_steps_move_commands_only_along_the_state_machine() {
     if crate::harness::lacks!(
@@ -472,33 +511,10 @@ async fn nobody_can_act_as_the_engine_and_its_steps_move_commands_only_along_the
         assert_refused(&admin, role, &["set role ledger_engine".to_owned()]).await;
     }
     // Only the custodian may run the steps.
-    for role in [
-        ServiceRole::Api,
-        ServiceRole::Inspector,
-        ServiceRole::Retention,
-    ] {
-        assert_refused(
-            &admin,
-            role,
-            &[
-                "select ledger_claim_start_authority('payments', 'x', 10)".to_owned(),
-                format!(
-                    "select ledger_record_outcomes('payments', 1, \
-                     '[{{\"id\": \"{live}\", \"state\": \"applied\"}}]')"
-                ),
-            ],
-        )
-        .await;
-    }
+    assert_steps_refused_but_to_the_custodian(&admin, live, "x", 1).await;
     // The custodian's calls that would skip a state, or act without the
     // lease or at another generation, move nothing.
-    sqlx::query(
-        "insert into authorities (id, generation, lease_holder, lease_expires_at) \
-         values ('payments', 3, 'holder', now() + interval '1 hour')",
-    )
-    .execute(&admin)
-    .await
-    .unwrap();
+    lease_payments(&admin).await;
     let before = fingerprint(&admin).await;
     let custodian = as_role(&admin, ServiceRole::Custodian);
     for sql in [
@@ -606,13 +622,7 @@ async fn on_citus_a_worker_that_lets_anyone_execute_the_steps_still_runs_them_fo
     }
     let (_url, admin) = fresh_database().await;
     let (_principal, live, _done) = seed(&admin).await;
-    sqlx::query(
-        "insert into authorities (id, generation, lease_holder, lease_expires_at) \
-         values ('payments', 3, 'holder', now() + interval '1 hour')",
-    )
-    .execute(&admin)
-    .await
-    .unwrap();
+    lease_payments(&admin).await;
     // What a worker added after `migrate` holds: Citus makes its copy of
     // each step executable by PUBLIC, and the coordinator hands the call
     // over without checking its own copy's grants.
@@ -636,24 +646,7 @@ async fn on_citus_a_worker_that_lets_anyone_execute_the_steps_still_runs_them_fo
     .await
     .unwrap();
     assert!(public_on_workers, "the grant did not reach the workers");
-    for role in [
-        ServiceRole::Api,
-        ServiceRole::Inspector,
-        ServiceRole::Retention,
-    ] {
-        assert_refused(
-            &admin,
-            role,
-            &[
-                "select ledger_claim_start_authority('payments', 'holder', 10)".to_owned(),
-                format!(
-                    "select ledger_record_outcomes('payments', 3, \
-                     '[{{\"id\": \"{live}\", \"state\": \"applied\"}}]')"
-                ),
-            ],
-        )
-        .await;
-    }
+    assert_steps_refused_but_to_the_custodian(&admin, live, "holder", 3).await;
     // The custodian's own call still moves the command.
     let custodian = as_role(&admin, ServiceRole::Custodian);
     let started: Vec<CommandRow> =
