@@ -61,10 +61,17 @@ fn clashed_with_another_database(e: &DbError) -> bool {
         DbError::Sqlx(sqlx::Error::Database(d)) => d,
         _ => return false,
     };
-    // CL010, or 42501 naming the engine's role or one of its functions (a
-    // grant on it by a role no longer its member): it lost its member;
-    // 23505: a role (or a membership) made twice.
-    match database.code().as_deref() {
+    shared_catalog_clash(database.code().as_deref(), database.message())
+}
+
+/// The errors of [`clashed_with_another_database`], by SQLSTATE and message.
+/// CL010, or 42501 naming the engine's role or one of its functions (a grant
+/// on it by a role no longer its member): it lost its member; 23505: a role
+/// (or a membership) made twice; XX000 "tuple concurrently deleted" (or
+/// "updated"): a membership revoked (or a role altered) by two processes at
+/// once, on the coordinator or on a worker Citus propagated it to.
+fn shared_catalog_clash(code: Option<&str>, message: &str) -> bool {
+    match code {
         Some("CL010" | "23505") => true,
         Some("42501") => [
             roles::ENGINE,
@@ -72,7 +79,11 @@ fn clashed_with_another_database(e: &DbError) -> bool {
             "ledger_record_outcomes",
         ]
         .iter()
-        .any(|name| database.message().contains(name)),
+        .any(|name| message.contains(name)),
+        Some("XX000") => {
+            message.contains("tuple concurrently deleted")
+                || message.contains("tuple concurrently updated")
+        }
         _ => false,
     }
 }
@@ -88,6 +99,10 @@ async fn migrate_once(pool: &PgPool) -> Result<(), DbError> {
     {
         return Err(DbError::NewerDatabase(version));
     }
+    if settled(&mut conn, &applied).await? {
+        conn.close().await?;
+        return Ok(());
+    }
     let legacy = applied.iter().any(|(v, _)| known(&LEGACY_MIGRATOR, *v));
     let baseline_recorded = applied.iter().any(|(v, _)| *v == BASELINE);
     if legacy && !baseline_recorded {
@@ -102,11 +117,56 @@ async fn migrate_once(pool: &PgPool) -> Result<(), DbError> {
     Ok(())
 }
 
+/// Whether migrating has nothing to do: every migration applied as embedded
+/// and, on Citus, what [`distribute`] and [`super::citus_session_defaults`]
+/// do done. Then nothing is touched: above all no role is granted or revoked
+/// (roles are the cluster's, and every process migrates as it starts, so a
+/// process migrating another database may be granting the same one).
+async fn settled(conn: &mut PgConnection, applied: &[(i64, Vec<u8>)]) -> Result<bool, DbError> {
+    if applied.is_empty() || !migrations_current(&mut *conn).await? {
+        return Ok(false);
+    }
+    if Backend::detect(&mut *conn).await?.local_tables {
+        return Ok(true);
+    }
+    // Read as the login, which may not see the owner's catalog view: then
+    // the full path decides.
+    Ok(sqlx::query_scalar(CITUS_SETTLED)
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap_or(false))
+}
+
+/// On a Citus coordinator: every table of `ledger_distribution` distributed
+/// as it says, every ledger function known to the workers, the engine steps
+/// delegated by authority, and the database's session default set.
+const CITUS_SETTLED: &str = "
+select not exists (
+           select 1 from ledger_distribution t
+           where to_regclass(t.table_name) is not null
+             and not exists (
+                 select 1 from pg_dist_partition p
+                 where p.logicalrelid = to_regclass(t.table_name)
+                   and case t.method when 'reference' then p.repmodel = 't' else p.partmethod = 'h' end))
+   and not exists (
+           select 1 from pg_proc f
+           where f.pronamespace = 'public'::regnamespace
+             and not exists (select 1 from pg_depend d where d.objid = f.oid and d.deptype = 'e')
+             and not exists (
+                 select 1 from pg_dist_object o
+                 where o.classid = 'pg_proc'::regclass and o.objid = f.oid
+                   and (o.distribution_argument_index is not null
+                        or f.proname not in ('ledger_claim_start_authority', 'ledger_record_outcomes'))))
+   and exists (
+           select 1 from pg_db_role_setting s join pg_database d on d.oid = s.setdatabase
+           where d.datname = current_database() and s.setrole = 0
+             and 'citus.propagate_set_commands=local' = any (s.setconfig))";
+
 /// True when every embedded migration is applied with the same checksum.
-pub async fn migrations_current(pool: &PgPool) -> Result<bool, sqlx::Error> {
+pub async fn migrations_current(ex: impl sqlx::PgExecutor<'_>) -> Result<bool, sqlx::Error> {
     let applied: Vec<(i64, Vec<u8>)> =
         sqlx::query_as("select version, checksum from _sqlx_migrations where success")
-            .fetch_all(pool)
+            .fetch_all(ex)
             .await?;
     Ok(MIGRATOR
         .iter()
@@ -242,4 +302,53 @@ async fn run_chain(
         super::citus_session_defaults(&mut *conn).await?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shared_catalog_clash;
+
+    #[test]
+    fn what_another_database_s_migration_did_to_the_shared_roles_is_a_clash() {
+        assert!(shared_catalog_clash(
+            Some("CL010"),
+            "the engine steps (0033) need ..."
+        ));
+        assert!(shared_catalog_clash(
+            Some("23505"),
+            "duplicate key value violates unique constraint"
+        ));
+        assert!(shared_catalog_clash(
+            Some("42501"),
+            "permission denied for function ledger_record_outcomes"
+        ));
+        assert!(shared_catalog_clash(
+            Some("42501"),
+            "must be able to SET ROLE \"ledger_engine\""
+        ));
+        // Two processes revoking the one membership (seen on Citus, where
+        // the revoke reaches every worker).
+        assert!(shared_catalog_clash(
+            Some("XX000"),
+            "tuple concurrently deleted"
+        ));
+        assert!(shared_catalog_clash(
+            Some("XX000"),
+            "tuple concurrently updated"
+        ));
+    }
+
+    #[test]
+    fn other_errors_are_not_run_again() {
+        assert!(!shared_catalog_clash(
+            Some("42501"),
+            "permission denied for table commands"
+        ));
+        assert!(!shared_catalog_clash(Some("XX000"), "cache lookup failed"));
+        assert!(!shared_catalog_clash(
+            Some("42P01"),
+            "relation does not exist"
+        ));
+        assert!(!shared_catalog_clash(None, "tuple concurrently deleted"));
+    }
 }

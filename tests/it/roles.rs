@@ -402,6 +402,46 @@ async fn migrating_needs_createrole_or_membership_and_says_so() {
     }
 }
 
+/// Every process migrates as it starts. On a database already migrated,
+/// migrating touches no role: it does not wait for the lock under which a
+/// migration makes its login the engine's member (taken here by another
+/// session, as a migration of this database would), nor grant or revoke the
+/// membership that migrations of the cluster's other databases share (on
+/// Citus, two commands' revokes met: "tuple concurrently deleted").
+#[tokio::test]
+async fn migrating_a_database_already_migrated_touches_no_role() {
+    use sqlx::Connection as _;
+    let (url, pool) = fresh_database().await;
+    let mut migrating = sqlx::PgConnection::connect(&url).await.unwrap();
+    sqlx::query("select pg_advisory_lock(7242033)")
+        .execute(&mut migrating)
+        .await
+        .unwrap();
+    let again = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        command_ledger::db::migrate(&pool),
+    )
+    .await;
+    assert!(
+        matches!(again, Ok(Ok(()))),
+        "migrating a migrated database waited for, or failed on, the engine's lock: {again:?}"
+    );
+    // And a database with a migration to run waits its turn.
+    sqlx::query(
+        "delete from _sqlx_migrations where version = (select max(version) from _sqlx_migrations)",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let waiting = tokio::time::timeout(
+        std::time::Duration::from_secs(2),
+        command_ledger::db::migrate(&pool),
+    )
+    .await;
+    assert!(waiting.is_err(), "it did not wait: {waiting:?}");
+    migrating.close().await.unwrap();
+}
+
 /// A process given only its role's URL (no `DATABASE_URL`) holds no other
 /// password: it migrates nothing, refuses a database not migrated to its
 /// version, and works on one that is.
