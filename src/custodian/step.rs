@@ -20,6 +20,56 @@ use crate::domain::{CommandState, EffectOutcome};
 /// Most prepared rows adopted per statement.
 const ADOPT_BATCH: i64 = 500;
 
+/// What a step taken group by group (an authority, or an authority and a
+/// generation, per transaction) committed, and the first error of a group
+/// that failed. One group's failure never drops what another committed: a
+/// command whose `effect_started` committed but was never dispatched would
+/// sit under a live lease that recovery leaves alone (the rebalance trial
+/// saw one authority's claim fail while its shard moved, and another
+/// authority's command, started in the same turn, stranded).
+struct Partly<T> {
+    done: Vec<T>,
+    failed: Option<CustodianError>,
+}
+
+impl<T> Partly<T> {
+    fn new() -> Self {
+        Partly {
+            done: Vec::new(),
+            failed: None,
+        }
+    }
+
+    /// Keeps a group's rows, or its error (the first one; later ones are
+    /// logged).
+    fn add(&mut self, group: Result<Vec<T>, CustodianError>) {
+        match group {
+            Ok(rows) => self.done.extend(rows),
+            Err(e) => self.fail(e),
+        }
+    }
+
+    fn fail(&mut self, e: CustodianError) {
+        match self.failed {
+            None => self.failed = Some(e),
+            Some(_) => tracing::warn!(error = %e, "another group of the step failed too"),
+        }
+    }
+
+    /// The error when nothing was done; otherwise what was done, the error
+    /// logged (the failed groups are tried again at the next turn).
+    fn into_result(self) -> Result<Vec<T>, CustodianError> {
+        match self.failed {
+            Some(e) if self.done.is_empty() => Err(e),
+            Some(e) => {
+                tracing::warn!(error = %e, done = self.done.len(), "a step failed for some authorities; going on with what the others committed");
+                Ok(self.done)
+            }
+            None => Ok(self.done),
+        }
+    }
+}
+
 /// Runs one effect and records how long it took, by kind and outcome.
 pub(super) async fn timed_effect(
     effects: &Effects,
@@ -55,21 +105,30 @@ impl Custodian {
         limit: i64,
         report: &mut StepReport,
     ) -> Result<Vec<Started>, CustodianError> {
-        let mut prepared: Vec<CommandRow> =
-            std::mem::take(&mut *self.adopted.lock().expect("adopted lock"));
         // The engine claims and starts pending commands in one statement; the
         // pass for stale prepared rows (now and then) takes the trigger path,
         // which is told that the pass is due (asking again would say no).
         let look_for_stale = self.stale_pass_due();
         let engine = self.engine_steps().await? && !crash::armed_at(CrashPoint::AfterPrepared);
+        let mut prepared: Vec<CommandRow> =
+            std::mem::take(&mut *self.adopted.lock().expect("adopted lock"));
         if !look_for_stale && engine {
-            let mut started = self.start_prepared(&prepared, report).await?;
-            let room = limit - started.len() as i64;
-            started.extend(self.claim_start(room, report).await?);
-            return Ok(started);
+            let mut started = self.start_groups(&prepared, report).await;
+            let room = limit - started.done.len() as i64;
+            let claimed = self.claim_start(room, report).await;
+            started.done.extend(claimed.done);
+            if let Some(e) = claimed.failed {
+                started.fail(e);
+            }
+            return started.into_result();
         }
-        prepared.extend(self.claim_looking(limit, look_for_stale, report).await?);
-        self.start_prepared(&prepared, report).await
+        let claimed = self.claim_looking(limit, look_for_stale, report).await;
+        prepared.extend(claimed.done);
+        let mut started = self.start_groups(&prepared, report).await;
+        if let Some(e) = claimed.failed {
+            started.fail(e);
+        }
+        started.into_result()
     }
 
     /// Claims and starts up to `limit` pending commands of the authorities
@@ -81,22 +140,19 @@ impl Custodian {
     /// campaign.) Returns those whose `effect_started` is committed; overdue
     /// ones are expired, never started.
     #[tracing::instrument(name = "claim_start", skip(self, report), fields(holder = %self.config.holder))]
-    async fn claim_start(
-        &self,
-        limit: i64,
-        report: &mut StepReport,
-    ) -> Result<Vec<Started>, CustodianError> {
+    async fn claim_start(&self, limit: i64, report: &mut StepReport) -> Partly<Started> {
+        let mut claimed: Partly<CommandRow> = Partly::new();
         if limit <= 0 {
-            return Ok(Vec::new());
+            return Partly::new();
         }
-        let mut rows = Vec::new();
         for authorities in self.claim_groups() {
-            let remaining = limit - rows.len() as i64;
+            let remaining = limit - claimed.done.len() as i64;
             if remaining <= 0 {
                 break;
             }
-            rows.extend(self.claim_start_in(&authorities, remaining, report).await?);
+            claimed.add(self.claim_start_in(&authorities, remaining, report).await);
         }
+        let rows = claimed.done;
         if !rows.is_empty() {
             crash::point(CrashPoint::AfterEffectStarted);
         }
@@ -109,7 +165,10 @@ impl Custodian {
         self.stats
             .started
             .fetch_add(started.len() as u64, Ordering::Relaxed);
-        Ok(started)
+        Partly {
+            done: started,
+            failed: claimed.failed,
+        }
     }
 
     /// One claim-and-start over `authorities`, in a transaction of its own,
@@ -228,7 +287,9 @@ impl Custodian {
         report: &mut StepReport,
     ) -> Result<Vec<CommandRow>, CustodianError> {
         let look_for_stale = self.stale_pass_due();
-        self.claim_looking(limit, look_for_stale, report).await
+        self.claim_looking(limit, look_for_stale, report)
+            .await
+            .into_result()
     }
 
     /// The authorities leased now, as the claims take them until their limit
@@ -257,21 +318,19 @@ impl Custodian {
         limit: i64,
         look_for_stale: bool,
         report: &mut StepReport,
-    ) -> Result<Vec<CommandRow>, CustodianError> {
+    ) -> Partly<CommandRow> {
+        let mut groups = Partly::new();
         if limit <= 0 {
-            return Ok(Vec::new());
+            return groups;
         }
-        let mut claimed = Vec::new();
         for authorities in self.claim_groups() {
-            let remaining = limit - claimed.len() as i64;
+            let remaining = limit - groups.done.len() as i64;
             if remaining <= 0 {
                 break;
             }
-            claimed.extend(
-                self.claim_in(&authorities, remaining, look_for_stale)
-                    .await?,
-            );
+            groups.add(self.claim_in(&authorities, remaining, look_for_stale).await);
         }
+        let claimed = groups.done;
         if !claimed.is_empty() {
             crash::point(CrashPoint::AfterPrepared);
         }
@@ -299,7 +358,10 @@ impl Custodian {
                 }
             }
         }
-        Ok(prepared)
+        Partly {
+            done: prepared,
+            failed: groups.failed,
+        }
     }
 
     /// One claim statement over `authorities`, in a transaction of its own
@@ -335,26 +397,48 @@ impl Custodian {
         }
     }
 
-    /// Starts prepared commands, one fenced transaction per (authority, generation).
+    /// Starts prepared commands, one fenced transaction per (authority,
+    /// generation). The rows of a group whose start failed are started again
+    /// at the next turn; the error is returned only when nothing started.
     pub async fn start_prepared(
         &self,
         prepared: &[CommandRow],
         report: &mut StepReport,
     ) -> Result<Vec<Started>, CustodianError> {
-        let mut groups: BTreeMap<(String, i64), Vec<Uuid>> = BTreeMap::new();
+        self.start_groups(prepared, report).await.into_result()
+    }
+
+    /// [`Custodian::start_prepared`], with every group's error kept.
+    async fn start_groups(
+        &self,
+        prepared: &[CommandRow],
+        report: &mut StepReport,
+    ) -> Partly<Started> {
+        let mut groups: BTreeMap<(String, i64), Vec<&CommandRow>> = BTreeMap::new();
         for row in prepared {
             if let Some(generation) = row.authority_generation {
                 groups
                     .entry((row.authority_id.clone(), generation))
                     .or_default()
-                    .push(row.id);
+                    .push(row);
             }
         }
-        let mut started = Vec::new();
-        for ((authority, generation), ids) in groups {
-            started.extend(self.start(&authority, generation, &ids, report).await?);
+        let mut started = Partly::new();
+        for ((authority, generation), rows) in groups {
+            let ids: Vec<Uuid> = rows.iter().map(|row| row.id).collect();
+            let group = self.start(&authority, generation, &ids, report).await;
+            if group.is_err() {
+                // Not started (the start is one transaction, and an unknown
+                // commit is handled inside it): still prepared under this
+                // generation, unless fenced since, which the next start sees.
+                self.adopted
+                    .lock()
+                    .expect("adopted lock")
+                    .extend(rows.into_iter().cloned());
+            }
+            started.add(group);
         }
-        Ok(started)
+        started
     }
 
     /// Commits `effect_started` for prepared commands (SERIALIZABLE, fenced

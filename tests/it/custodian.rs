@@ -172,6 +172,121 @@ async fn one_command_and_a_batch_leave_entries_that_verify() {
     );
 }
 
+/// Makes the start of `authority`'s commands fail (a trigger the owner
+/// adds), until [`allow_starts`].
+async fn refuse_starts(app: &TestApp, authority: &str) {
+    alter_triggers(
+        app,
+        &[
+            format!(
+                "create function test_refuse_start() returns trigger language plpgsql as $$ begin \
+                   if new.authority_id = '{authority}' and new.state = 'effect_started' then \
+                     raise exception 'starts of {authority} are refused by the test'; \
+                   end if; return new; end $$"
+            ),
+            "create trigger test_refuse_start before update on commands \
+             for each row execute function test_refuse_start()"
+                .to_owned(),
+        ],
+    )
+    .await;
+}
+
+async fn allow_starts(app: &TestApp) {
+    alter_triggers(
+        app,
+        &["drop trigger test_refuse_start on commands".to_owned()],
+    )
+    .await;
+}
+
+/// Runs `statements` as the owner, one message each, in a transaction that
+/// on Citus allows triggers on distributed tables.
+async fn alter_triggers(app: &TestApp, statements: &[String]) {
+    let mut tx = app.pool.begin().await.unwrap();
+    let citus =
+        crate::harness::citus().then(|| "set local citus.enable_unsafe_triggers = on".to_owned());
+    for statement in citus.iter().chain(statements) {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(statement.clone()))
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+    }
+    tx.commit().await.unwrap();
+}
+
+/// One authority's step failing never strands what another's committed in
+/// the same turn. On Citus a claim failed while its shard moved, and a
+/// command started beside it was never dispatched, its `effect_started`
+/// left under a live lease (the rebalance trial). Here one node claims an
+/// authority per statement, as Citus does, and `beta`'s starts fail: the
+/// first turn claims with the stale pass (then starts per authority), the
+/// next two claim and start in one step per authority, `beta` first and
+/// then last.
+#[tokio::test]
+async fn a_step_failing_for_one_authority_dispatches_what_the_others_started() {
+    let app = TestApp::spawn().await;
+    let token = app.token("dev", Role::Device).await;
+    let sink = TestSink::start(Mode::Ok).await;
+    let backend = command_ledger::db::Backend {
+        claims_per_authority: true,
+        ..crate::harness::ledger_backend()
+    };
+    let c = crate::harness::custodian_on(
+        backend,
+        &app.pool,
+        &["alpha", "beta"],
+        refund_effects(&sink.url, 5 * SECOND),
+        10 * SECOND,
+    );
+    let on = |authority: &str, amount: i64| {
+        let mut body = refund(amount);
+        body["authority"] = json!(authority);
+        body
+    };
+    refuse_starts(&app, "beta").await;
+
+    let mut held = Vec::new();
+    for turn in 0..3 {
+        let a = app
+            .create(&token, &format!("a{turn}"), &on("alpha", 1 + turn))
+            .await;
+        let b = app
+            .create(&token, &format!("b{turn}"), &on("beta", 10 + turn))
+            .await;
+        let report = c
+            .run_once()
+            .await
+            .expect("what alpha started is dispatched");
+        assert_eq!(
+            (report.applied, report.started),
+            (1, 1),
+            "turn {turn}: {report:?}"
+        );
+        assert_eq!(
+            command(&app, &token, &a).await["state"],
+            "applied",
+            "turn {turn}"
+        );
+        let state = command(&app, &token, &b).await["state"].clone();
+        let expected = if turn == 0 { "prepared" } else { "pending" };
+        assert_eq!(state, expected, "turn {turn}");
+        held.push(b);
+    }
+    assert_eq!(sink.count("applied"), 3);
+
+    // Allowed again, the next turn starts what waited: the prepared one
+    // kept for it, the pending ones claimed.
+    allow_starts(&app).await;
+    let report = c.run_once().await.unwrap();
+    assert_eq!(report.applied, 3, "{report:?}");
+    for b in &held {
+        assert_eq!(command(&app, &token, b).await["state"], "applied");
+    }
+    assert_eq!(sink.count("applied"), 6);
+    assert_eq!(sink.requests(), 6);
+}
+
 #[tokio::test]
 async fn a_hanging_sink_makes_the_command_ambiguous_and_it_is_never_retried() {
     let app = TestApp::spawn().await;

@@ -666,6 +666,18 @@ pub(crate) fn custodian(
     effects: command_ledger::custodian::Effects,
     lease_ttl: std::time::Duration,
 ) -> command_ledger::custodian::Custodian {
+    custodian_on(ledger_backend(), pool, authorities, effects, lease_ttl)
+}
+
+/// [`custodian`] taking the database for `backend`: one node claiming an
+/// authority per statement, as on Citus.
+pub(crate) fn custodian_on(
+    backend: db::Backend,
+    pool: &PgPool,
+    authorities: &[&str],
+    effects: command_ledger::custodian::Effects,
+    lease_ttl: std::time::Duration,
+) -> command_ledger::custodian::Custodian {
     let mut config = command_ledger::custodian::CustodianConfig::new(
         authorities.iter().map(|a| (*a).to_owned()).collect(),
     );
@@ -673,7 +685,7 @@ pub(crate) fn custodian(
     config.heartbeat = lease_ttl / 3;
     command_ledger::custodian::Custodian::new(
         as_role(pool, ServiceRole::Custodian),
-        ledger_backend(),
+        backend,
         config,
         effects,
     )
