@@ -198,17 +198,37 @@ impl Custodian {
     }
 
     /// Renews held leases and tries to take the others; a generation taken
-    /// now first adopts the prepared rows of the ones before it.
+    /// now first adopts the prepared rows of the ones before it. One
+    /// authority's failure (its shard switching over, say) does not keep the
+    /// others' leases from being renewed: every authority is tended, and the
+    /// first error is returned after.
     pub async fn heartbeat(&self) -> Result<(), CustodianError> {
-        let ttl = self.config.lease_ttl;
+        let mut failed = None;
         for authority in &self.config.authorities {
-            let taken = self
-                .leases
-                .beat(&self.pool, authority, &self.config.holder, ttl, &self.stats)
-                .await?;
-            if let Some(generation) = taken {
-                self.adopt(authority, generation).await?;
+            if let Err(e) = self.tend_lease(authority).await {
+                match failed {
+                    None => failed = Some(e),
+                    Some(_) => tracing::warn!(authority, error = %e, "lease heartbeat failed"),
+                }
             }
+        }
+        failed.map_or(Ok(()), Err)
+    }
+
+    /// Renews or takes `authority`'s lease, adopting on a take.
+    async fn tend_lease(&self, authority: &str) -> Result<(), CustodianError> {
+        let taken = self
+            .leases
+            .beat(
+                &self.pool,
+                authority,
+                &self.config.holder,
+                self.config.lease_ttl,
+                &self.stats,
+            )
+            .await?;
+        if let Some(generation) = taken {
+            self.adopt(authority, generation).await?;
         }
         Ok(())
     }

@@ -225,11 +225,12 @@ impl Custodian {
     }
 
     /// What the heartbeat does: renew or take leases, then retry what a
-    /// database outage left behind.
+    /// database outage left behind (also when a lease's heartbeat failed:
+    /// the outcomes of the others' commands are still to be recorded).
     async fn tend(&self) -> Result<(), CustodianError> {
-        self.heartbeat().await?;
+        let leases = self.heartbeat().await;
         self.retry_leftovers().await;
-        Ok(())
+        leases
     }
 
     /// One turn: claim and start up to `limit` commands, and dispatch every

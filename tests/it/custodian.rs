@@ -172,32 +172,28 @@ async fn one_command_and_a_batch_leave_entries_that_verify() {
     );
 }
 
-/// Makes the start of `authority`'s commands fail (a trigger the owner
-/// adds), until [`allow_starts`].
-async fn refuse_starts(app: &TestApp, authority: &str) {
+/// Makes updates of `table`'s rows fail when `when` holds (a trigger
+/// named `name` that the owner adds), until [`allow_updates`].
+async fn refuse_updates(app: &TestApp, table: &str, name: &str, when: &str) {
     alter_triggers(
         app,
         &[
             format!(
-                "create function test_refuse_start() returns trigger language plpgsql as $$ begin \
-                   if new.authority_id = '{authority}' and new.state = 'effect_started' then \
-                     raise exception 'starts of {authority} are refused by the test'; \
-                   end if; return new; end $$"
+                "create function {name}() returns trigger language plpgsql as $$ begin \
+                   if {when} then raise exception '{name}: refused by the test'; end if; \
+                   return new; end $$"
             ),
-            "create trigger test_refuse_start before update on commands \
-             for each row execute function test_refuse_start()"
-                .to_owned(),
+            format!(
+                "create trigger {name} before update on {table} \
+                 for each row execute function {name}()"
+            ),
         ],
     )
     .await;
 }
 
-async fn allow_starts(app: &TestApp) {
-    alter_triggers(
-        app,
-        &["drop trigger test_refuse_start on commands".to_owned()],
-    )
-    .await;
+async fn allow_updates(app: &TestApp, table: &str, name: &str) {
+    alter_triggers(app, &[format!("drop trigger {name} on {table}")]).await;
 }
 
 /// Runs `statements` as the owner, one message each, in a transaction that
@@ -244,7 +240,13 @@ async fn a_step_failing_for_one_authority_dispatches_what_the_others_started() {
         body["authority"] = json!(authority);
         body
     };
-    refuse_starts(&app, "beta").await;
+    refuse_updates(
+        &app,
+        "commands",
+        "test_refuse_start",
+        "new.authority_id = 'beta' and new.state = 'effect_started'",
+    )
+    .await;
 
     let mut held = Vec::new();
     for turn in 0..3 {
@@ -277,7 +279,7 @@ async fn a_step_failing_for_one_authority_dispatches_what_the_others_started() {
 
     // Allowed again, the next turn starts what waited: the prepared one
     // kept for it, the pending ones claimed.
-    allow_starts(&app).await;
+    allow_updates(&app, "commands", "test_refuse_start").await;
     let report = c.run_once().await.unwrap();
     assert_eq!(report.applied, 3, "{report:?}");
     for b in &held {
@@ -285,6 +287,67 @@ async fn a_step_failing_for_one_authority_dispatches_what_the_others_started() {
     }
     assert_eq!(sink.count("applied"), 6);
     assert_eq!(sink.requests(), 6);
+}
+
+/// A lease whose renewal fails (its shard switching over, say) keeps
+/// neither the other leases from being renewed nor the outcomes waiting to
+/// be recorded from being written: `beta`, tended first, fails to renew
+/// while `alpha`'s outcome waits.
+#[tokio::test]
+async fn a_lease_failing_to_renew_holds_up_neither_the_other_leases_nor_waiting_outcomes() {
+    let app = TestApp::spawn().await;
+    let token = app.token("dev", Role::Device).await;
+    let sink = TestSink::start(Mode::Ok).await;
+    let c = custodian(
+        &app.pool,
+        &["beta", "alpha"],
+        refund_effects(&sink.url, 5 * SECOND),
+        10 * SECOND,
+    );
+    let mut body = refund(1);
+    body["authority"] = json!("alpha");
+    let id = app.create(&token, "a", &body).await;
+
+    // The effect runs; its outcome cannot be recorded yet, and waits.
+    refuse_updates(
+        &app,
+        "commands",
+        "test_refuse_record",
+        "new.authority_id = 'alpha' and new.state = 'applied'",
+    )
+    .await;
+    let report = c.run_once().await.unwrap();
+    assert_eq!((report.started, report.applied), (1, 0), "{report:?}");
+    assert_eq!(sink.count("applied"), 1);
+    assert_eq!(command(&app, &token, &id).await["state"], "effect_started");
+
+    // Now beta's lease cannot be renewed, and alpha's outcome can be recorded.
+    refuse_updates(
+        &app,
+        "authorities",
+        "test_refuse_renewal",
+        "new.id = 'beta'",
+    )
+    .await;
+    allow_updates(&app, "commands", "test_refuse_record").await;
+    let expires = || async {
+        sqlx::query_scalar::<_, chrono::DateTime<chrono::Utc>>(
+            "select lease_expires_at from authorities where id = 'alpha'",
+        )
+        .fetch_one(&app.pool)
+        .await
+        .unwrap()
+    };
+    let before = expires().await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let failed = c.run_once().await.expect_err("beta's renewal fails");
+    assert!(
+        failed.to_string().contains("test_refuse_renewal"),
+        "{failed}"
+    );
+    assert!(expires().await > before, "alpha's lease was renewed");
+    assert_eq!(command(&app, &token, &id).await["state"], "applied");
+    assert_eq!(sink.requests(), 1, "recorded, not run again");
 }
 
 #[tokio::test]
