@@ -56,6 +56,13 @@ impl<T> Partly<T> {
         }
     }
 
+    /// Keeps another step's error, if it had one.
+    fn also(&mut self, failed: Option<CustodianError>) {
+        if let Some(e) = failed {
+            self.fail(e);
+        }
+    }
+
     /// The error when nothing was done; otherwise what was done, the error
     /// logged (the failed groups are tried again at the next turn).
     fn into_result(self) -> Result<Vec<T>, CustodianError> {
@@ -117,17 +124,13 @@ impl Custodian {
             let room = limit - started.done.len() as i64;
             let claimed = self.claim_start(room, report).await;
             started.done.extend(claimed.done);
-            if let Some(e) = claimed.failed {
-                started.fail(e);
-            }
+            started.also(claimed.failed);
             return started.into_result();
         }
         let claimed = self.claim_looking(limit, look_for_stale, report).await;
         prepared.extend(claimed.done);
         let mut started = self.start_groups(&prepared, report).await;
-        if let Some(e) = claimed.failed {
-            started.fail(e);
-        }
+        started.also(claimed.failed);
         started.into_result()
     }
 
