@@ -132,12 +132,46 @@ COMMENT ON FUNCTION public.command_resolutions_admit() IS 'Before insert on comm
 CREATE FUNCTION public.commands_guard() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'public', 'pg_temp'
-    AS $$
+    AS $_$
 begin
     if tg_op = 'INSERT' then
         if new.state <> 'pending' then
             raise exception 'a command is created pending, not %', new.state
                 using errcode = 'CL001';
+        end if;
+        -- The immutable columns' rules, checked once (0034): the update branch
+        -- below refuses any change to these columns.
+        if not coalesce(new.authority_id ~ '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$', true) then
+            raise exception 'new row for relation "commands" violates check constraint "commands_authority_format"'
+                using errcode = 'check_violation', constraint = 'commands_authority_format', table = 'commands';
+        end if;
+        if not coalesce(new.kind ~ '^[a-z][a-z0-9_.-]{0,63}$', true) then
+            raise exception 'new row for relation "commands" violates check constraint "commands_kind_format"'
+                using errcode = 'check_violation', constraint = 'commands_kind_format', table = 'commands';
+        end if;
+        if not coalesce(octet_length(new.idempotency_key) between 1 and 255, true) then
+            raise exception 'new row for relation "commands" violates check constraint "commands_key_length"'
+                using errcode = 'check_violation', constraint = 'commands_key_length', table = 'commands';
+        end if;
+        if not coalesce(octet_length(new.request_digest) = 32, true) then
+            raise exception 'new row for relation "commands" violates check constraint "commands_digest_is_sha256"'
+                using errcode = 'check_violation', constraint = 'commands_digest_is_sha256', table = 'commands';
+        end if;
+        if not coalesce(new.intent_digest is null or octet_length(new.intent_digest) = 32, true) then
+            raise exception 'new row for relation "commands" violates check constraint "commands_intent_digest_is_sha256"'
+                using errcode = 'check_violation', constraint = 'commands_intent_digest_is_sha256', table = 'commands';
+        end if;
+        if not coalesce(new.intent_epoch > 0, true) then
+            raise exception 'new row for relation "commands" violates check constraint "commands_intent_epoch_positive"'
+                using errcode = 'check_violation', constraint = 'commands_intent_epoch_positive', table = 'commands';
+        end if;
+        if not coalesce(new.pinned_generation >= 0, true) then
+            raise exception 'new row for relation "commands" violates check constraint "commands_pinned_generation_non_negative"'
+                using errcode = 'check_violation', constraint = 'commands_pinned_generation_non_negative', table = 'commands';
+        end if;
+        if not coalesce(new.priority between -100 and 100, true) then
+            raise exception 'new row for relation "commands" violates check constraint "commands_priority_in_range"'
+                using errcode = 'check_violation', constraint = 'commands_priority_in_range', table = 'commands';
         end if;
         new.updated_at := new.created_at;
         return new;
@@ -202,7 +236,13 @@ begin
     new.updated_at := now();
     return new;
 end;
-$$;
+$_$;
+
+--
+-- Name: FUNCTION commands_guard(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.commands_guard() IS 'Before each row change of commands: on insert, a command created pending and its immutable columns'' rules (0034: formats, lengths, ranges; SQLSTATE 23514 under the former CHECK constraints'' names); on update, the state machine and the immutability of the identity columns; on delete, only terminal commands.';
 
 --
 -- Name: commands_guard_delete(); Type: FUNCTION; Schema: public; Owner: -
@@ -692,19 +732,11 @@ CREATE TABLE public.commands (
     not_before timestamp with time zone,
     priority smallint DEFAULT 0 NOT NULL,
     identity_digest bytea,
-    CONSTRAINT commands_authority_format CHECK ((authority_id ~ '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$'::text)),
     CONSTRAINT commands_deadline_after_not_before CHECK (((not_before IS NULL) OR (deadline_at IS NULL) OR (deadline_at > not_before))),
-    CONSTRAINT commands_digest_is_sha256 CHECK ((octet_length(request_digest) = 32)),
     CONSTRAINT commands_finished_iff_terminal CHECK (((state = ANY (ARRAY['applied'::text, 'failed'::text, 'ambiguous'::text, 'cancelled'::text, 'expired'::text])) = (finished_at IS NOT NULL))),
     CONSTRAINT commands_generation_non_negative CHECK ((authority_generation >= 0)),
     CONSTRAINT commands_identity_digest_is_sha256 CHECK (((identity_digest IS NULL) OR (octet_length(identity_digest) = 32))),
-    CONSTRAINT commands_intent_digest_is_sha256 CHECK (((intent_digest IS NULL) OR (octet_length(intent_digest) = 32))),
-    CONSTRAINT commands_intent_epoch_positive CHECK ((intent_epoch > 0)),
-    CONSTRAINT commands_key_length CHECK (((octet_length(idempotency_key) >= 1) AND (octet_length(idempotency_key) <= 255))),
-    CONSTRAINT commands_kind_format CHECK ((kind ~ '^[a-z][a-z0-9_.-]{0,63}$'::text)),
-    CONSTRAINT commands_pinned_generation_non_negative CHECK ((pinned_generation >= 0)),
     CONSTRAINT commands_prepared_has_generation CHECK (((state = ANY (ARRAY['pending'::text, 'cancelled'::text, 'expired'::text])) OR (authority_generation IS NOT NULL))),
-    CONSTRAINT commands_priority_in_range CHECK (((priority >= '-100'::integer) AND (priority <= 100))),
     CONSTRAINT commands_result_only_when_applied CHECK (((result IS NULL) OR (state = 'applied'::text))),
     CONSTRAINT commands_state_known CHECK ((state = ANY (ARRAY['pending'::text, 'prepared'::text, 'effect_started'::text, 'applied'::text, 'failed'::text, 'ambiguous'::text, 'cancelled'::text, 'expired'::text])))
 )

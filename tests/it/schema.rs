@@ -49,6 +49,78 @@ async fn command_in(pool: &PgPool, key: &str, target: CommandState) -> uuid::Uui
     id
 }
 
+/// The immutable columns' rules are checked once, at insert (0034, where
+/// they were CHECK constraints tested again at every transition): each is
+/// refused with 23514 under its former constraint's name, and since the
+/// columns are frozen (CL003), no later update can break one.
+#[tokio::test]
+async fn the_immutable_columns_rules_are_checked_at_insert_and_hold_for_the_row_s_life() {
+    let pool = fresh_pool().await;
+    let principal = crate::harness::device_principal(&pool, "p-rules").await;
+    for (rule, columns, values) in [
+        ("commands_authority_format", "authority_id", "'-payments'"),
+        ("commands_kind_format", "kind", "'Refund'"),
+        ("commands_key_length", "idempotency_key", "''"),
+        ("commands_digest_is_sha256", "request_digest", "'\\x00'"),
+        (
+            "commands_intent_digest_is_sha256",
+            "intent_digest",
+            "'\\x00'",
+        ),
+        ("commands_intent_epoch_positive", "intent_epoch", "0"),
+        (
+            "commands_pinned_generation_non_negative",
+            "pinned_generation",
+            "-1",
+        ),
+        ("commands_priority_in_range", "priority", "101"),
+    ] {
+        let mut cols = vec![
+            ("idempotency_key", "'k-rules'"),
+            ("request_digest", "sha256('r')"),
+            ("kind", "'refund'"),
+            ("authority_id", "'payments'"),
+        ];
+        cols.retain(|(c, _)| *c != columns);
+        cols.push((columns, values));
+        let (names, vals): (Vec<&str>, Vec<&str>) = cols.into_iter().unzip();
+        let sql = format!(
+            "insert into commands (id, scope, digest_version, args, canonical, {}) \
+             values (gen_random_uuid(), $1, 1, '{{}}', '{{}}', {})",
+            names.join(", "),
+            vals.join(", ")
+        );
+        let err = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(principal)
+            .execute(&pool)
+            .await
+            .unwrap_err();
+        assert_eq!(sqlstate(&err), "23514", "{rule}: {err}");
+        assert!(err.to_string().contains(rule), "{rule}: {err}");
+    }
+    let count: i64 = sqlx::query_scalar("select count(*) from commands")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(count, 0, "nothing was recorded");
+
+    // A well-formed command goes in; none of its frozen columns can then be
+    // set to a value its rule refuses.
+    let id = insert_command(&pool, "rules").await;
+    for edit in [
+        "update commands set kind = 'Refund' where id = $1",
+        "update commands set idempotency_key = '' where id = $1",
+        "update commands set request_digest = '\\x00' where id = $1",
+        "update commands set intent_digest = '\\x00' where id = $1",
+        "update commands set intent_epoch = 0 where id = $1",
+        "update commands set pinned_generation = -1 where id = $1",
+        "update commands set priority = 101 where id = $1",
+    ] {
+        let err = sqlx::query(edit).bind(id).execute(&pool).await.unwrap_err();
+        assert_eq!(sqlstate(&err), "CL003", "{edit}: {err}");
+    }
+}
+
 fn sqlstate(e: &sqlx::Error) -> String {
     e.as_database_error()
         .and_then(|d| d.code())
