@@ -6,6 +6,7 @@
 #
 #   profile.sh <url of a database migrated to 0029> today [rounds]
 #   profile.sh <url of a database migrated to 0030> v3 [rounds]
+#   PRELUDE=file.sql profile.sh <url> v3 [rounds]   (v3 after file.sql, in the same transaction)
 #
 # today: the service's statements before 0030 (claim, start, record: three
 # updates of commands, each firing the guard and the history trigger);
@@ -21,8 +22,10 @@ fi
 ms() { python3 -c 'import json,sys; print(round(json.load(sys.stdin)[0]["Execution Time"], 3))'; }
 for round in $(seq "$rounds"); do
     if [ "$path" = v3 ]; then
-        out=$(psql -X -At -v ON_ERROR_STOP=1 "$url" <<'SQL'
+        out=$(psql -X -At -v ON_ERROR_STOP=1 -v prelude="${PRELUDE:-/dev/null}" "$url" <<'SQL'
 begin isolation level serializable;
+-- PRELUDE (a file): run first in the same transaction, rolled back with it.
+\i :prelude
 select set_config('command_ledger.actor', 'custodian:proto', true) \g /dev/null
 -- Warm: a batch through both steps first, so that the session has planned
 -- them (as a custodian's pooled connections have).
