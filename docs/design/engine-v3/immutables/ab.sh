@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # 0034 (the immutable columns' rules checked once, at insert) A/B on one
 # PostgreSQL: A is a database migrated to 0034 and put back as 0033 left it
-# (before.sql), B the same database as 0034 leaves it; one binary for both.
+# (before_0034 below: the baseline's commands_guard and the CHECK constraints
+# 0034 dropped, read from migrations/0032_baseline.sql), B the same database
+# as 0034 leaves it; one binary for both.
 #
 #   ab.sh <url of a superuser's maintenance database, e.g. postgres://postgres@127.0.0.1:5499/postgres> [rounds]
 #
@@ -17,10 +19,24 @@ root="$(cd "$here/../../../.." && pwd)"
 admin="$1"; rounds="${2:-6}"
 base="${admin%/*}"
 bin="$root/target/release"
+before_0034() { # the SQL that puts a 0034 database back as 0033 left it
+    python3 - "$root/migrations/0032_baseline.sql" "$root/migrations/0034_immutables_at_insert.sql" <<'PY'
+import re, sys
+baseline, m0034 = open(sys.argv[1]).read(), open(sys.argv[2]).read()
+start = baseline.index("CREATE FUNCTION public.commands_guard()")
+print(baseline[start:baseline.index("$$;", start) + 3].replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION"))
+dropped = re.findall(r"drop constraint (\w+)", m0034)
+table = baseline[baseline.index("CREATE TABLE public.commands ("):]
+checks = [l.strip().rstrip(",") for l in table[:table.index(")\nWITH")].splitlines()
+          if l.strip().startswith("CONSTRAINT") and l.split()[1] in dropped]
+assert len(checks) == len(dropped), (checks, dropped)
+print("alter table commands\n" + ",\n".join("    add " + c for c in checks) + ";")
+PY
+}
 fresh() { # name side
     psql -X -q "$admin" -c "drop database if exists $1" -c "create database $1" 2>/dev/null
     "$bin/command-ledger" migrate --database-url "$base/$1" >/dev/null 2>&1
-    if [ "$2" = A ]; then psql -X -q -v ON_ERROR_STOP=1 "$base/$1" -f "$here/before.sql" >/dev/null; fi
+    if [ "$2" = A ]; then before_0034 | psql -X -q -v ON_ERROR_STOP=1 "$base/$1" >/dev/null; fi
     echo "# $1 ($2): CHECK constraints on commands: $(psql -X -At "$base/$1" -c "select count(*) from pg_constraint where conrelid = 'commands'::regclass and contype = 'c'")"
 }
 insert_ms() {
