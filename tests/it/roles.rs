@@ -375,6 +375,7 @@ async fn migrating_needs_createrole_or_membership_and_says_so() {
         .execute(&admin)
         .await
         .unwrap();
+        crate::harness::dropped_after_this_test(&database);
         let options = (*admin.connect_options())
             .clone()
             .database(&database)

@@ -43,11 +43,37 @@ pub(crate) fn normalise(dump: &str) -> String {
             blank = true;
             continue;
         }
-        out.push_str(line);
+        out.push_str(&policy_roles_sorted(line));
         out.push('\n');
         blank = false;
     }
     out
+}
+
+/// A `CREATE POLICY` line with its roles in name order. pg_dump lists them
+/// in the order it reads `pg_authid`, and that order moves whenever a role
+/// is altered (the harness sets the service roles' passwords each run).
+fn policy_roles_sorted(line: &str) -> String {
+    let Some(rest) = line.strip_prefix("CREATE POLICY ") else {
+        return line.to_owned();
+    };
+    let Some(to) = rest.find(" TO ") else {
+        return line.to_owned();
+    };
+    let roles_start = to + " TO ".len();
+    let roles_end = [" USING (", " WITH CHECK (", ";"]
+        .iter()
+        .filter_map(|end| rest[roles_start..].find(end))
+        .min()
+        .map_or(rest.len(), |i| roles_start + i);
+    let mut roles: Vec<&str> = rest[roles_start..roles_end].split(", ").collect();
+    roles.sort_unstable();
+    format!(
+        "CREATE POLICY {}{}{}",
+        &rest[..roles_start],
+        roles.join(", "),
+        &rest[roles_end..]
+    )
 }
 
 /// The pg_dump beside the PostgreSQL binaries the tests run (`None`, saying
