@@ -254,3 +254,51 @@ async fn a_transaction_that_never_stops_conflicting_gives_up_after_the_bound() {
     assert_eq!(attempts, MAX_ATTEMPTS);
     assert_eq!(retries.load(Ordering::Relaxed), u64::from(MAX_ATTEMPTS));
 }
+
+/// A request cancelled while its transaction's `BEGIN` is in flight (a client
+/// that hangs up, a timeout) leaves nothing open on the pooled connection.
+/// Otherwise the next borrower's statements run inside that transaction: a
+/// write it was told had succeeded stays uncommitted (and is lost when the
+/// connection closes), and its own `BEGIN`'s isolation is ignored (PostgreSQL
+/// only warns "there is already a transaction in progress"). sqlx 0.9.0 left
+/// it open (transact-rs/sqlx#4393); 0.9.1 queues the rollback.
+#[tokio::test]
+async fn a_transaction_cancelled_during_its_begin_leaves_nothing_open_on_the_pooled_connection() {
+    let (url, _admin) = crate::harness::fresh_database().await;
+    // One connection, so the next borrower gets the cancelled one's.
+    let pool = command_ledger::db::connect(&url, 1).await.unwrap();
+    let slow_begin = pool.begin_with("begin isolation level read committed; select pg_sleep(0.5)");
+    assert!(
+        tokio::time::timeout(Duration::from_millis(100), slow_begin)
+            .await
+            .is_err(),
+        "the BEGIN was to be cancelled in flight"
+    );
+
+    sqlx::query("create table written_after_a_cancelled_begin (n int)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let mut other = <sqlx::PgConnection as sqlx::Connection>::connect(&url)
+        .await
+        .unwrap();
+    let committed: bool =
+        sqlx::query_scalar("select to_regclass('written_after_a_cancelled_begin') is not null")
+            .fetch_one(&mut other)
+            .await
+            .unwrap();
+    assert!(
+        committed,
+        "a statement run after the cancelled BEGIN, on its connection, is not committed"
+    );
+
+    let mut tx = pool
+        .begin_with("begin isolation level serializable")
+        .await
+        .unwrap();
+    let isolation: String = sqlx::query_scalar("show transaction_isolation")
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+    assert_eq!(isolation, "serializable");
+}
