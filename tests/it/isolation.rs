@@ -267,6 +267,8 @@ async fn a_transaction_cancelled_during_its_begin_leaves_nothing_open_on_the_poo
     let (url, _admin) = crate::harness::fresh_database().await;
     // One connection, so the next borrower gets the cancelled one's.
     let pool = command_ledger::db::connect(&url, 1).await.unwrap();
+    // Connected already, so the timeout falls in the BEGIN's round trip.
+    sqlx::query("select 1").execute(&pool).await.unwrap();
     let slow_begin = pool.begin_with("begin isolation level read committed; select pg_sleep(0.5)");
     assert!(
         tokio::time::timeout(Duration::from_millis(100), slow_begin)
