@@ -57,7 +57,7 @@ async fn command_in(pool: &PgPool, key: &str, target: CommandState) -> uuid::Uui
 async fn the_immutable_columns_rules_are_checked_at_insert_and_hold_for_the_row_s_life() {
     let pool = fresh_pool().await;
     let principal = crate::harness::device_principal(&pool, "p-rules").await;
-    for (rule, columns, values) in [
+    for (rule, column, value) in [
         ("commands_authority_format", "authority_id", "'-payments'"),
         ("commands_kind_format", "kind", "'Refund'"),
         ("commands_key_length", "idempotency_key", "''"),
@@ -81,8 +81,8 @@ async fn the_immutable_columns_rules_are_checked_at_insert_and_hold_for_the_row_
             ("kind", "'refund'"),
             ("authority_id", "'payments'"),
         ];
-        cols.retain(|(c, _)| *c != columns);
-        cols.push((columns, values));
+        cols.retain(|(c, _)| *c != column);
+        cols.push((column, value));
         let (names, vals): (Vec<&str>, Vec<&str>) = cols.into_iter().unzip();
         let sql = format!(
             "insert into commands (id, scope, digest_version, args, canonical, {}) \
