@@ -27,26 +27,9 @@ psql -q -X -v ON_ERROR_STOP=1 "$url" -v n="${PENDING:-100000}" -f "$here/../setu
 psql -q -X -v ON_ERROR_STOP=1 "$url" -f "$here/proto.sql" >/dev/null
 psql -q -X "$url" -c "vacuum analyze" >/dev/null
 ms() { python3 -c 'import re,sys; print(re.findall(r"\"Execution Time\": ([0-9.]+)", sys.stdin.read())[0])'; }
-a() {
-    psql -X -At -v ON_ERROR_STOP=1 -v n="$n" "$url" <<'SQL' | ms
--- Warm: the same insert once first, rolled back, so that the session has
--- planned it and loaded its triggers (as the API's pooled connections have).
-begin;
-select set_config('command_ledger.actor', 'proto:submit', true) \g /dev/null
-insert into commands (id, scope, idempotency_key, request_digest, digest_version, kind, authority_id,
-                      args, canonical, intent_digest, canonical_rules)
-select gen_random_uuid(), '00000000-0000-0000-0000-000000000001', 'w-' || g || random()::text,
-       sha256(('r' || g)::bytea), 3, 'refund', 'proto',
-       jsonb_build_object('to', 'ada' || g || '@example.com', 'amount', '12.00 USD'),
-       jsonb_build_object('kind', 'refund', 'authority', 'proto',
-                          'args', jsonb_build_object('to', 'ada' || g || '@example.com',
-                                                     'amount', jsonb_build_object('amount_minor', 1200, 'currency', 'USD'))),
-       sha256(('i' || g)::bytea), '{money@/amount}'
-from generate_series(1, :n) g;
-rollback;
-begin;
-select set_config('command_ledger.actor', 'proto:submit', true) \g /dev/null
-explain (analyze, timing off, summary on, format json)
+# Today's insert of :n commands, shaped as ../setup.sql's (and as
+# ../immutables/insert.sql times it); A warms the session with it, then times it.
+today_insert=$(cat <<'SQL'
 insert into commands (id, scope, idempotency_key, request_digest, digest_version, kind, authority_id,
                       args, canonical, intent_digest, canonical_rules)
 select gen_random_uuid(), '00000000-0000-0000-0000-000000000001', 'x-' || g || random()::text,
@@ -56,7 +39,21 @@ select gen_random_uuid(), '00000000-0000-0000-0000-000000000001', 'x-' || g || r
                           'args', jsonb_build_object('to', 'ada' || g || '@example.com',
                                                      'amount', jsonb_build_object('amount_minor', 1200, 'currency', 'USD'))),
        sha256(('i' || g)::bytea), '{money@/amount}'
-from generate_series(1, :n) g;
+from generate_series(1, :n) g
+SQL
+)
+a() {
+    psql -X -At -v ON_ERROR_STOP=1 -v n="$n" "$url" <<SQL | ms
+-- Warm: the same insert once first, rolled back, so that the session has
+-- planned it and loaded its triggers (as the API's pooled connections have).
+begin;
+select set_config('command_ledger.actor', 'proto:submit', true) \g /dev/null
+$today_insert;
+rollback;
+begin;
+select set_config('command_ledger.actor', 'proto:submit', true) \g /dev/null
+explain (analyze, timing off, summary on, format json)
+$today_insert;
 rollback;
 SQL
 }
