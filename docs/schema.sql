@@ -379,6 +379,8 @@ CREATE FUNCTION public.commands_record_changes() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'public', 'pg_temp'
     SET enable_seqscan TO 'off'
+    SET enable_hashjoin TO 'off'
+    SET enable_mergejoin TO 'off'
     AS $$
 declare
     dequeued_authorities text[];
@@ -444,14 +446,13 @@ begin
          finished_ids
     from paired p;
 
-    -- Left pending: out of the queue (a claim, a cancel, an expiry).
-    for part in
-        select u.authority_id, array_agg(u.id) as ids
-        from unnest(dequeued_authorities, dequeued_ids) as u (authority_id, id)
-        group by u.authority_id
-    loop
-        delete from command_queue q where q.authority_id = part.authority_id and q.id = any(part.ids);
-    end loop;
+    -- Left pending: out of the queue (a claim, a cancel, an expiry),
+    -- each row reached by its key (migration 0035 says why).
+    if dequeued_ids is not null then
+        delete from command_queue q
+        using unnest(dequeued_authorities, dequeued_ids) as u (authority_id, id)
+        where q.authority_id = u.authority_id and q.id = u.id;
+    end if;
 
     -- Claimed: in flight until terminal.
     if claimed_ids is not null then
@@ -917,7 +918,10 @@ COMMENT ON CONSTRAINT commands_state_known ON public.commands IS 'The states of 
 CREATE FUNCTION public.ledger_claim_start(p_authorities text[], p_holder text, p_limit integer) RETURNS SETOF public.commands
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'public', 'pg_temp'
+    SET plan_cache_mode TO 'force_generic_plan'
     SET enable_seqscan TO 'off'
+    SET enable_hashjoin TO 'off'
+    SET enable_mergejoin TO 'off'
     AS $$
 declare
     at timestamptz := now();
@@ -965,9 +969,11 @@ begin
         for update of c skip locked
     ),
     dequeued as (
-        -- By key, one probe a row.
+        -- Each row reached by its key, whatever the queue's
+        -- statistics (migration 0035 says why).
         delete from command_queue q
-        where q.authority_id = any(p_authorities) and q.id = any (array(select p.id from pending p))
+        using pending p
+        where q.authority_id = p.authority_id and q.id = p.id
         returning 1
     ),
     moved as (

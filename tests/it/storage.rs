@@ -356,6 +356,106 @@ async fn the_claim_reaches_each_command_by_its_key_whatever_the_authority_s_stat
     );
 }
 
+/// Index entries of `command_queue` this transaction has read so far, in
+/// either of its indexes (the claim order and the key).
+async fn queue_entries_read(tx: &mut sqlx::PgConnection) -> i64 {
+    sqlx::query_scalar(
+        "select pg_stat_get_xact_tuples_returned('command_queue_claim_order'::regclass) \
+              + pg_stat_get_xact_tuples_returned('command_queue_pkey'::regclass)",
+    )
+    .fetch_one(tx)
+    .await
+    .unwrap()
+}
+
+/// A backlog that came after the last ANALYZE is, to its authority's
+/// statistics, a handful of rows; the claim order and the key then cost
+/// alike, and a delete naming the authority and `id = any(...)` took the
+/// claim order with the ids as a filter: each claim read the authority's
+/// whole queue (W3 with batch clients, 62,000 rows a claim). The claim and
+/// the trigger path take their rows out of the queue by key (0035), with the
+/// custodian's one plan for every authority and with a plan for these
+/// statistics alike.
+#[tokio::test]
+async fn rows_leave_the_queue_by_their_key_whatever_the_authority_s_statistics() {
+    if crate::harness::lacks!(
+        statement_triggers,
+        "on a distributed backend the queue is kept by the engine steps of 0033 and a row-level trigger"
+    ) {
+        return;
+    }
+    let pool = fresh_pool().await;
+    for table in ["commands", "command_queue"] {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "alter table {table} set (autovacuum_enabled = false)"
+        )))
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
+    // What the last ANALYZE saw: many authorities with a few rows each.
+    for i in 0..50 {
+        insert_commands(&pool, &format!("busy-{i}"), 4).await;
+    }
+    sqlx::query("analyze commands, command_queue")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let backlog = insert_commands(&pool, "backlog", 5_000).await;
+    db::authorities::acquire(&pool, "backlog", "holder-q", Duration::from_secs(60))
+        .await
+        .unwrap()
+        .unwrap();
+    let limit = 128;
+    // Beside the rows it takes, the claim reads the queue's head in claim
+    // order: about twice the batch, not the 5,000 of the backlog.
+    let bound = 4 * limit;
+    for generic in [false, true] {
+        let mut tx = pool.begin().await.unwrap();
+        if generic {
+            let (name, value) = db::txn::GENERIC_PLANS;
+            sqlx::raw_sql(sqlx::AssertSqlSafe(format!("set local {name} = {value}")))
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+        }
+        let before = queue_entries_read(&mut tx).await;
+        let claimed = db::lifecycle::claim_start_authority(&mut *tx, "backlog", "holder-q", limit)
+            .await
+            .unwrap();
+        let read = queue_entries_read(&mut tx).await - before;
+        assert_eq!(claimed.len(), usize::try_from(limit).unwrap());
+        assert!(
+            read <= bound,
+            "a claim of {limit} (generic plan: {generic}) read {read} queue entries"
+        );
+        tx.rollback().await.unwrap();
+    }
+    // A hand-typed update out of pending (a cancel of 100), through the
+    // statement trigger.
+    let mut tx = pool.begin().await.unwrap();
+    let before = queue_entries_read(&mut tx).await;
+    let cancelled = sqlx::query(
+        "update commands set state = 'cancelled', finished_at = now() \
+         where authority_id = 'backlog' and id = any($1)",
+    )
+    .bind(&backlog[..100])
+    .execute(&mut *tx)
+    .await
+    .unwrap()
+    .rows_affected();
+    let read = queue_entries_read(&mut tx).await - before;
+    assert_eq!(cancelled, 100);
+    assert!(read <= bound, "a cancel of 100 read {read} queue entries");
+    let left: i64 =
+        sqlx::query_scalar("select count(*) from command_queue where authority_id = 'backlog'")
+            .fetch_one(&mut *tx)
+            .await
+            .unwrap();
+    assert_eq!(left, 4_900);
+    tx.rollback().await.unwrap();
+}
+
 /// Walks one command to each state by hand, under the v1 schema.
 async fn populate_v1(pool: &PgPool) -> Vec<(Uuid, &'static str)> {
     let mut made = Vec::new();
