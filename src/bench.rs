@@ -144,13 +144,7 @@ impl Ledger {
                 crate::db::ACQUIRE_TIMEOUT,
             )
             .await?;
-        Ok(crate::cli::spawn_custodian(
-            pool,
-            self.db.backend,
-            config,
-            effects,
-            shutdown,
-        ))
+        crate::cli::spawn_custodian(&pool, self.db.backend, config, effects, shutdown).await
     }
 
     /// PostgreSQL's plan for the custodian's claim of up to `limit`

@@ -155,13 +155,7 @@ pub(super) async fn run(
                 .custodian_options
                 .pool(&db, "command-ledger-custodian")
                 .await?;
-            Some(spawn_custodian(
-                pool,
-                db.backend,
-                config,
-                effects.clone(),
-                stopped(),
-            ))
+            Some(spawn_custodian(&pool, db.backend, config, effects.clone(), stopped()).await?)
         }
         None => None,
     };

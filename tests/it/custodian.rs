@@ -1022,3 +1022,61 @@ async fn a_prepared_row_whose_start_never_came_is_started_by_the_stale_pass() {
     assert_eq!(command(&app, &token, &id).await["state"], "applied");
     assert_eq!(sink.requests(), 1);
 }
+
+/// What `serve` and `custodian` start (`spawn_custodian`) runs on a runtime
+/// of its own: with the caller's runtime blocked outright (this test's one
+/// thread asleep), a pending command is still claimed, started and applied.
+/// On the caller's runtime, nothing of the custodian ran until it woke.
+#[tokio::test]
+async fn the_custodian_runs_on_a_runtime_of_its_own() {
+    let pool = crate::harness::fresh_pool().await;
+    let principal = crate::harness::device_principal(&pool, "runtime-of-its-own").await;
+    let id: uuid::Uuid = sqlx::query_scalar(
+        "insert into commands (id, scope, idempotency_key, request_digest, digest_version, kind, \
+                               authority_id, args, canonical) \
+         values (gen_random_uuid(), $1, 'k-1', sha256('k-1'::bytea), 2, 'noop', 'apart', \
+                 '{\"n\": 1}', '{\"n\": 1}') \
+         returning id",
+    )
+    .bind(principal)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
+    let custodian_pool =
+        crate::harness::as_role(&pool, command_ledger::db::roles::ServiceRole::Custodian);
+    let (task, _stats) = command_ledger::cli::spawn_custodian(
+        &custodian_pool,
+        crate::harness::ledger_backend(),
+        command_ledger::custodian::CustodianConfig::new(vec!["apart".into()]),
+        command_ledger::custodian::Effects::default(),
+        async move {
+            let _ = stopped.wait_for(|stop| *stop).await;
+        },
+    )
+    .await
+    .unwrap();
+
+    // Block this runtime's only thread: nothing spawned on it can run.
+    std::thread::sleep(Duration::from_secs(4));
+    let woke = chrono::Utc::now();
+
+    let (state, finished): (String, Option<chrono::DateTime<chrono::Utc>>) =
+        sqlx::query_as("select state, finished_at from commands where id = $1")
+            .bind(id)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(state, "applied");
+    let finished = finished.expect("an applied command has finished");
+    assert!(
+        finished < woke,
+        "applied at {finished}, while the caller's runtime was blocked (until {woke})"
+    );
+    stop.send(true).unwrap();
+    tokio::time::timeout(30 * SECOND, task)
+        .await
+        .expect("the custodian stops in time")
+        .unwrap()
+        .unwrap();
+}

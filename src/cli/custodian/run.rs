@@ -47,7 +47,7 @@ pub(in crate::cli) async fn run(
             let _ = rx.wait_for(|stop| *stop).await;
         }
     };
-    let (task, stats) = spawn_custodian(pool.clone(), db.backend, config, effects, stopped());
+    let (task, stats) = spawn_custodian(&pool, db.backend, config, effects, stopped()).await?;
     // Outcome webhooks are sent by custodians too, acting as the custodian.
     let deliverer = cmd.webhooks.spawn(pool.clone(), stopped());
     if let Some(addr) = cmd.metrics_listen {
