@@ -1030,18 +1030,7 @@ async fn a_prepared_row_whose_start_never_came_is_started_by_the_stale_pass() {
 #[tokio::test]
 async fn the_custodian_runs_on_a_runtime_of_its_own() {
     let pool = crate::harness::fresh_pool().await;
-    let principal = crate::harness::device_principal(&pool, "runtime-of-its-own").await;
-    let id: uuid::Uuid = sqlx::query_scalar(
-        "insert into commands (id, scope, idempotency_key, request_digest, digest_version, kind, \
-                               authority_id, args, canonical) \
-         values (gen_random_uuid(), $1, 'k-1', sha256('k-1'::bytea), 2, 'noop', 'apart', \
-                 '{\"n\": 1}', '{\"n\": 1}') \
-         returning id",
-    )
-    .bind(principal)
-    .fetch_one(&pool)
-    .await
-    .unwrap();
+    let id = crate::storage::insert_commands(&pool, "apart", 1).await[0];
     let (stop, mut stopped) = tokio::sync::watch::channel(false);
     let custodian_pool =
         crate::harness::as_role(&pool, command_ledger::db::roles::ServiceRole::Custodian);

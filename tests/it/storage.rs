@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 /// A principal of its own and `n` pending commands for `authority`,
 /// inserted by hand in one statement.
-async fn insert_commands(pool: &PgPool, authority: &str, n: i32) -> Vec<Uuid> {
+pub(crate) async fn insert_commands(pool: &PgPool, authority: &str, n: i32) -> Vec<Uuid> {
     let principal =
         crate::harness::device_principal(pool, &format!("storage-{}", Uuid::now_v7())).await;
     insert_commands_of(pool, principal, authority, n).await
