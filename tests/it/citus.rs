@@ -296,3 +296,105 @@ async fn the_guard_and_the_refusals_hold_on_every_layout() {
         .unwrap_err();
     assert_eq!(sqlstate(&err), "CL004", "reference data is frozen: {err}");
 }
+
+/// The index entries of every placement of `command_queue` read so far, as
+/// the workers' statistics count them, once they hold still: a worker's
+/// backend reports what it read when it goes idle, at most once a second.
+async fn queue_entries_read_on_placements(pool: &PgPool, at_least: i64) -> i64 {
+    let read = || async {
+        sqlx::query_scalar::<_, i64>(
+            "select coalesce(sum(result::bigint), 0)::bigint from run_command_on_placements('command_queue', \
+             $$select coalesce(sum(idx_tup_read), 0) from pg_stat_user_indexes where relid = '%s'::regclass$$)",
+        )
+        .fetch_one(pool)
+        .await
+        .unwrap()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut last = read().await;
+    loop {
+        tokio::time::sleep(std::time::Duration::from_millis(1_500)).await;
+        let now = read().await;
+        if now == last && now >= at_least {
+            return now;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the workers' statistics did not settle ({last}, then {now}; at least {at_least} expected)"
+        );
+        last = now;
+    }
+}
+
+/// A backlog that came after the last ANALYZE is, to its shard's
+/// statistics, a handful of rows; a delete naming the authority and
+/// `id = any(...)` then took the claim order with the ids as a filter and
+/// read the authority's whole queue (0035 on one node). On Citus the claim
+/// is 0033's step on the worker; since 0036 its delete is bounded by the
+/// head's place in the claim order, for a waiting call's few rows and for
+/// a batch.
+#[tokio::test]
+async fn on_citus_a_claim_reads_no_more_of_the_queue_than_its_head_whatever_the_shard_s_statistics()
+{
+    if !citus() {
+        eprintln!(
+            "not run: TEST_CITUS=1 is not set (one node: storage::rows_leave_the_queue_by_their_key_whatever_the_authority_s_statistics)"
+        );
+        return;
+    }
+    use crate::storage::insert_commands;
+    use command_ledger::db;
+    let pool = fresh_pool().await;
+    for table in ["commands", "command_queue"] {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "alter table {table} set (autovacuum_enabled = false)"
+        )))
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
+    // What the last ANALYZE saw: many authorities with a few rows each.
+    for i in 0..50 {
+        insert_commands(&pool, &format!("busy-{i}"), 4).await;
+    }
+    sqlx::query("analyze commands, command_queue")
+        .execute(&pool)
+        .await
+        .unwrap();
+    insert_commands(&pool, "backlog", 5_000).await;
+    db::authorities::acquire(
+        &pool,
+        "backlog",
+        "holder-q",
+        std::time::Duration::from_secs(60),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let mut before = queue_entries_read_on_placements(&pool, 0).await;
+    let mut left = 5_000;
+    // A waiting call's few rows (a statement a row), then a batch.
+    for limit in [3_i64, 128] {
+        let claimed = db::lifecycle::claim_start_authority(&pool, "backlog", "holder-q", limit)
+            .await
+            .unwrap();
+        assert_eq!(claimed.len(), usize::try_from(limit).unwrap());
+        left -= limit;
+        // The claim reads the queue's head (its batch) and deletes each row
+        // by key: about twice the batch, not the 5,000 of the backlog.
+        let after = queue_entries_read_on_placements(&pool, before + limit).await;
+        let read = after - before;
+        assert!(
+            read <= 4 * limit + 8,
+            "a claim of {limit} read {read} queue entries on the workers"
+        );
+        before = after;
+    }
+    // Counted last: the count reads the queue too.
+    let queued: i64 =
+        sqlx::query_scalar("select count(*) from command_queue where authority_id = 'backlog'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(queued, left);
+}
