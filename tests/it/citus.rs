@@ -342,35 +342,9 @@ async fn on_citus_a_claim_reads_no_more_of_the_queue_than_its_head_whatever_the_
         );
         return;
     }
-    use crate::storage::insert_commands;
     use command_ledger::db;
     let pool = fresh_pool().await;
-    for table in ["commands", "command_queue"] {
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "alter table {table} set (autovacuum_enabled = false)"
-        )))
-        .execute(&pool)
-        .await
-        .unwrap();
-    }
-    // What the last ANALYZE saw: many authorities with a few rows each.
-    for i in 0..50 {
-        insert_commands(&pool, &format!("busy-{i}"), 4).await;
-    }
-    sqlx::query("analyze commands, command_queue")
-        .execute(&pool)
-        .await
-        .unwrap();
-    insert_commands(&pool, "backlog", 5_000).await;
-    db::authorities::acquire(
-        &pool,
-        "backlog",
-        "holder-q",
-        std::time::Duration::from_secs(60),
-    )
-    .await
-    .unwrap()
-    .unwrap();
+    crate::storage::backlog_after_analyze(&pool).await;
     let mut before = queue_entries_read_on_placements(&pool, 0).await;
     let mut left = 5_000;
     // A waiting call's few rows (a statement a row), then a batch.

@@ -368,6 +368,34 @@ async fn queue_entries_read(tx: &mut sqlx::PgConnection) -> i64 {
     .unwrap()
 }
 
+/// The case of a backlog newer than the statistics: with autovacuum off,
+/// 50 authorities of 4 pending commands analyzed, then 5,000 pending
+/// commands for `backlog`, whose lease `holder-q` holds. Returns their ids.
+pub(crate) async fn backlog_after_analyze(pool: &PgPool) -> Vec<Uuid> {
+    for table in ["commands", "command_queue"] {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "alter table {table} set (autovacuum_enabled = false)"
+        )))
+        .execute(pool)
+        .await
+        .unwrap();
+    }
+    // What the last ANALYZE saw: many authorities with a few rows each.
+    for i in 0..50 {
+        insert_commands(pool, &format!("busy-{i}"), 4).await;
+    }
+    sqlx::query("analyze commands, command_queue")
+        .execute(pool)
+        .await
+        .unwrap();
+    let backlog = insert_commands(pool, "backlog", 5_000).await;
+    db::authorities::acquire(pool, "backlog", "holder-q", Duration::from_secs(60))
+        .await
+        .unwrap()
+        .unwrap();
+    backlog
+}
+
 /// A backlog that came after the last ANALYZE is, to its authority's
 /// statistics, a handful of rows; the claim order and the key then cost
 /// alike, and a delete naming the authority and `id = any(...)` took the
@@ -385,27 +413,7 @@ async fn rows_leave_the_queue_by_their_key_whatever_the_authority_s_statistics()
         return;
     }
     let pool = fresh_pool().await;
-    for table in ["commands", "command_queue"] {
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "alter table {table} set (autovacuum_enabled = false)"
-        )))
-        .execute(&pool)
-        .await
-        .unwrap();
-    }
-    // What the last ANALYZE saw: many authorities with a few rows each.
-    for i in 0..50 {
-        insert_commands(&pool, &format!("busy-{i}"), 4).await;
-    }
-    sqlx::query("analyze commands, command_queue")
-        .execute(&pool)
-        .await
-        .unwrap();
-    let backlog = insert_commands(&pool, "backlog", 5_000).await;
-    db::authorities::acquire(&pool, "backlog", "holder-q", Duration::from_secs(60))
-        .await
-        .unwrap()
-        .unwrap();
+    let backlog = backlog_after_analyze(&pool).await;
     let limit = 128;
     // Beside the rows it takes, the claim reads the queue's head in claim
     // order: about twice the batch, not the 5,000 of the backlog.
