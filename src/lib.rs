@@ -12,7 +12,9 @@
 //!   custodians); no axum, no clap.
 //! - [`db`]: all SQL, as small functions over an executor, plus the
 //!   notification channels and the retrying transaction, and what the
-//!   database can do (`db::Backend`, detected once as the pool opens); its
+//!   database can do (`db::Backend`, detected once as the pool opens), and
+//!   on a distributed backend the node holding an authority's shards
+//!   (`db::placement`); its
 //!   module doc indexes every statement that changes a command's state.
 //! - [`http`]: the axum API: parse, call `ledger` or read `db`, answer
 //!   (problem+json errors, waiting for outcomes, OpenAPI, the console); each

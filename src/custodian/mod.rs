@@ -129,6 +129,9 @@ pub struct Custodian {
     /// Whether the engine steps (migration 0030) are installed, asked once:
     /// claim and start are then one statement, and record another.
     engine: tokio::sync::OnceCell<bool>,
+    /// Where the shards live on other nodes, where each authority's engine
+    /// steps go: the node holding its shards, straight (`db::placement`).
+    placements: Option<crate::db::placement::Placements>,
 }
 
 impl Custodian {
@@ -149,7 +152,11 @@ impl Custodian {
             format!("recovery:{}", config.holder),
         )
         .for_authorities(config.authorities.clone());
+        let placements = backend
+            .steps_on_shard_nodes
+            .then(|| crate::db::placement::Placements::new(pool.clone()));
         Custodian {
+            placements,
             outcomes: crate::ledger::OutcomeWake::new(pool.clone(), backend),
             pool,
             config,
@@ -179,6 +186,23 @@ impl Custodian {
             .engine
             .get_or_try_init(|| crate::db::lifecycle::engine_steps(&self.pool, self.backend))
             .await?)
+    }
+
+    /// The pool for `authority`'s engine steps: where the shards live on
+    /// other nodes, the node holding its shards (the custodian's pool when
+    /// that node cannot be reached), else the custodian's pool.
+    async fn steps_pool(&self, authority: &str) -> PgPool {
+        match &self.placements {
+            Some(placements) => placements.pool_for(authority).await,
+            None => self.pool.clone(),
+        }
+    }
+
+    /// After a step for `authority` failed: its route is asked again.
+    fn step_failed(&self, authority: &str) {
+        if let Some(placements) = &self.placements {
+            placements.forget(authority);
+        }
     }
 
     /// The `SET LOCAL`s of the claim, adopt, start and record transactions: who
@@ -247,10 +271,14 @@ impl Custodian {
         due
     }
 
-    /// Gives every lease up (graceful shutdown).
+    /// Gives every lease up and closes the pools to the nodes (graceful
+    /// shutdown).
     pub async fn release_leases(&self) {
         self.leases
             .release_all(&self.pool, &self.config.holder)
             .await;
+        if let Some(placements) = &self.placements {
+            placements.close().await;
+        }
     }
 }

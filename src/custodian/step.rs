@@ -187,8 +187,17 @@ impl Custodian {
         report: &mut StepReport,
     ) -> Result<Vec<CommandRow>, CustodianError> {
         let settings = self.transition_settings().await?;
+        // One authority's step goes to the node holding its shards.
+        let routed = match authorities {
+            [authority] if self.backend.claims_per_authority => Some(authority.as_str()),
+            _ => None,
+        };
+        let pool = match routed {
+            Some(authority) => self.steps_pool(authority).await,
+            None => self.pool.clone(),
+        };
         let mut retry = txn::Retrying::with_settings(
-            &self.pool,
+            &pool,
             &self.stats.serialization_retries,
             "claim_start",
             self.config.claim_isolation,
@@ -202,8 +211,8 @@ impl Custodian {
                 Ok(tx) => tx,
                 Err(e) => break Err(e),
             };
-            let attempt = match authorities {
-                [authority] if self.backend.claims_per_authority => {
+            let attempt = match routed {
+                Some(authority) => {
                     db::lifecycle::claim_start_authority(
                         &mut *tx,
                         authority,
@@ -212,7 +221,7 @@ impl Custodian {
                     )
                     .await
                 }
-                _ => {
+                None => {
                     db::lifecycle::claim_start(&mut *tx, authorities, &self.config.holder, limit)
                         .await
                 }
@@ -233,6 +242,9 @@ impl Custodian {
                 Err(e) => break Err(e),
             }
         };
+        if let (Err(_), Some(authority)) = (&result, routed) {
+            self.step_failed(authority);
+        }
         match result {
             Ok(rows) => Ok(rows),
             Err(TxError::CommitUnknown(e)) => {
@@ -638,16 +650,41 @@ impl Custodian {
         outcomes: &[(Uuid, EffectOutcome)],
     ) -> Result<Vec<Uuid>, CustodianError> {
         let settings = self.transition_settings().await?;
+        // The engine step goes to the node holding the authority's shards.
+        let engine = self.engine_steps().await?;
+        let pool = if engine {
+            self.steps_pool(authority).await
+        } else {
+            self.pool.clone()
+        };
         let mut retry = txn::Retrying::with_settings(
-            &self.pool,
+            &pool,
             &self.stats.serialization_retries,
             "record",
             self.config.isolation,
             &settings,
         );
+        let recorded = self
+            .record_in(&mut retry, engine, authority, generation, outcomes)
+            .await;
+        if recorded.is_err() {
+            self.step_failed(authority);
+        }
+        recorded
+    }
+
+    /// [`Custodian::record_group_outcomes`]'s transaction, retried by `retry`.
+    async fn record_in(
+        &self,
+        retry: &mut txn::Retrying<'_>,
+        engine: bool,
+        authority: &str,
+        generation: i64,
+        outcomes: &[(Uuid, EffectOutcome)],
+    ) -> Result<Vec<Uuid>, CustodianError> {
         loop {
             let mut tx = retry.next_attempt().await?;
-            let attempt = if self.engine_steps().await? {
+            let attempt = if engine {
                 db::lifecycle::engine_record_outcomes(&mut *tx, outcomes, authority, generation)
                     .await
             } else {

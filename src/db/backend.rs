@@ -48,6 +48,12 @@ pub struct Backend {
     /// call to the worker holding its shards. The custodian still checks that
     /// the functions are there ([`super::lifecycle::engine_steps`]).
     pub engine_steps: bool,
+    /// The tables' shards live on other nodes, each authority's on one, and
+    /// every node can run the engine's steps: a custodian sends each
+    /// authority's steps straight to the node holding its shards
+    /// ([`super::placement`]), falling back to this pool's node when it
+    /// cannot reach that one. When false, everything goes through this pool.
+    pub steps_on_shard_nodes: bool,
 }
 
 impl Backend {
@@ -60,6 +66,7 @@ impl Backend {
         generic_plans: true,
         statement_triggers: true,
         engine_steps: true,
+        steps_on_shard_nodes: false,
     };
 
     /// A Citus coordinator (the `citus` extension is installed): the tables
@@ -73,6 +80,7 @@ impl Backend {
         generic_plans: false,
         statement_triggers: false,
         engine_steps: true,
+        steps_on_shard_nodes: true,
     };
 
     /// The backend of the database `ex` is connected to: asked once, where

@@ -51,6 +51,7 @@ pub mod inspector;
 pub mod lifecycle;
 pub mod migrations;
 pub mod notify;
+pub mod placement;
 pub mod principals;
 pub mod recovery;
 pub mod resolutions;

@@ -372,3 +372,142 @@ async fn on_citus_a_claim_reads_no_more_of_the_queue_than_its_head_whatever_the_
             .unwrap();
     assert_eq!(queued, left);
 }
+
+/// On Citus a custodian sends its engine steps (claim-and-start, record)
+/// straight to the worker holding its authority's shards, not through the
+/// coordinator (`db::placement`): that worker sees the custodian's own
+/// sessions, the other worker none, the commands end as through the
+/// coordinator, and the history names the custodian (its `SET LOCAL` acts
+/// on the worker itself).
+#[tokio::test]
+async fn on_citus_a_custodian_s_steps_go_straight_to_the_worker_holding_its_authority() {
+    if !citus() {
+        eprintln!("not run: TEST_CITUS=1 is not set (one node has no workers)");
+        return;
+    }
+    use command_ledger::custodian::{Effects, StepReport};
+    use command_ledger::db::placement;
+    let pool = fresh_pool().await;
+    let app = format!("steps-{}", &Uuid::now_v7().simple().to_string()[20..]);
+    let named = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(4)
+        .connect_lazy_with((*pool.connect_options()).clone().application_name(&app));
+    let holder = placement::holder_of(&pool, "routed")
+        .await
+        .unwrap()
+        .expect("a worker holds the authority's shards");
+    let c = crate::harness::custodian(
+        &named,
+        &["routed"],
+        Effects::default(),
+        std::time::Duration::from_secs(10),
+    );
+    c.heartbeat().await.unwrap();
+    let mut report = StepReport::default();
+    // Two turns: a custodian's first claim also looks for stale prepared
+    // rows (the trigger path); the second claims with the engine's step.
+    for turn in 0..2 {
+        let id = crate::storage::insert_commands(&pool, "routed", 1).await[0];
+        let started = c.claim_and_start(10, &mut report).await.unwrap();
+        assert_eq!(started.len(), 1, "turn {turn}");
+        let done = c.execute(started).await;
+        c.record_outcomes(done, &mut report).await;
+        let state: String = sqlx::query_scalar(
+            "select state from commands where authority_id = 'routed' and id = $1",
+        )
+        .bind(id)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        assert_eq!(state, "applied", "turn {turn}");
+    }
+    let sessions: Vec<(String, i32, String)> = sqlx::query_as(
+        "select nodename::text, nodeport, result from run_command_on_workers(
+             format($$select count(*) from pg_stat_activity where application_name = %L$$, $1::text))",
+    )
+    .bind(&app)
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert!(sessions.len() >= 2, "two workers expected: {sessions:?}");
+    for (host, port, result) in &sessions {
+        let n: i64 = result.parse().expect("a count");
+        if *host == holder.host && i64::from(*port) == i64::from(holder.port) {
+            assert!(
+                n >= 1,
+                "the worker holding the shards ({holder}) has no session of the custodian's"
+            );
+        } else {
+            assert_eq!(
+                n, 0,
+                "{host}:{port} does not hold the shards, yet has the custodian's sessions"
+            );
+        }
+    }
+    let actors: Vec<String> = sqlx::query_scalar(
+        "select distinct actor from command_history where authority_id = 'routed' and from_state is not null",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert!(
+        !actors.is_empty() && actors.iter().all(|a| a.starts_with("custodian:")),
+        "the steps' entries name {actors:?}"
+    );
+    c.release_leases().await;
+}
+
+/// A node this process cannot reach (a network that lets it reach only the
+/// coordinator) is left aside: asked for, it gives no pool within the
+/// patience, and asked again at once it is not tried again; a node it
+/// reaches gives a pool that answers. Off Citus an authority's steps stay
+/// on the coordinator's pool.
+#[tokio::test]
+async fn a_node_this_process_cannot_reach_leaves_the_steps_on_the_coordinator() {
+    use command_ledger::db::placement::{CONNECT_PATIENCE, Node, Placements};
+    use std::time::{Duration, Instant};
+    let pool = fresh_pool().await;
+    let placements = Placements::new(pool.clone());
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let nowhere = Node {
+        host: "127.0.0.1".into(),
+        port: closed,
+    };
+    let began = Instant::now();
+    assert!(placements.pool_to(&nowhere).await.is_none());
+    assert!(began.elapsed() < CONNECT_PATIENCE + Duration::from_secs(1));
+    let again = Instant::now();
+    assert!(placements.pool_to(&nowhere).await.is_none());
+    assert!(
+        again.elapsed() < Duration::from_millis(200),
+        "an unreachable node was tried again at once"
+    );
+    let options = pool.connect_options();
+    let here = Node {
+        host: options.get_host().to_owned(),
+        port: options.get_port(),
+    };
+    let reached = placements
+        .pool_to(&here)
+        .await
+        .expect("the coordinator's own address answers");
+    let one: i32 = sqlx::query_scalar("select 1")
+        .fetch_one(&reached)
+        .await
+        .unwrap();
+    assert_eq!(one, 1);
+    let steps = placements.pool_for("anywhere").await;
+    if citus() {
+        let holder = command_ledger::db::placement::holder_of(&pool, "anywhere")
+            .await
+            .unwrap();
+        let port = holder.map_or(options.get_port(), |node| node.port);
+        assert_eq!(steps.connect_options().get_port(), port);
+    } else {
+        assert_eq!(steps.connect_options().get_port(), options.get_port());
+    }
+    placements.close().await;
+}
