@@ -5,11 +5,14 @@
 //! the authority's shards. Sent to the coordinator, each step's call, its
 //! `BEGIN` and its `COMMIT` make a hop from there to that node; sent to the
 //! node itself they run there at once (statements on local shards are
-//! executed locally). Every node of a Citus cluster keeps the tables'
-//! metadata, so a statement sent to a node that no longer holds the shards
-//! (they moved) is still right: that node routes it on, as the coordinator
-//! would. The route is therefore only a matter of speed; it is asked again
-//! every [`ROUTE_TTL`].
+//! executed locally). A step sent to a node the shards have left (a
+//! rebalance moved them) fails there and changes nothing: its statements
+//! would have to reach the new node as the steps' owner, `ledger_engine`,
+//! which does not log in. The custodian then forgets the route, and its
+//! next turn asks the coordinator's metadata again (as it does every
+//! [`ROUTE_TTL`] anyway). The rebalance trial (`scripts/citus-fault-trial
+//! --rebalance`) sees a few such failures while the shards move, and no
+//! violation.
 //!
 //! A node this process cannot reach (a network that lets it reach only the
 //! coordinator, a password the node does not know) is left aside for
@@ -23,8 +26,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// How long a route (or a node found unreachable) is kept before it is
-/// asked again: shards move seldom, and a step sent to the old node is
-/// still right.
+/// asked again: shards move seldom, and a step sent to the old node fails
+/// without effect and makes the route be asked again at once.
 pub const ROUTE_TTL: Duration = Duration::from_secs(30);
 
 /// How long the first connection to a node may take before the node is
