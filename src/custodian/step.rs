@@ -664,13 +664,9 @@ impl Custodian {
             self.config.isolation,
             &settings,
         );
-        let recorded = self
-            .record_in(&mut retry, engine, authority, generation, outcomes)
-            .await;
-        if recorded.is_err() {
-            self.step_failed(authority);
-        }
-        recorded
+        self.record_in(&mut retry, engine, authority, generation, outcomes)
+            .await
+            .inspect_err(|_| self.step_failed(authority))
     }
 
     /// [`Custodian::record_group_outcomes`]'s transaction, retried by `retry`.

@@ -166,16 +166,7 @@ impl Placements {
             .max_connections(self.coordinator.options().get_max_connections())
             .acquire_timeout(self.coordinator.options().get_acquire_timeout());
         if acting_as.1 {
-            let set_role = format!("set role {}", super::roles::ident(&acting_as.0));
-            pool_options = pool_options.after_connect(move |conn, _meta| {
-                let set_role = set_role.clone();
-                Box::pin(async move {
-                    sqlx::raw_sql(sqlx::AssertSqlSafe(set_role))
-                        .execute(conn)
-                        .await?;
-                    Ok(())
-                })
-            });
+            pool_options = super::roles::acting_as(pool_options, &acting_as.0);
         }
         let pool = pool_options.connect_lazy_with(options);
         match tokio::time::timeout(CONNECT_PATIENCE, pool.acquire()).await {

@@ -270,17 +270,25 @@ pub async fn connect(
         .application_name(application_name)
         .log_statements(tracing::log::LevelFilter::Debug)
         .log_slow_statements(tracing::log::LevelFilter::Warn, Duration::from_secs(1));
-    let set_role = format!("set role {}", ident(role.name()));
-    let pool = PgPoolOptions::new()
-        .max_connections(max_connections)
-        .acquire_timeout(acquire_timeout)
-        .after_connect(move |conn, _meta| {
-            let set_role = set_role.clone();
-            Box::pin(async move {
-                sqlx::raw_sql(AssertSqlSafe(set_role)).execute(conn).await?;
-                Ok(())
-            })
-        })
-        .connect_lazy_with(options);
+    let pool = acting_as(
+        PgPoolOptions::new()
+            .max_connections(max_connections)
+            .acquire_timeout(acquire_timeout),
+        role.name(),
+    )
+    .connect_lazy_with(options);
     super::first_connection(pool).await
+}
+
+/// `options` whose every new connection acts as `role` (`SET ROLE`), for a
+/// login that is not the role itself.
+pub(super) fn acting_as(options: PgPoolOptions, role: &str) -> PgPoolOptions {
+    let set_role = format!("set role {}", ident(role));
+    options.after_connect(move |conn, _meta| {
+        let set_role = set_role.clone();
+        Box::pin(async move {
+            sqlx::raw_sql(AssertSqlSafe(set_role)).execute(conn).await?;
+            Ok(())
+        })
+    })
 }
