@@ -109,10 +109,10 @@ begin
             current_state using errcode = 'CL012';
     end if;
     new.at := now();
-    -- By (command_id, id), the index that reads this command's entries only (0021).
+    -- By (command_id, seq), the index that reads this command's entries only (0037).
     new.anchor_hash := (select h.hash from command_history h
                         where h.authority_id = new.authority_id and h.command_id = new.command_id
-                        order by h.command_id desc, h.id desc limit 1);
+                        order by h.command_id desc, h.seq desc limit 1);
     new.hash := ledger_resolution_hash(new.anchor_hash, new.command_id, new.outcome, new.evidence,
                                        new.reference, new.source, new.actor, new.at);
     return new;
@@ -320,19 +320,21 @@ declare
                                        then 'adopted by generation ' || new.authority_generation end);
     entry_digest bytea := ledger_row_digest(row(new.*)::commands);
     prev bytea;
+    prev_seq integer;
     counted text[];
     count_minute timestamptz;
     count_source text;
 begin
-    select h.hash into prev from command_history h
+    select h.hash, h.seq into prev, prev_seq from command_history h
     where h.authority_id = new.authority_id and h.command_id = new.id
-    order by h.command_id desc, h.id desc limit 1;
+    order by h.command_id desc, h.seq desc limit 1;
     insert into command_history (authority_id, command_id, from_state, to_state, at, actor, authority_generation,
-                                 reason, row_digest, prev_hash, hash)
+                                 reason, row_digest, prev_hash, hash, seq)
     values (new.authority_id, new.id, old.state, new.state, entry_at, entry_actor, new.authority_generation,
             entry_reason, entry_digest, prev,
             ledger_entry_hash(prev, new.id, old.state, new.state, entry_at, entry_actor, new.authority_generation,
-                              entry_reason, entry_digest));
+                              entry_reason, entry_digest),
+            coalesce(prev_seq, 0) + 1);
     if old.state = 'pending' and new.state <> 'pending' then
         delete from command_queue q where q.authority_id = old.authority_id and q.id = old.id;
     end if;
@@ -411,11 +413,12 @@ begin
     ),
     entries as (
         insert into command_history (authority_id, command_id, from_state, to_state, at, actor, authority_generation,
-                                     reason, row_digest, prev_hash, hash)
+                                     reason, row_digest, prev_hash, hash, seq)
         select e.authority_id, e.id, e.from_state, e.to_state, e.at, e.actor, e.authority_generation, e.reason,
                e.row_digest, e.prev_hash,
                ledger_entry_hash(e.prev_hash, e.id, e.from_state, e.to_state, e.at, e.actor,
-                                 e.authority_generation, e.reason, e.row_digest)
+                                 e.authority_generation, e.reason, e.row_digest),
+               coalesce(e.prev_seq, 0) + 1
         from (
             select p.authority_id, p.id, p.from_state, p.to_state, now() as at, ledger_actor() as actor,
                    p.to_generation as authority_generation,
@@ -424,9 +427,10 @@ begin
                             case when p.to_state = p.from_state then 'adopted by generation ' || p.to_generation end)
                        as reason,
                    ledger_row_digest(p.r) as row_digest,
-                   (select h.hash from command_history h where h.command_id = p.id
-                    order by h.command_id desc, h.id desc limit 1) as prev_hash
+                   last.hash as prev_hash, last.seq as prev_seq
             from paired p
+            left join lateral (select h.hash, h.seq from command_history h where h.command_id = p.id
+                               order by h.command_id desc, h.seq desc limit 1) last on true
             where p.to_state <> p.from_state or p.to_generation is distinct from p.from_generation
             offset 0 -- evaluated once per row: see the head of this file
         ) e
@@ -494,11 +498,12 @@ declare
     entry_digest bytea := ledger_row_digest(row(new.*)::commands);
 begin
     insert into command_history (authority_id, command_id, from_state, to_state, at, actor, authority_generation,
-                                 reason, row_digest, prev_hash, hash)
+                                 reason, row_digest, prev_hash, hash, seq)
     values (new.authority_id, new.id, null, new.state, entry_at, entry_actor, new.authority_generation,
             entry_reason, entry_digest, null,
             ledger_entry_hash(null, new.id, null, new.state, entry_at, entry_actor, new.authority_generation,
-                              entry_reason, entry_digest));
+                              entry_reason, entry_digest),
+            1);
     insert into command_queue (authority_id, id, rank, ready_at)
     values (new.authority_id, new.id, ledger_claim_rank(new.created_at, new.not_before, new.priority), new.not_before);
     return null;
@@ -521,10 +526,11 @@ CREATE FUNCTION public.commands_record_inserts() RETURNS trigger
     AS $$
 begin
     insert into command_history (authority_id, command_id, from_state, to_state, at, actor, authority_generation, reason,
-                                 row_digest, prev_hash, hash)
+                                 row_digest, prev_hash, hash, seq)
     select e.authority_id, e.id, null, e.state, e.at, e.actor, e.authority_generation, e.reason, e.row_digest, null,
            ledger_entry_hash(null, e.id, null, e.state, e.at, e.actor, e.authority_generation, e.reason,
-                             e.row_digest)
+                             e.row_digest),
+           1
     from (
         select n.authority_id, n.id, n.state, now() as at, coalesce(a.actor, ledger_actor()) as actor,
                n.authority_generation, ledger_reason() as reason,
@@ -597,7 +603,7 @@ begin
             -- no way out, so there is exactly one entry into it.
             select h.hash into entry_hash from command_history h
             where h.authority_id = new.authority_id and h.command_id = new.id and h.to_state = new.state
-            order by h.command_id desc, h.id desc
+            order by h.command_id desc, h.seq desc
             limit 1;
             body := jsonb_build_object(
                 'command_id', new.id,
@@ -961,10 +967,11 @@ begin
                                                c.digest_version, c.kind, c.authority_id, c.run_id, c.args,
                                                c.canonical, c.created_at, c.deadline_at, c.pinned_generation,
                                                c.intent_digest, c.canonical_rules, c.intent_epoch)) as identity,
-               (select h.hash from command_history h where h.command_id = c.id
-                order by h.command_id desc, h.id desc limit 1) as prev
+               last.hash as prev, last.seq as prev_seq
         from queued qd
         join commands c on c.authority_id = qd.authority_id and c.id = qd.id
+        left join lateral (select h.hash, h.seq from command_history h where h.command_id = c.id
+                           order by h.command_id desc, h.seq desc limit 1) last on true
         where c.state = 'pending'
         for update of c skip locked
     ),
@@ -989,12 +996,12 @@ begin
             updated_at = at
         from pending v
         where c.authority_id = v.authority_id and c.id = v.id
-        returning c as r, v.prev
+        returning c as r, v.prev, v.prev_seq
     ),
     first as materialized (
         -- The entry out of pending: to prepared, or to expired.
         select (m.r).authority_id as authority_id, (m.r).id as id, (m.r).state as state,
-               (m.r).authority_generation as generation, (m.r).identity_digest as identity, m.prev,
+               (m.r).authority_generation as generation, (m.r).identity_digest as identity, m.prev, m.prev_seq,
                case when (m.r).state = 'expired' then 'expired' else 'prepared' end as to_state,
                coalesce(why, (m.r).error ->> 'reason') as reason,
                ledger_row_digest_v2((m.r).identity_digest,
@@ -1009,25 +1016,26 @@ begin
     ),
     second as materialized (
         -- The entry out of prepared, for the started ones.
-        select f.authority_id, f.id, f.generation, why as reason, f.hash as prev,
+        select f.authority_id, f.id, f.generation, why as reason, f.hash as prev, f.prev_seq + 1 as prev_seq,
                ledger_row_digest_v2(f.identity, 'effect_started', f.generation, null, null, null) as digest
         from first_hashed f
         where f.state = 'effect_started'
     ),
     entries as (
         insert into command_history (authority_id, command_id, from_state, to_state, at, actor,
-                                     authority_generation, reason, row_digest, prev_hash, hash)
+                                     authority_generation, reason, row_digest, prev_hash, hash, seq)
         select e.authority_id, e.id, e.from_state, e.to_state, at, who, e.generation, e.reason,
-               e.digest, e.prev, e.hash
+               e.digest, e.prev, e.hash, e.prev_seq + 1
         from (
             select f.authority_id, f.id, 1 as step, 'pending' as from_state, f.to_state, f.generation,
-                   f.reason, f.digest, f.prev, f.hash
+                   f.reason, f.digest, f.prev, f.hash, f.prev_seq
             from first_hashed f
             union all
             select s.authority_id, s.id, 2, 'prepared', 'effect_started', s.generation, s.reason, s.digest,
                    s.prev,
                    ledger_entry_hash(s.prev, s.id, 'prepared', 'effect_started', at, who, s.generation,
-                                     s.reason, s.digest)
+                                     s.reason, s.digest),
+                   s.prev_seq
             from second s
         ) e
         order by e.id, e.step
@@ -1405,11 +1413,12 @@ begin
     ),
     fenced as materialized (
         select o.*,
-               (select h.hash from command_history h where h.command_id = o.id
-                order by h.command_id desc, h.id desc limit 1) as prev
+               last.hash as prev, last.seq as prev_seq
         from outcome o
         join commands c on c.authority_id = p_authority and c.id = o.id
         join authorities a on a.id = p_authority and a.generation = p_generation
+        left join lateral (select h.hash, h.seq from command_history h where h.command_id = o.id
+                           order by h.command_id desc, h.seq desc limit 1) last on true
         where c.state = 'effect_started' and c.authority_generation = p_generation
         for update of c
     ),
@@ -1428,7 +1437,7 @@ begin
             updated_at = at
         from fenced f
         where c.authority_id = p_authority and c.id = f.id
-        returning c.id, c.state, c.authority_generation, c.result, c.error, c.identity_digest, c.created_at, f.prev
+        returning c.id, c.state, c.authority_generation, c.result, c.error, c.identity_digest, c.created_at, f.prev, f.prev_seq
     ),
     digested as materialized (
         select m.*, coalesce(why, m.error ->> 'reason') as reason,
@@ -1438,11 +1447,12 @@ begin
     ),
     entries as (
         insert into command_history (authority_id, command_id, from_state, to_state, at, actor,
-                                     authority_generation, reason, row_digest, prev_hash, hash)
+                                     authority_generation, reason, row_digest, prev_hash, hash, seq)
         select p_authority, d.id, 'effect_started', d.state, at, who, d.authority_generation, d.reason, d.digest,
                d.prev,
                ledger_entry_hash(d.prev, d.id, 'effect_started', d.state, at, who, d.authority_generation,
-                                 d.reason, d.digest)
+                                 d.reason, d.digest),
+               d.prev_seq + 1
         from digested d
         order by d.id
         returning 1
@@ -1690,7 +1700,7 @@ begin
            c.created_at, c.finished_at, ledger_actor(),
            jsonb_build_object(
                'command', to_jsonb(c),
-               'history', coalesce((select jsonb_agg(to_jsonb(h) order by h.id)
+               'history', coalesce((select jsonb_agg(to_jsonb(h) order by h.seq)
                                     from command_history h
                                     where h.authority_id = p_authority and h.command_id = c.id), '[]'::jsonb),
                'coalesced', coalesce((select jsonb_agg(to_jsonb(r) order by r.answered_at)
@@ -2213,6 +2223,7 @@ CREATE TABLE public.command_history (
     prev_hash bytea,
     hash bytea,
     authority_id text NOT NULL,
+    seq integer NOT NULL,
     CONSTRAINT command_history_hash_is_sha256 CHECK (((octet_length(hash) = 32) AND ((prev_hash IS NULL) OR (octet_length(prev_hash) = 32)) AND ((row_digest IS NULL) OR (octet_length(row_digest) = 32)))),
     CONSTRAINT command_history_states_known CHECK (((from_state = ANY (ARRAY['pending'::text, 'prepared'::text, 'effect_started'::text, 'applied'::text, 'failed'::text, 'ambiguous'::text, 'cancelled'::text, 'expired'::text])) AND (to_state = ANY (ARRAY['pending'::text, 'prepared'::text, 'effect_started'::text, 'applied'::text, 'failed'::text, 'ambiguous'::text, 'cancelled'::text, 'expired'::text]))))
 );
@@ -2294,6 +2305,12 @@ COMMENT ON COLUMN public.command_history.hash IS 'SHA-256 of the canonical text 
 --
 
 COMMENT ON COLUMN public.command_history.authority_id IS 'The authority of the command (commands.authority_id), copied by the commands triggers: the column the ledger is distributed by, so an entry lives on its command''s shard.';
+
+--
+-- Name: COLUMN command_history.seq; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.command_history.seq IS 'The entry''s place in its command''s chain: 1 for the creation, the previous entry''s plus one after. Entries are read in this order, never by id: on Citus each node draws ids from a range of its own, and a shard moved onto another node goes on with that node''s (0037).';
 
 --
 -- Name: CONSTRAINT command_history_hash_is_sha256 ON command_history; Type: COMMENT; Schema: public; Owner: -
@@ -3504,10 +3521,16 @@ CREATE INDEX command_history_ambiguous_idx ON public.command_history USING btree
 COMMENT ON INDEX public.command_history_ambiguous_idx IS 'Commands that ended ambiguous, by when: the operator''s list and the ambiguous count stay cheap as the ledger grows.';
 
 --
--- Name: command_history_command_idx; Type: INDEX; Schema: public; Owner: -
+-- Name: command_history_chain_order; Type: INDEX; Schema: public; Owner: -
 --
 
-CREATE INDEX command_history_command_idx ON public.command_history USING btree (command_id, id);
+CREATE UNIQUE INDEX command_history_chain_order ON public.command_history USING btree (command_id, seq, authority_id);
+
+--
+-- Name: INDEX command_history_chain_order; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON INDEX public.command_history_chain_order IS 'A command''s entries in chain order, read backwards for the last one; one entry a place, so a chain cannot fork (0037). authority_id is in it because a unique index on Citus holds the distribution column.';
 
 --
 -- Name: command_queue_claim_order; Type: INDEX; Schema: public; Owner: -

@@ -388,7 +388,7 @@ pub async fn history(ex: impl PgExecutor<'_>, id: Uuid) -> Result<Vec<HistoryRow
         select id, from_state, to_state, at, actor, authority_generation, reason
         from command_history
         where command_id = $1
-        order by id
+        order by seq
         "#,
         id,
     )

@@ -116,7 +116,7 @@ pub async fn chains(
             from subjects s
         ),
         entries as (
-            select h.command_id, h.id, h.from_state, h.to_state, h.at, h.actor, h.authority_generation,
+            select h.command_id, h.id, h.seq, h.from_state, h.to_state, h.at, h.actor, h.authority_generation,
                    h.reason, h.row_digest, h.prev_hash, h.hash
             from command_history h
             where ($1::text is null and $2::timestamptz is null)
@@ -124,7 +124,7 @@ pub async fn chains(
                           and ($1::text is null or c.authority_id = $1)
                           and ($2::timestamptz is null or c.created_at >= $2))
             union all
-            select e.command_id, e.id, e.from_state, e.to_state, e.at, e.actor, e.authority_generation,
+            select e.command_id, e.id, e.seq, e.from_state, e.to_state, e.at, e.actor, e.authority_generation,
                    e.reason, e.row_digest, e.prev_hash, e.hash
             from pruned_commands a
             cross join lateral jsonb_populate_recordset(null::command_history, a.record -> 'history') e
@@ -143,7 +143,9 @@ pub async fn chains(
                        e.authority_generation, e.reason, encode(e.row_digest, 'hex'))::text, 'UTF8'))
                        as recomputed
             from entries e
-            window w as (partition by e.command_id order by e.id)
+            -- In chain order (0037); an archive made before 0037 has no
+            -- places, and its entries were written in id order.
+            window w as (partition by e.command_id order by e.seq, e.id)
         ),
         checked as (
             select o.*,
@@ -172,13 +174,13 @@ pub async fn chains(
         per_command as (
             select k.command_id,
                    count(*) as entries,
-                   max(k.id) as head_id,
+                   (array_agg(k.id) filter (where k.n = k.total))[1] as head_id,
                    (array_agg(k.hash) filter (where k.n = k.total))[1] as head_hash,
                    (array_agg(k.to_state) filter (where k.n = k.total))[1] as last_state,
                    (array_agg(k.authority_generation) filter (where k.n = k.total))[1] as last_generation,
                    (array_agg(k.row_digest) filter (where k.n = k.total))[1] as last_digest,
-                   array_agg(k.id order by k.id) filter (where k.problem is not null) as bad_ids,
-                   array_agg(k.problem order by k.id) filter (where k.problem is not null) as problems
+                   array_agg(k.id order by k.n) filter (where k.problem is not null) as bad_ids,
+                   array_agg(k.problem order by k.n) filter (where k.problem is not null) as problems
             from checked k
             group by k.command_id
         )
@@ -263,7 +265,7 @@ pub async fn resolutions(
                         (select h.hash from command_history h
                          where h.authority_id = r.authority_id and h.command_id = r.command_id
                            and h.to_state = 'ambiguous'
-                         order by h.command_id desc, h.id desc limit 1),
+                         order by h.command_id desc, h.seq desc limit 1),
                         (select decode(substr(jsonb_path_query_first(
                                     a.record -> 'history', '$[*] ? (@.to_state == "ambiguous").hash') #>> '{}', 3),
                                 'hex')

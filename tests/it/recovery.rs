@@ -142,7 +142,7 @@ async fn a_prepared_command_of_a_dead_generation_is_adopted_and_run_once() {
         .unwrap();
     assert_eq!(report.adopted, 1, "{report:?}");
     let (generation, reason): (i64, Option<String>) = sqlx::query_as(
-        "select authority_generation, (select reason from command_history h where h.authority_id = c.authority_id and h.command_id = c.id order by h.id desc limit 1) from commands c where id = $1::uuid",
+        "select authority_generation, (select reason from command_history h where h.authority_id = c.authority_id and h.command_id = c.id order by h.seq desc limit 1) from commands c where id = $1::uuid",
     )
     .bind(&id)
     .fetch_one(&app.pool)

@@ -317,7 +317,7 @@ async fn every_change_is_in_the_history_and_the_history_cannot_be_rewritten() {
 
     type Entry = (Option<String>, String, String, Option<i64>, Option<String>);
     let history: Vec<Entry> = sqlx::query_as(
-        "select from_state, to_state, actor, authority_generation, reason from command_history where command_id = $1 order by id",
+        "select from_state, to_state, actor, authority_generation, reason from command_history where command_id = $1 order by seq",
     )
     .bind(id)
     .fetch_all(&pool)
@@ -553,7 +553,7 @@ async fn the_state_checks_name_exactly_the_states_of_the_reference_table() {
     }
     let id = insert_command(&pool, "unknown-state").await;
     let err = sqlx::query(
-        "insert into command_history (authority_id, command_id, to_state, actor) values ('payments', $1, 'done', 'x')",
+        "insert into command_history (authority_id, command_id, to_state, actor, seq) values ('payments', $1, 'done', 'x', 1)",
     )
     .bind(id)
     .execute(&pool)

@@ -509,9 +509,10 @@ async fn fingerprint(pool: &PgPool, columns: &[String]) -> (Vec<String>, Vec<Str
     .fetch_all(pool)
     .await
     .unwrap();
-    // History's authority_id came later (0019, filled from the command; checked below).
+    // History's authority_id came later (0019, filled from the command),
+    // and so did its place in the chain (0037); both are checked below.
     let history = sqlx::query_scalar(
-        "select (to_jsonb(h) - 'authority_id')::text from command_history h order by id",
+        "select (to_jsonb(h) - 'authority_id' - 'seq')::text from command_history h order by id",
     )
     .fetch_all(pool)
     .await
@@ -556,6 +557,20 @@ async fn a_populated_v1_database_migrates_to_v2_without_losing_a_row_or_an_entry
     .await
     .unwrap();
     assert_eq!(misplaced, 0, "each entry carries its command's authority");
+    let out_of_place: i64 = sqlx::query_scalar(
+        "select count(*) from (
+             select seq, row_number() over (partition by command_id order by id) as n,
+                    prev_hash is not distinct from lag(hash) over (partition by command_id order by id) as linked
+             from command_history) e
+         where e.seq <> e.n or not e.linked",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        out_of_place, 0,
+        "each entry is numbered in its chain's order, which was its order by id on one node"
+    );
 
     let of = |states: &[&str]| -> BTreeSet<Uuid> {
         made.iter()
@@ -713,7 +728,7 @@ async fn a_transition_looks_up_each_commands_last_entry_once() {
     let pool = fresh_pool().await;
     let ids = insert_commands(&pool, "payments", 50).await;
     let mut tx = pool.begin().await.unwrap();
-    let counts = "select pg_stat_get_xact_numscans('command_history_command_idx'::regclass), \
+    let counts = "select pg_stat_get_xact_numscans('command_history_chain_order'::regclass), \
                   pg_stat_get_xact_tuples_inserted('command_history'::regclass)";
     // PostgreSQL 15 keeps a backend's counts until it reports them, so the
     // transaction's own are the difference.

@@ -145,7 +145,7 @@ pub(super) async fn zombie_campaign(trials: usize) -> Check {
             // Not a zombie trial after all (say the victim was started by a
             // process the arming replaced): say what happened, try again.
             let history: Vec<(Option<String>, String, String)> = sqlx::query_as(
-                "select from_state, to_state, actor from command_history where command_id = $1::uuid order by id",
+                "select from_state, to_state, actor from command_history where command_id = $1::uuid order by seq",
             )
             .bind(&victim)
             .fetch_all(&world.pool)
