@@ -136,10 +136,18 @@ async fn snapshot(state: &AppState) -> Result<Value, sqlx::Error> {
     if let Err(e) = state.counters.flush(&state.pool).await {
         tracing::warn!(error = %e, "request counts not added to the ledger before a snapshot");
     }
-    let recent = db::counts::recent(&state.pool, MINUTES).await?;
-    let totals = db::counts::totals(&state.pool).await?;
-    let backlog = db::counts::backlog(&state.pool).await?;
-    let authorities = db::authorities::list(&state.pool).await?;
+    // One snapshot for every read, so the minutes, the totals and the
+    // backlog agree: read one after another, an outcome committed between
+    // two reads was in the totals and missing from its minute.
+    let mut tx = state
+        .pool
+        .begin_with("begin isolation level repeatable read, read only")
+        .await?;
+    let recent = db::counts::recent(&mut *tx, MINUTES).await?;
+    let totals = db::counts::totals(&mut *tx).await?;
+    let backlog = db::counts::backlog(&mut *tx).await?;
+    let authorities = db::authorities::list(&mut *tx).await?;
+    tx.commit().await?;
     let now = chrono::Utc::now();
 
     let mut minutes: std::collections::BTreeMap<String, serde_json::Map<String, Value>> =
