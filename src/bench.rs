@@ -144,7 +144,11 @@ impl Ledger {
                 crate::db::ACQUIRE_TIMEOUT,
             )
             .await?;
-        crate::cli::spawn_custodian(&pool, self.db.backend, config, effects, shutdown).await
+        let custodian =
+            crate::cli::spawn_custodian(&pool, self.db.backend, config, effects, shutdown).await;
+        // The custodian connects on its own runtime, with the same options.
+        pool.close().await;
+        custodian
     }
 
     /// PostgreSQL's plan for the custodian's claim of up to `limit`

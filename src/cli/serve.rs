@@ -155,7 +155,12 @@ pub(super) async fn run(
                 .custodian_options
                 .pool(&db, "command-ledger-custodian")
                 .await?;
-            Some(spawn_custodian(&pool, db.backend, config, effects.clone(), stopped()).await?)
+            let custodian =
+                spawn_custodian(&pool, db.backend, config, effects.clone(), stopped()).await?;
+            // It only proved the role can connect: the custodian connects on
+            // its own runtime, with the same options.
+            pool.close().await;
+            Some(custodian)
         }
         None => None,
     };
