@@ -304,6 +304,27 @@ $$;
 COMMENT ON FUNCTION public.commands_identity_digest_immutable() IS 'Refuses any change to commands.identity_digest by a statement that does not run as ledger_engine (CL003).';
 
 --
+-- Name: commands_queue_follows_deadline(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.commands_queue_follows_deadline() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+begin
+    update command_queue q set deadline_at = new.deadline_at
+    where q.authority_id = new.authority_id and q.id = new.id;
+    return null;
+end;
+$$;
+
+--
+-- Name: FUNCTION commands_queue_follows_deadline(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.commands_queue_follows_deadline() IS 'After a pending command''s deadline_at changed: gives its queue row the new one (0038).';
+
+--
 -- Name: commands_record_change_row(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -504,8 +525,9 @@ begin
             ledger_entry_hash(null, new.id, null, new.state, entry_at, entry_actor, new.authority_generation,
                               entry_reason, entry_digest),
             1);
-    insert into command_queue (authority_id, id, rank, ready_at)
-    values (new.authority_id, new.id, ledger_claim_rank(new.created_at, new.not_before, new.priority), new.not_before);
+    insert into command_queue (authority_id, id, rank, ready_at, deadline_at)
+    values (new.authority_id, new.id, ledger_claim_rank(new.created_at, new.not_before, new.priority), new.not_before,
+            new.deadline_at);
     return null;
 end;
 $$;
@@ -541,8 +563,8 @@ begin
     ) e
     order by e.id;
 
-    insert into command_queue (authority_id, id, rank, ready_at)
-    select n.authority_id, n.id, ledger_claim_rank(n.created_at, n.not_before, n.priority), n.not_before
+    insert into command_queue (authority_id, id, rank, ready_at, deadline_at)
+    select n.authority_id, n.id, ledger_claim_rank(n.created_at, n.not_before, n.priority), n.not_before, n.deadline_at
     from new_rows n;
     return null;
 end;
@@ -2414,7 +2436,8 @@ CREATE TABLE public.command_queue (
     authority_id text NOT NULL,
     id uuid NOT NULL,
     rank bigint NOT NULL,
-    ready_at timestamp with time zone
+    ready_at timestamp with time zone,
+    deadline_at timestamp with time zone
 )
 WITH (autovacuum_vacuum_scale_factor='0', autovacuum_vacuum_threshold='5000', autovacuum_vacuum_insert_scale_factor='0', autovacuum_vacuum_insert_threshold='5000');
 
@@ -2447,6 +2470,12 @@ COMMENT ON COLUMN public.command_queue.rank IS 'ledger_claim_rank of the command
 --
 
 COMMENT ON COLUMN public.command_queue.ready_at IS 'The command''s not_before (null: claimable now); the claim skips rows whose time is ahead.';
+
+--
+-- Name: COLUMN command_queue.deadline_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.command_queue.deadline_at IS 'The command''s deadline_at (null: none), for recovery''s look-up of overdue pending commands (0038).';
 
 --
 -- Name: command_oldest_in_flight; Type: VIEW; Schema: public; Owner: -
@@ -3539,6 +3568,18 @@ COMMENT ON INDEX public.command_history_chain_order IS 'A command''s entries in 
 CREATE INDEX command_queue_claim_order ON public.command_queue USING btree (authority_id, rank, id);
 
 --
+-- Name: command_queue_overdue; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX command_queue_overdue ON public.command_queue USING btree (deadline_at, id) WHERE (deadline_at IS NOT NULL);
+
+--
+-- Name: INDEX command_queue_overdue; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON INDEX public.command_queue_overdue IS 'Pending commands with a deadline, soonest first: recovery reads the overdue ones from its start (0038).';
+
+--
 -- Name: command_queue_scheduled; Type: INDEX; Schema: public; Owner: -
 --
 
@@ -3801,6 +3842,18 @@ CREATE TRIGGER commands_identity_digest_kept BEFORE UPDATE OF identity_digest ON
 --
 
 CREATE TRIGGER commands_kept BEFORE TRUNCATE ON public.commands FOR EACH STATEMENT EXECUTE FUNCTION public.refuse_commands_truncate();
+
+--
+-- Name: commands commands_queue_deadline; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER commands_queue_deadline AFTER UPDATE OF deadline_at ON public.commands FOR EACH ROW WHEN (((new.deadline_at IS DISTINCT FROM old.deadline_at) AND (new.state = 'pending'::text))) EXECUTE FUNCTION public.commands_queue_follows_deadline();
+
+--
+-- Name: TRIGGER commands_queue_deadline ON commands; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TRIGGER commands_queue_deadline ON public.commands IS 'Carries a pending command''s changed deadline_at to its queue row (0038).';
 
 --
 -- Name: commands commands_record_changes; Type: TRIGGER; Schema: public; Owner: -

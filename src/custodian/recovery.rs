@@ -3,6 +3,7 @@
 //! statement. Run once by `command-ledger recover` (for cron after a crash)
 //! and periodically inside every custodian. Never re-executes an effect.
 
+use chrono::{DateTime, Utc};
 use serde_json::json;
 use sqlx::PgPool;
 use std::sync::Arc;
@@ -32,6 +33,20 @@ pub struct RecoveryReport {
     pub ambiguous: usize,
     /// Decisions whose guarded write found the row changed meanwhile.
     pub skipped: usize,
+}
+
+/// Where a pass has got to: the claimed commands first, by id, then the
+/// pending ones past their deadline, by deadline (each read through its own
+/// index, so a pass costs what needs deciding, not the backlog).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Cursor {
+    #[default]
+    Start,
+    /// Claimed commands after this id.
+    Claimed(Uuid),
+    /// Overdue pending commands after this deadline and id (from the first).
+    Overdue(Option<(DateTime<Utc>, Uuid)>),
+    Done,
 }
 
 /// A candidate and the decision about it, between the read and the write.
@@ -118,15 +133,11 @@ impl Recovery {
     /// One full pass over every candidate.
     pub async fn run_once(&self) -> Result<RecoveryReport, sqlx::Error> {
         let mut report = RecoveryReport::default();
-        let mut after = None;
-        loop {
-            let (planned, last) = self.plan(after, PAGE).await?;
-            let page_len = planned.len();
+        let mut cursor = Cursor::Start;
+        while cursor != Cursor::Done {
+            let (planned, next) = self.plan(cursor, PAGE).await?;
             self.apply(planned, &mut report).await?;
-            if page_len < usize::try_from(PAGE).unwrap_or(usize::MAX) {
-                break;
-            }
-            after = last;
+            cursor = next;
         }
         if report != RecoveryReport::default() {
             tracing::info!(?report, "recovery pass");
@@ -134,16 +145,41 @@ impl Recovery {
         Ok(report)
     }
 
-    /// Reads a page of candidates and decides about each; returns the plan
-    /// and the cursor for the next page.
+    /// Reads the page of candidates at `cursor` and decides about each;
+    /// returns the plan and the cursor of the next page.
     pub async fn plan(
         &self,
-        after: Option<Uuid>,
+        cursor: Cursor,
         limit: i64,
-    ) -> Result<(Vec<Planned>, Option<Uuid>), sqlx::Error> {
-        let rows =
-            db::recovery::candidates(&self.pool, after, limit, self.authorities.as_deref()).await?;
-        let last = rows.last().map(|c| c.id);
+    ) -> Result<(Vec<Planned>, Cursor), sqlx::Error> {
+        let authorities = self.authorities.as_deref();
+        let full = |rows: &[Candidate]| rows.len() >= usize::try_from(limit).unwrap_or(usize::MAX);
+        let (rows, next) = match cursor {
+            Cursor::Start | Cursor::Claimed(_) => {
+                let after = match cursor {
+                    Cursor::Claimed(id) => Some(id),
+                    _ => None,
+                };
+                let rows = db::recovery::claimed(&self.pool, after, limit, authorities).await?;
+                let next = match rows.last() {
+                    Some(last) if full(&rows) => Cursor::Claimed(last.id),
+                    _ => Cursor::Overdue(None),
+                };
+                (rows, next)
+            }
+            Cursor::Overdue(after) => {
+                let rows = db::recovery::overdue(&self.pool, after, limit, authorities).await?;
+                let next = match rows.last() {
+                    Some(last) if full(&rows) => match last.deadline_at {
+                        Some(deadline) => Cursor::Overdue(Some((deadline, last.id))),
+                        None => Cursor::Done,
+                    },
+                    _ => Cursor::Done,
+                };
+                (rows, next)
+            }
+            Cursor::Done => (Vec::new(), Cursor::Done),
+        };
         let planned = rows
             .into_iter()
             .filter_map(|candidate| {
@@ -162,7 +198,7 @@ impl Recovery {
                 })
             })
             .collect();
-        Ok((planned, last))
+        Ok((planned, next))
     }
 
     /// Applies planned decisions, each guarded on what was read.

@@ -3,6 +3,7 @@
 //! read, so a row that finished (or was taken back by a live holder) in the
 //! meantime is never overwritten.
 
+use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::PgExecutor;
 use uuid::Uuid;
@@ -17,16 +18,18 @@ pub struct Candidate {
     pub authority_id: String,
     pub authority_generation: Option<i64>,
     pub pinned_generation: Option<i64>,
+    pub deadline_at: Option<DateTime<Utc>>,
     pub deadline_passed: bool,
     pub current_generation: Option<i64>,
     pub lease_live: bool,
 }
 
-/// Up to `limit` candidates with ids after `after`, in id order (the caller
-/// pages through them, so rows it cannot move never hide later ones); only
-/// of `authorities` when given. Read from the queue and in-flight tables:
-/// every live command is in one of them.
-pub async fn candidates(
+/// Up to `limit` claimed commands (`prepared`, `effect_started`) that need
+/// a decision, with ids after `after`, in id order (the caller pages
+/// through them, so rows it cannot move never hide later ones); only of
+/// `authorities` when given. Read from the in-flight table: as many rows as
+/// the custodians hold.
+pub async fn claimed(
     ex: impl PgExecutor<'_>,
     after: Option<Uuid>,
     limit: i64,
@@ -36,31 +39,64 @@ pub async fn candidates(
         Candidate,
         r#"
         select c.id, c.state, c.kind, c.args, c.authority_id, c.authority_generation,
-               c.pinned_generation,
+               c.pinned_generation, c.deadline_at,
                coalesce(c.deadline_at <= now(), false) as "deadline_passed!",
                a.generation as "current_generation?",
                coalesce(a.lease_expires_at > now(), false) as "lease_live!"
-        from (
-            select authority_id, id from command_queue
-            union all
-            select authority_id, id from command_in_flight
-        ) live
-        join commands c on c.authority_id = live.authority_id and c.id = live.id
+        from command_in_flight f
+        join commands c on c.authority_id = f.authority_id and c.id = f.id
         left join authorities a on a.id = c.authority_id
-        where ($1::uuid is null or live.id > $1)
-          and ($3::text[] is null or live.authority_id = any($3))
-          and c.state in ('pending', 'prepared', 'effect_started')
+        where ($1::uuid is null or f.id > $1)
+          and ($3::text[] is null or f.authority_id = any($3))
+          and c.state in ('prepared', 'effect_started')
           and (
-                (c.state in ('pending', 'prepared') and c.deadline_at <= now())
-             or (c.state = 'prepared' and c.authority_generation < a.generation)
+                (c.state = 'prepared' and (c.deadline_at <= now() or c.authority_generation < a.generation))
              or (c.state = 'effect_started'
                  and (c.authority_generation < a.generation
                       or a.lease_expires_at is null or a.lease_expires_at <= now()))
           )
-        order by c.id
+        order by f.id
         limit $2
         "#,
         after,
+        limit,
+        authorities,
+    )
+    .fetch_all(ex)
+    .await
+}
+
+/// Up to `limit` pending commands past their deadline, after `after`
+/// (deadline, id) in that order; only of `authorities` when given. Read
+/// through the queue's index of deadlines (migration 0038): as many rows
+/// as are overdue, whatever the backlog.
+pub async fn overdue(
+    ex: impl PgExecutor<'_>,
+    after: Option<(DateTime<Utc>, Uuid)>,
+    limit: i64,
+    authorities: Option<&[String]>,
+) -> Result<Vec<Candidate>, sqlx::Error> {
+    let (after_deadline, after_id) = after.unzip();
+    sqlx::query_as!(
+        Candidate,
+        r#"
+        select c.id, c.state, c.kind, c.args, c.authority_id, c.authority_generation,
+               c.pinned_generation, c.deadline_at,
+               coalesce(c.deadline_at <= now(), false) as "deadline_passed!",
+               a.generation as "current_generation?",
+               coalesce(a.lease_expires_at > now(), false) as "lease_live!"
+        from command_queue q
+        join commands c on c.authority_id = q.authority_id and c.id = q.id
+        left join authorities a on a.id = c.authority_id
+        where q.deadline_at <= now()
+          and ($1::timestamptz is null or (q.deadline_at, q.id) > ($1, $2::uuid))
+          and ($4::text[] is null or q.authority_id = any($4))
+          and c.state = 'pending'
+        order by q.deadline_at, q.id
+        limit $3
+        "#,
+        after_deadline,
+        after_id,
         limit,
         authorities,
     )

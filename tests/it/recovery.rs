@@ -5,12 +5,13 @@
 use crate::harness::{TestApp, TestSink, custodian, refund};
 use command_ledger::custodian::effects::Effects;
 use command_ledger::custodian::http_executor::HttpExecutor;
-use command_ledger::custodian::recovery::{Recovery, RecoveryReport};
+use command_ledger::custodian::recovery::{Cursor, Recovery, RecoveryReport};
 use command_ledger::custodian::{Custodian, StepReport};
 use command_ledger::db::Role;
 use command_ledger::demo_sink::Mode;
 use command_ledger::domain::recovery::Decision;
 use serde_json::{Value, json};
+use sqlx::Row;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -227,6 +228,96 @@ async fn without_a_probe_a_started_command_whose_executor_died_is_ambiguous() {
     assert_eq!(sink.requests(), 1, "never re-executed");
 }
 
+/// A pass reads what needs a decision, not the backlog (migration 0038):
+/// behind 2,000 pending commands whose deadlines are ahead, one recorded
+/// overdue and one whose deadline was moved back by hand, the pass's reads
+/// scan neither table whole and fetch a handful of commands, not the
+/// backlog; then it expires both. (Before, it joined every live command to `commands`.)
+#[tokio::test]
+async fn a_pass_reads_the_overdue_commands_not_the_backlog() {
+    if crate::harness::lacks!(
+        local_tables,
+        "the counts read are the database's own, not its shards'"
+    ) {
+        return;
+    }
+    let app = TestApp::spawn().await;
+    let scope = crate::harness::device_principal(&app.pool, "backlog").await;
+    let insert = |n: i32, first: i32, deadline: &'static str| {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "insert into commands (id, scope, idempotency_key, request_digest, digest_version, kind, \
+                                   authority_id, args, canonical, deadline_at) \
+             select gen_random_uuid(), $1, 'k-' || i, sha256(('k-' || i)::bytea), 2, 'noop', 'payments', \
+                    '{{}}', '{{}}', {deadline} \
+             from generate_series($2::int, $2 + $3 - 1) as i \
+             returning id"
+        )))
+        .bind(scope)
+        .bind(first)
+        .bind(n)
+    };
+    insert(2_000, 1, "now() + interval '1 hour'")
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    let recorded_late: uuid::Uuid = insert(1, 2_001, "now() - interval '1 second'")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap()
+        .get(0);
+    let moved_back: uuid::Uuid = insert(1, 2_002, "now() + interval '1 hour'")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap()
+        .get(0);
+    sqlx::query("update commands set deadline_at = now() - interval '1 second' where id = $1")
+        .bind(moved_back)
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    sqlx::query("analyze").execute(&app.pool).await.unwrap();
+
+    let mut tx = app.pool.begin().await.unwrap();
+    // PostgreSQL 15 keeps a backend's counts until it reports them, so the
+    // reads' own are the difference.
+    // (command_in_flight holds what the custodians hold: read whole, it is
+    // not counted.)
+    let counts = "select coalesce(sum(seq_scan), 0)::int8, \
+                         coalesce(sum(idx_tup_fetch) filter (where relname = 'commands'), 0)::int8 \
+                  from pg_stat_xact_user_tables \
+                  where relname in ('commands', 'command_queue')";
+    let (scans_before, fetched_before): (i64, i64) =
+        sqlx::query_as(counts).fetch_one(&mut *tx).await.unwrap();
+    let claimed = command_ledger::db::recovery::claimed(&mut *tx, None, 200, None)
+        .await
+        .unwrap();
+    let overdue = command_ledger::db::recovery::overdue(&mut *tx, None, 200, None)
+        .await
+        .unwrap();
+    let (scans, fetched): (i64, i64) = sqlx::query_as(counts).fetch_one(&mut *tx).await.unwrap();
+    tx.commit().await.unwrap();
+    assert!(claimed.is_empty());
+    let mut found: Vec<_> = overdue.iter().map(|c| c.id).collect();
+    found.sort();
+    let mut expected = vec![recorded_late, moved_back];
+    expected.sort();
+    assert_eq!(found, expected);
+    assert_eq!(
+        scans - scans_before,
+        0,
+        "neither commands nor the queue read whole"
+    );
+    // The two overdue ones, and the planner's look at an index's ends.
+    assert!(
+        fetched - fetched_before <= 10,
+        "{} commands fetched: the overdue ones are two",
+        fetched - fetched_before
+    );
+
+    let report = recovery(&app, Effects::default()).run_once().await.unwrap();
+    assert_eq!((report.examined, report.expired), (2, 2), "{report:?}");
+}
+
 /// The "rescuer overwrites a completed job" race: recovery reads a started
 /// row whose lease looks dead, pauses, the original holder records the real
 /// outcome, recovery resumes: its guarded write changes nothing.
@@ -243,7 +334,7 @@ async fn recovery_paused_between_read_and_write_never_overwrites_a_finished_row(
     lease_dies(&app, "payments").await;
 
     let rescuer = recovery(&app, effects(&sink, false));
-    let (plan, _) = rescuer.plan(None, 100).await.unwrap();
+    let (plan, _) = rescuer.plan(Cursor::Start, 100).await.unwrap();
     assert_eq!(plan.len(), 1);
     assert_eq!(plan[0].decision, Decision::Resolve);
 
