@@ -69,7 +69,9 @@ pub async fn claimed(
 /// Up to `limit` pending commands past their deadline, after `after`
 /// (deadline, id) in that order; only of `authorities` when given. Read
 /// through the queue's index of deadlines (migration 0038): as many rows
-/// as are overdue, whatever the backlog.
+/// as are overdue, whatever the backlog. `deadline_at` is the queue's copy,
+/// the one the rows are ordered by, so a cursor taken from the last row
+/// always moves forward; the decision reads the command's own.
 pub async fn overdue(
     ex: impl PgExecutor<'_>,
     after: Option<(DateTime<Utc>, Uuid)>,
@@ -81,7 +83,7 @@ pub async fn overdue(
         Candidate,
         r#"
         select c.id, c.state, c.kind, c.args, c.authority_id, c.authority_generation,
-               c.pinned_generation, c.deadline_at,
+               c.pinned_generation, q.deadline_at,
                coalesce(c.deadline_at <= now(), false) as "deadline_passed!",
                a.generation as "current_generation?",
                coalesce(a.lease_expires_at > now(), false) as "lease_live!"
