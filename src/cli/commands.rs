@@ -172,10 +172,17 @@ async fn run_on(db: &Database, cmd: CommandsCommand) -> anyhow::Result<()> {
             // The API's use case, with its wake-up for waiters.
             let outcomes = ledger::OutcomeWake::new(db.pool.clone(), db.backend);
             let retries = AtomicU64::new(0);
-            let cancelled =
-                ledger::cancel::cancel(&db.pool, &outcomes, &retries, id, None, &actor())
-                    .await
-                    .map_err(|e| refused(e, id))?;
+            let cancelled = ledger::cancel::cancel(
+                &db.pool,
+                db.backend,
+                &outcomes,
+                &retries,
+                id,
+                None,
+                &actor(),
+            )
+            .await
+            .map_err(|e| refused(e, id))?;
             if output.json {
                 print_json(&command_json(cancelled.row()));
             } else if let Cancelled::Now(_) = cancelled {
@@ -197,9 +204,10 @@ async fn run_on(db: &Database, cmd: CommandsCommand) -> anyhow::Result<()> {
                 evidence: &evidence,
                 reference: reference.as_deref(),
             };
-            let (row, resolution) = ledger::resolutions::resolve(&db.pool, id, &finding, &actor())
-                .await
-                .map_err(|e| refused(e, id))?;
+            let (row, resolution) =
+                ledger::resolutions::resolve(&db.pool, db.backend, id, &finding, &actor())
+                    .await
+                    .map_err(|e| refused(e, id))?;
             if output.json {
                 print_json(&json!({
                     "command": command_json(&row),

@@ -51,7 +51,7 @@ pub(super) async fn run(
         )
         .await?;
     let result = loop {
-        if let Err(e) = prune_once(&pool, &args).await {
+        if let Err(e) = prune_once(&pool, db.backend, &args).await {
             break Err(e);
         }
         let Some(every) = args.every else {
@@ -68,14 +68,19 @@ pub(super) async fn run(
 }
 
 /// Batches until nothing is left to prune, then says how many went.
-async fn prune_once(pool: &sqlx::PgPool, args: &PruneArgs) -> anyhow::Result<()> {
+async fn prune_once(
+    pool: &sqlx::PgPool,
+    backend: crate::db::Backend,
+    args: &PruneArgs,
+) -> anyhow::Result<()> {
     let actor = format!("prune:{}", super::os_user());
     let started = Instant::now();
     let mut total = 0u64;
     loop {
-        let n = crate::db::commands::prune_batch(pool, args.older_than, args.batch, &actor)
-            .await
-            .context("pruning a batch")?;
+        let n =
+            crate::db::commands::prune_batch(pool, backend, args.older_than, args.batch, &actor)
+                .await
+                .context("pruning a batch")?;
         total += u64::try_from(n).unwrap_or(0);
         if n < args.batch {
             break;

@@ -69,6 +69,7 @@ pub struct Recovery {
     /// Wakes the waiters of the commands it makes terminal (after each
     /// commit, where the commit itself does not).
     outcomes: OutcomeWake,
+    backend: db::Backend,
 }
 
 impl Recovery {
@@ -76,6 +77,7 @@ impl Recovery {
     pub fn new(pool: PgPool, backend: db::Backend, effects: Arc<Effects>, actor: String) -> Self {
         Recovery {
             outcomes: OutcomeWake::new(pool.clone(), backend),
+            backend,
             pool,
             effects,
             actor,
@@ -104,6 +106,7 @@ impl Recovery {
         let what = write.name();
         let mut retry = Retrying::new(
             &self.pool,
+            self.backend,
             &self.retries,
             what,
             Isolation::Serializable,

@@ -198,6 +198,7 @@ impl Custodian {
         };
         let mut retry = txn::Retrying::with_settings(
             &pool,
+            self.backend,
             &self.stats.serialization_retries,
             "claim_start",
             self.config.claim_isolation,
@@ -390,6 +391,7 @@ impl Custodian {
         let settings = self.transition_settings().await?;
         let mut retry = txn::Retrying::with_settings(
             &self.pool,
+            self.backend,
             &self.stats.serialization_retries,
             "claim",
             self.config.claim_isolation,
@@ -470,6 +472,7 @@ impl Custodian {
         let settings = self.transition_settings().await?;
         let mut retry = txn::Retrying::with_settings(
             &self.pool,
+            self.backend,
             &self.stats.serialization_retries,
             "start",
             self.config.isolation,
@@ -659,6 +662,7 @@ impl Custodian {
         };
         let mut retry = txn::Retrying::with_settings(
             &pool,
+            self.backend,
             &self.stats.serialization_retries,
             "record",
             self.config.isolation,
@@ -752,6 +756,7 @@ impl Custodian {
         loop {
             let mut retry = txn::Retrying::with_settings(
                 &self.pool,
+                self.backend,
                 &self.stats.serialization_retries,
                 "adopt",
                 self.config.isolation,

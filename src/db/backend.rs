@@ -54,6 +54,14 @@ pub struct Backend {
     /// ([`super::placement`]), falling back to this pool's node when it
     /// cannot reach that one. When false, everything goes through this pool.
     pub steps_on_shard_nodes: bool,
+    /// A transaction's `SET LOCAL`s travel in its `BEGIN`'s message: one
+    /// round trip ([`super::txn`]). When false they follow in a message of
+    /// their own: Citus keeps a `SET`'s whole message and sends it again on
+    /// each worker connection the transaction then opens, so a `BEGIN` in
+    /// it would reach every worker a transaction touches inside its own
+    /// transaction, and each would warn (and log) "there is already a
+    /// transaction in progress".
+    pub set_local_in_begin: bool,
 }
 
 impl Backend {
@@ -67,6 +75,7 @@ impl Backend {
         statement_triggers: true,
         engine_steps: true,
         steps_on_shard_nodes: false,
+        set_local_in_begin: true,
     };
 
     /// A Citus coordinator (the `citus` extension is installed): the tables
@@ -81,6 +90,7 @@ impl Backend {
         statement_triggers: false,
         engine_steps: true,
         steps_on_shard_nodes: true,
+        set_local_in_begin: false,
     };
 
     /// The backend of the database `ex` is connected to: asked once, where

@@ -414,6 +414,7 @@ pub enum CancelOutcome {
 /// then report the state it found.
 pub async fn cancel(
     pool: &PgPool,
+    backend: super::Backend,
     retries: &AtomicU64,
     id: Uuid,
     scope: Option<&[Uuid]>,
@@ -421,6 +422,7 @@ pub async fn cancel(
 ) -> Result<CancelOutcome, txn::TxError> {
     let mut retry = txn::Retrying::with_settings(
         pool,
+        backend,
         retries,
         "cancel",
         txn::Isolation::Serializable,
@@ -510,11 +512,12 @@ pub async fn count_unresolved_ambiguous(ex: impl PgExecutor<'_>) -> Result<i64, 
 /// `older_than` ago, with their history. Returns how many; 0 when done.
 pub async fn prune_batch(
     pool: &PgPool,
+    backend: super::Backend,
     older_than: std::time::Duration,
     max_rows: i32,
     actor: &str,
 ) -> Result<i32, sqlx::Error> {
-    let mut tx = txn::begin_as(pool, txn::Isolation::ReadCommitted, actor).await?;
+    let mut tx = txn::begin_as(pool, backend, txn::Isolation::ReadCommitted, actor).await?;
     let pruned = sqlx::query_scalar!(
         r#"
         select prune_commands(make_interval(secs => $1), $2) as "pruned!"

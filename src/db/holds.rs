@@ -2,7 +2,7 @@
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use sqlx::{AssertSqlSafe, Connection as _, PgExecutor};
+use sqlx::PgExecutor;
 use uuid::Uuid;
 
 use super::commands::{CommandRow, NewCommand, Request};
@@ -229,12 +229,13 @@ pub async fn release(
     actor: &str,
     reason: Option<&str>,
 ) -> Result<Option<(HoldRow, CommandRow)>, sqlx::Error> {
-    let mut tx = conn
-        .begin_with(AssertSqlSafe(txn::begin_statement(
-            txn::Isolation::ReadCommitted,
-            &[(txn::ACTOR, actor)],
-        )))
-        .await?;
+    let mut tx = txn::Opening::new(
+        backend,
+        txn::Isolation::ReadCommitted,
+        &[(txn::ACTOR, actor)],
+    )
+    .in_connection(conn)
+    .await?;
     let Some(hold) = lock_open(&mut tx, id).await? else {
         return Ok(None);
     };

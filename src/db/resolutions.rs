@@ -52,8 +52,12 @@ pub enum ResolveError {
 /// Appends a resolution in a transaction of its own, acting as its actor;
 /// the database checks the command is ambiguous and stamps the time and
 /// hashes.
-pub async fn append(pool: &PgPool, r: &NewResolution<'_>) -> Result<ResolutionRow, ResolveError> {
-    let mut tx = txn::begin_as(pool, txn::Isolation::ReadCommitted, r.actor).await?;
+pub async fn append(
+    pool: &PgPool,
+    backend: super::Backend,
+    r: &NewResolution<'_>,
+) -> Result<ResolutionRow, ResolveError> {
+    let mut tx = txn::begin_as(pool, backend, txn::Isolation::ReadCommitted, r.actor).await?;
     let row = insert(&mut *tx, r).await?;
     tx.commit().await?;
     Ok(row)

@@ -22,7 +22,7 @@ pub async fn insert_pending_alone(
     backend: Backend,
     new: &NewCommand,
 ) -> Result<Option<CommandRow>, sqlx::Error> {
-    let mut tx = txn::begin_as(pool, txn::Isolation::ReadCommitted, &new.actor).await?;
+    let mut tx = txn::begin_as(pool, backend, txn::Isolation::ReadCommitted, &new.actor).await?;
     let row = insert_pending(&mut tx, backend, new).await?;
     tx.commit().await?;
     Ok(row)
@@ -157,12 +157,13 @@ pub async fn insert_pending_many(
         .map(|r| (r.id.to_string(), Value::from(r.actor.clone())))
         .collect();
     let actors = Value::Object(actors).to_string();
-    let mut tx = pool
-        .begin_with(sqlx::AssertSqlSafe(txn::begin_statement(
-            txn::Isolation::ReadCommitted,
-            &[(txn::ACTORS, &actors)],
-        )))
-        .await?;
+    let mut tx = txn::Opening::new(
+        backend,
+        txn::Isolation::ReadCommitted,
+        &[(txn::ACTORS, &actors)],
+    )
+    .on(pool)
+    .await?;
     if backend.key_table_first {
         let claimed: HashSet<Uuid> = claim_keys(
             &mut tx,

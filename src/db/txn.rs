@@ -4,13 +4,18 @@
 //!
 //! Every transaction of the service opens acting for someone: `BEGIN` and a
 //! `SET LOCAL` of the settings the history triggers read (who, and on a
-//! cancel why) go in one round trip, before any statement. A statement
-//! therefore never sets them itself: on Citus a `SET LOCAL` reaches the
-//! workers where the triggers run (`citus.propagate_set_commands = 'local'`,
-//! set on the database by `migrate`), and a statement that calls
-//! `set_config` is not one the coordinator can send to a single shard.
+//! cancel why), before any statement ([`Opening`]). On one node they go in
+//! one round trip. On Citus the `SET LOCAL`s follow in a message of their
+//! own (`db::Backend::set_local_in_begin`): Citus sends a `SET`'s whole
+//! message again to each worker the transaction reaches. A statement never
+//! sets them itself: on Citus a `SET LOCAL` reaches the workers where the
+//! triggers run (`citus.propagate_set_commands = 'local'`, set on the
+//! database by `migrate`), and a statement that calls `set_config` is not
+//! one the coordinator can send to a single shard.
 
-use sqlx::{PgPool, Postgres, Transaction};
+use sqlx::{PgConnection, PgPool, Postgres, Transaction};
+
+use super::Backend;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -70,33 +75,83 @@ pub const REASON: &str = "command_ledger.reason";
 /// its key whatever the authority's size.
 pub const GENERIC_PLANS: (&str, &str) = ("plan_cache_mode", "force_generic_plan");
 
-/// The statement that opens a transaction at `isolation` with `settings`
-/// set for it alone (`SET LOCAL`): sent as one simple query, so it costs
-/// the same round trip as a bare `BEGIN`.
-pub fn begin_statement(isolation: Isolation, settings: &[(&str, &str)]) -> String {
-    let mut statement = isolation.begin().to_owned();
-    for (name, value) in settings {
-        // The names are this module's constants; values are quoted.
-        statement.push_str(&format!(
-            "; set local {name} = {}",
-            super::roles::literal(value)
-        ));
-    }
-    statement
+/// How a transaction opens at an isolation with settings set for it alone
+/// (`SET LOCAL`): the `BEGIN` message, and on a backend that keeps them
+/// apart ([`Backend::set_local_in_begin`] false) the settings' message sent
+/// right after it.
+#[derive(Debug, Clone)]
+pub struct Opening {
+    begin: String,
+    settings: Option<String>,
 }
 
-/// Opens a transaction on `pool` at `isolation`, acting as `actor` (and any
-/// further `settings`). For the statements that run once, without retries.
+impl Opening {
+    pub fn new(backend: Backend, isolation: Isolation, settings: &[(&str, &str)]) -> Self {
+        // The names are this module's constants; values are quoted.
+        let set: Vec<String> = settings
+            .iter()
+            .map(|(name, value)| format!("set local {name} = {}", super::roles::literal(value)))
+            .collect();
+        let begin = isolation.begin().to_owned();
+        if set.is_empty() {
+            Opening {
+                begin,
+                settings: None,
+            }
+        } else if backend.set_local_in_begin {
+            Opening {
+                begin: format!("{begin}; {}", set.join("; ")),
+                settings: None,
+            }
+        } else {
+            Opening {
+                begin,
+                settings: Some(set.join("; ")),
+            }
+        }
+    }
+
+    /// Opens the transaction on `pool`.
+    pub async fn on(&self, pool: &PgPool) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
+        let mut tx = pool
+            .begin_with(sqlx::AssertSqlSafe(self.begin.clone()))
+            .await?;
+        self.set(&mut tx).await?;
+        Ok(tx)
+    }
+
+    /// Opens the transaction on `conn`.
+    pub async fn in_connection<'c>(
+        &self,
+        conn: &'c mut PgConnection,
+    ) -> Result<Transaction<'c, Postgres>, sqlx::Error> {
+        let mut tx =
+            sqlx::Connection::begin_with(conn, sqlx::AssertSqlSafe(self.begin.clone())).await?;
+        self.set(&mut tx).await?;
+        Ok(tx)
+    }
+
+    async fn set(&self, tx: &mut PgConnection) -> Result<(), sqlx::Error> {
+        if let Some(settings) = &self.settings {
+            sqlx::raw_sql(sqlx::AssertSqlSafe(settings.clone()))
+                .execute(tx)
+                .await?;
+        }
+        Ok(())
+    }
+}
+
+/// Opens a transaction on `pool` at `isolation`, acting as `actor`. For the
+/// statements that run once, without retries.
 pub async fn begin_as(
     pool: &PgPool,
+    backend: Backend,
     isolation: Isolation,
     actor: &str,
 ) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
-    pool.begin_with(sqlx::AssertSqlSafe(begin_statement(
-        isolation,
-        &[(ACTOR, actor)],
-    )))
-    .await
+    Opening::new(backend, isolation, &[(ACTOR, actor)])
+        .on(pool)
+        .await
 }
 
 impl Isolation {
@@ -137,7 +192,7 @@ fn jitter(attempt: u32) -> Duration {
 /// conflicts:
 ///
 /// ```ignore
-/// let mut retry = Retrying::new(pool, &stats.serialization_retries, "start", Isolation::Serializable, actor);
+/// let mut retry = Retrying::new(pool, backend, &stats.serialization_retries, "start", Isolation::Serializable, actor);
 /// let rows = loop {
 ///     let mut tx = retry.next_attempt().await?;
 ///     let result = db::lifecycle::start(&mut *tx, ...).await;
@@ -150,24 +205,26 @@ pub struct Retrying<'a> {
     retries: &'a AtomicU64,
     what: &'static str,
     attempt: u32,
-    /// `BEGIN` and the `SET LOCAL`s, as [`begin_statement`] makes them.
-    begin: String,
+    /// `BEGIN` and the `SET LOCAL`s.
+    opening: Opening,
 }
 
 impl<'a> Retrying<'a> {
     pub fn new(
         pool: &'a PgPool,
+        backend: Backend,
         retries: &'a AtomicU64,
         what: &'static str,
         isolation: Isolation,
         actor: &str,
     ) -> Self {
-        Retrying::with_settings(pool, retries, what, isolation, &[(ACTOR, actor)])
+        Retrying::with_settings(pool, backend, retries, what, isolation, &[(ACTOR, actor)])
     }
 
     /// [`Retrying::new`] with settings besides (or instead of) the actor.
     pub fn with_settings(
         pool: &'a PgPool,
+        backend: Backend,
         retries: &'a AtomicU64,
         what: &'static str,
         isolation: Isolation,
@@ -178,7 +235,7 @@ impl<'a> Retrying<'a> {
             retries,
             what,
             attempt: 0,
-            begin: begin_statement(isolation, settings),
+            opening: Opening::new(backend, isolation, settings),
         }
     }
 
@@ -193,10 +250,7 @@ impl<'a> Retrying<'a> {
             return Err(TxError::Exhausted);
         }
         self.attempt += 1;
-        self.pool
-            .begin_with(sqlx::AssertSqlSafe(self.begin.clone()))
-            .await
-            .map_err(TxError::Failed)
+        self.opening.on(self.pool).await.map_err(TxError::Failed)
     }
 
     /// Commits when the work succeeded. `Ok(None)`: a conflict, begin again.
@@ -230,5 +284,54 @@ impl<'a> Retrying<'a> {
         self.retries.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(what = self.what, attempt = self.attempt, error = %e, "serialization conflict; retrying");
         tokio::time::sleep(jitter(self.attempt)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opening(backend: Backend, settings: &[(&str, &str)]) -> (String, Option<String>) {
+        let o = Opening::new(backend, Isolation::Serializable, settings);
+        (o.begin, o.settings)
+    }
+
+    #[test]
+    fn one_node_opens_and_sets_in_one_message() {
+        assert_eq!(
+            opening(
+                Backend::ONE_NODE,
+                &[(ACTOR, "device:kiosk"), (REASON, "it's late")]
+            ),
+            (
+                "begin isolation level serializable; set local command_ledger.actor = \
+                 'device:kiosk'; set local command_ledger.reason = 'it''s late'"
+                    .to_owned(),
+                None
+            )
+        );
+    }
+
+    #[test]
+    fn citus_sets_in_a_message_of_its_own_that_holds_no_begin() {
+        let (begin, settings) =
+            opening(Backend::CITUS, &[(ACTOR, "device:kiosk"), (REASON, "late")]);
+        assert_eq!(begin, "begin isolation level serializable");
+        let settings = settings.expect("the settings follow");
+        assert!(!settings.to_lowercase().contains("begin"), "{settings}");
+        assert_eq!(
+            settings,
+            "set local command_ledger.actor = 'device:kiosk'; set local command_ledger.reason = 'late'"
+        );
+    }
+
+    #[test]
+    fn without_settings_there_is_only_the_begin() {
+        for backend in [Backend::ONE_NODE, Backend::CITUS] {
+            assert_eq!(
+                opening(backend, &[]),
+                ("begin isolation level serializable".to_owned(), None)
+            );
+        }
     }
 }

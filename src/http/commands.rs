@@ -268,6 +268,7 @@ pub(super) async fn cancel(
     let id = parse_id(&id, "a command id")?;
     let cancelled = ledger::cancel::cancel(
         &state.pool,
+        state.backend,
         &state.outcomes,
         &state.serialization_retries,
         id,

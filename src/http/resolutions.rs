@@ -67,7 +67,7 @@ pub(super) async fn resolve(
         reference: body.reference.as_deref(),
     };
     let (row, resolution) =
-        resolutions::resolve(&state.pool, id, &finding, &principal.actor()).await?;
+        resolutions::resolve(&state.pool, state.backend, id, &finding, &principal.actor()).await?;
     Ok((
         StatusCode::CREATED,
         Json(Resolved {
@@ -117,8 +117,14 @@ pub(super) async fn probe(
 ) -> Result<Response, ApiError> {
     operator(&principal, OPERATORS_ONLY)?;
     let id = parse_id(&id, "a command id")?;
-    let probed =
-        resolutions::probe(&state.pool, state.probes.as_deref(), id, &principal.actor()).await?;
+    let probed = resolutions::probe(
+        &state.pool,
+        state.backend,
+        state.probes.as_deref(),
+        id,
+        &principal.actor(),
+    )
+    .await?;
     Ok(Json(ProbeResult::from(probed)).into_response())
 }
 
@@ -147,6 +153,7 @@ pub(super) async fn probe_authority(
     let authority = authority_id(&id)?;
     let (results, more) = resolutions::probe_authority(
         &state.pool,
+        state.backend,
         state.probes.as_deref(),
         &authority,
         &principal.actor(),

@@ -35,13 +35,14 @@ impl Cancelled {
 /// one that does not exist, or not in `scope`, [`LedgerError::NotFound`].
 pub async fn cancel(
     pool: &PgPool,
+    backend: db::Backend,
     outcomes: &OutcomeWake,
     retries: &AtomicU64,
     id: Uuid,
     scope: Option<&[Uuid]>,
     actor: &str,
 ) -> Result<Cancelled, LedgerError> {
-    match db::commands::cancel(pool, retries, id, scope, actor).await? {
+    match db::commands::cancel(pool, backend, retries, id, scope, actor).await? {
         CancelOutcome::Cancelled(row) => {
             tracing::info!(command.id = %row.id, actor, "command cancelled");
             outcomes.finished(&[row.id]).await;

@@ -54,6 +54,7 @@ impl Finding<'_> {
 /// resolution.
 pub async fn resolve(
     pool: &PgPool,
+    backend: db::Backend,
     id: Uuid,
     finding: &Finding<'_>,
     actor: &str,
@@ -62,6 +63,7 @@ pub async fn resolve(
     let row = unresolved_ambiguous(pool, id).await?;
     let resolution = db::resolutions::append(
         pool,
+        backend,
         &NewResolution {
             command_id: id,
             authority_id: &row.authority_id,
@@ -95,12 +97,13 @@ pub struct Probed {
 /// records a definite answer as its resolution. The probe only reads.
 pub async fn probe(
     pool: &PgPool,
+    backend: db::Backend,
     prober: Option<&dyn Prober>,
     id: Uuid,
     actor: &str,
 ) -> Result<Probed, LedgerError> {
     let row = unresolved_ambiguous(pool, id).await?;
-    probe_one(pool, prober, &row, actor).await
+    probe_one(pool, backend, prober, &row, actor).await
 }
 
 /// [`probe`] for the unresolved ambiguous commands of `authority`, oldest
@@ -108,6 +111,7 @@ pub async fn probe(
 /// One resolved meanwhile by someone else is left out.
 pub async fn probe_authority(
     pool: &PgPool,
+    backend: db::Backend,
     prober: Option<&dyn Prober>,
     authority: &AuthorityId,
     actor: &str,
@@ -117,7 +121,7 @@ pub async fn probe_authority(
     rows.truncate(usize::try_from(PROBE_BATCH).expect("small"));
     let mut results = Vec::with_capacity(rows.len());
     for row in &rows {
-        match probe_one(pool, prober, row, actor).await {
+        match probe_one(pool, backend, prober, row, actor).await {
             Ok(r) => results.push(r),
             Err(LedgerError::AlreadyResolved { .. }) => {}
             Err(e) => return Err(e),
@@ -161,6 +165,7 @@ fn refused(row: &CommandRow, e: ResolveError) -> LedgerError {
 /// Asks the probe about `row` and records a definite answer.
 async fn probe_one(
     pool: &PgPool,
+    backend: db::Backend,
     prober: Option<&dyn Prober>,
     row: &CommandRow,
     actor: &str,
@@ -195,6 +200,7 @@ async fn probe_one(
     };
     let resolution = db::resolutions::append(
         pool,
+        backend,
         &NewResolution {
             command_id: row.id,
             authority_id: &row.authority_id,

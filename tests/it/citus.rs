@@ -5,7 +5,10 @@
 //! the workers, row by row (migration 0019): these tests type SQL by hand,
 //! so they prove what the database enforces, not what the API asks of it.
 
-use crate::harness::{citus, fresh_pool};
+use crate::harness::{citus, fresh_pool, ledger_backend};
+use crate::telemetry::Captured;
+use command_ledger::db::txn::{ACTOR, Isolation, Opening};
+use command_ledger::telemetry::LogFormat;
 use sqlx::{PgPool, Row as _};
 use uuid::Uuid;
 
@@ -82,7 +85,7 @@ async fn set_state(pool: &PgPool, authority: &str, id: Uuid, to: &str) -> Result
 
 #[tokio::test]
 async fn on_citus_every_table_is_laid_out_as_ledger_distribution_says() {
-    if crate::harness::ledger_backend().local_tables {
+    if ledger_backend().local_tables {
         eprintln!(
             "not run: the backend has local_tables (TEST_CITUS=1 is not set): nothing is distributed"
         );
@@ -649,4 +652,79 @@ async fn a_node_this_process_cannot_reach_leaves_the_steps_on_the_coordinator() 
         assert_eq!(steps.connect_options().get_port(), options.get_port());
     }
     placements.close().await;
+}
+
+/// Moves pending command `id` of `authority` to prepared in a transaction
+/// opened by `opening`, after a read of every shard (on Citus: every
+/// worker), the way the service opens its transactions.
+async fn prepare_in(pool: &PgPool, opening: &Opening, authority: &str, id: Uuid) {
+    let mut tx = opening.on(pool).await.unwrap();
+    sqlx::query("select count(*) from commands")
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+    sqlx::query(
+        "update commands set state = 'prepared', authority_generation = 1 \
+         where authority_id = $1 and id = $2",
+    )
+    .bind(authority)
+    .bind(id)
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+}
+
+/// Who the history says moved `id` to prepared.
+async fn preparer(pool: &PgPool, authority: &str, id: Uuid) -> String {
+    sqlx::query_scalar(
+        "select actor from command_history \
+         where authority_id = $1 and command_id = $2 and to_state = 'prepared'",
+    )
+    .bind(authority)
+    .bind(id)
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+/// Every transaction of the service opens acting for someone
+/// (`db::txn::Opening`). Citus sends a `SET`'s whole message again to each
+/// worker a transaction reaches, so `BEGIN` and the `SET LOCAL`s in one
+/// message made every worker a transaction touched receive that `BEGIN`
+/// inside its own transaction, warn "there is already a transaction in
+/// progress", log it, and send it to the service, which logged it too: two
+/// of each for every submission. There the `SET LOCAL`s go in a message of
+/// their own; no worker warns, and the actor still reaches the shards'
+/// triggers. One node keeps the one message.
+#[tokio::test]
+async fn a_transaction_opens_acting_for_someone_and_no_worker_warns() {
+    const WARNING: &str = "there is already a transaction in progress";
+    let logs = Captured::default();
+    let _logging = tracing::dispatcher::set_default(&logs.subscriber(LogFormat::Text));
+    let pool = fresh_pool().await;
+    let warnings = || logs.lines().iter().filter(|l| l.contains(WARNING)).count();
+
+    let id = insert_command(&pool, "opening", "as-the-service-opens").await;
+    let opening = Opening::new(
+        ledger_backend(),
+        Isolation::ReadCommitted,
+        &[(ACTOR, "opener")],
+    );
+    prepare_in(&pool, &opening, "opening", id).await;
+    assert_eq!(preparer(&pool, "opening", id).await, "opener");
+    assert_eq!(warnings(), 0, "{:?}", logs.lines());
+
+    if citus() {
+        // The one message, on Citus: each worker reached warns.
+        let backend = command_ledger::db::Backend {
+            set_local_in_begin: true,
+            ..ledger_backend()
+        };
+        let id = insert_command(&pool, "opening", "in-one-message").await;
+        let opening = Opening::new(backend, Isolation::ReadCommitted, &[(ACTOR, "opener")]);
+        prepare_in(&pool, &opening, "opening", id).await;
+        assert_eq!(preparer(&pool, "opening", id).await, "opener");
+        assert!(warnings() > 0, "{:?}", logs.lines());
+    }
 }

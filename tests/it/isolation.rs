@@ -226,6 +226,7 @@ async fn a_transaction_that_never_stops_conflicting_gives_up_after_the_bound() {
     let retries = AtomicU64::new(0);
     let mut retry = Retrying::new(
         &app.pool,
+        crate::harness::ledger_backend(),
         &retries,
         "always conflicting",
         Isolation::Serializable,
