@@ -14,10 +14,10 @@
 //! one the coordinator can send to a single shard.
 
 use sqlx::{PgConnection, PgPool, Postgres, Transaction};
-
-use super::Backend;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+
+use super::Backend;
 
 /// Attempts before a serialization failure is given up on.
 pub const MAX_ATTEMPTS: u32 = 8;
@@ -88,26 +88,25 @@ pub struct Opening {
 impl Opening {
     pub fn new(backend: Backend, isolation: Isolation, settings: &[(&str, &str)]) -> Self {
         // The names are this module's constants; values are quoted.
-        let set: Vec<String> = settings
+        let set = settings
             .iter()
             .map(|(name, value)| format!("set local {name} = {}", super::roles::literal(value)))
-            .collect();
-        let begin = isolation.begin().to_owned();
-        if set.is_empty() {
-            Opening {
-                begin,
+            .collect::<Vec<_>>()
+            .join("; ");
+        let begin = isolation.begin();
+        match (set.is_empty(), backend.set_local_in_begin) {
+            (true, _) => Opening {
+                begin: begin.to_owned(),
                 settings: None,
-            }
-        } else if backend.set_local_in_begin {
-            Opening {
-                begin: format!("{begin}; {}", set.join("; ")),
+            },
+            (false, true) => Opening {
+                begin: format!("{begin}; {set}"),
                 settings: None,
-            }
-        } else {
-            Opening {
-                begin,
-                settings: Some(set.join("; ")),
-            }
+            },
+            (false, false) => Opening {
+                begin: begin.to_owned(),
+                settings: Some(set),
+            },
         }
     }
 
