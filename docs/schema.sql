@@ -1347,6 +1347,62 @@ $$;
 COMMENT ON FUNCTION public.ledger_entry_hash(prev_hash bytea, command_id uuid, from_state text, to_state text, at timestamp with time zone, actor text, authority_generation bigint, reason text, row_digest bytea) IS 'SHA-256 of the canonical text of a history entry including the previous entry''s hash: command_history.hash.';
 
 --
+-- Name: ledger_history_id(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ledger_history_id() RETURNS bigint
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$ select nextval('command_history_id_seq') $$;
+
+--
+-- Name: FUNCTION ledger_history_id(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ledger_history_id() IS 'The next id of command_history, drawn by its owner, from the node''s range of the sequence: for the engine steps'' copies that write its shards by name (0039).';
+
+--
+-- Name: ledger_history_ids_drawn(text, text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ledger_history_ids_drawn(p_body text, p_history text) RETURNS text
+    LANGUAGE plpgsql IMMUTABLE SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+declare
+    marker constant text := 'insert into ' || p_history || ' (authority_id,';
+    pieces text[] := string_to_array(p_body, marker);
+    piece text;
+    out text := pieces[1];
+    at_values integer;
+    at_select integer;
+begin
+    for i in 2 .. coalesce(cardinality(pieces), 0) loop
+        piece := pieces[i];
+        at_values := strpos(piece, 'values (p_authority,');
+        at_select := strpos(piece, 'select p_authority,');
+        if at_values > 0 and (at_select = 0 or at_values < at_select) then
+            piece := overlay(piece placing 'values (ledger_history_id(), p_authority,' from at_values
+                             for length('values (p_authority,'));
+        elsif at_select > 0 then
+            piece := overlay(piece placing 'select ledger_history_id(), p_authority,' from at_select
+                             for length('select p_authority,'));
+        else
+            raise exception 'an insert into % whose first value is not p_authority', p_history;
+        end if;
+        out := out || 'insert into ' || p_history || ' (id, authority_id,' || piece;
+    end loop;
+    return out;
+end;
+$$;
+
+--
+-- Name: FUNCTION ledger_history_ids_drawn(p_body text, p_history text); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ledger_history_ids_drawn(p_body text, p_history text) IS 'For ledger_make_shard_steps_here() (0039): a step''s body whose inserts into the history shard p_history (columns from authority_id, first value p_authority) give the id too, drawn by ledger_history_id(): a shard table has no default for it (Citus computes it for statements through it).';
+
+--
 -- Name: ledger_identity_digest(uuid, uuid, text, bytea, integer, text, text, text, jsonb, jsonb, timestamp with time zone, timestamp with time zone, bigint, bytea, text[], integer); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -1396,6 +1452,94 @@ $$;
 --
 
 COMMENT ON FUNCTION public.ledger_latency_bucket(ms double precision) IS 'The ledger_counts histogram bucket of a submit-to-applied latency in milliseconds.';
+
+--
+-- Name: ledger_make_shard_steps_here(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ledger_make_shard_steps_here() RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $_$
+declare
+    tables constant text[] := array['commands', 'command_history', 'command_queue', 'command_in_flight',
+                                    'ledger_counts_by_authority', 'authorities'];
+    steps constant text[] := array['ledger_claim_start_authority', 'ledger_record_outcomes'];
+    here integer := (select l.groupid from pg_dist_local_group l);
+    g record;
+    t text;
+    step text;
+    def text;
+    head text;
+    body text;
+    at_body integer;
+    guard text;
+    copy text;
+    wanted text[] := '{}';
+    old regprocedure;
+    made integer := 0;
+begin
+    if not exists (select 1 from pg_extension where extname = 'citus') then
+        raise exception 'ledger_make_shard_steps_here() needs Citus' using errcode = 'CL013';
+    end if;
+    -- One maker at a time on this node; the copies are this node's alone.
+    perform pg_advisory_xact_lock(hashtext('ledger_make_shard_steps'));
+    perform set_config('citus.enable_ddl_propagation', 'off', true);
+    for g in select * from ledger_shard_groups_here() loop
+        guard := format($guard$
+        -- A copy of the step for the shards of commands %1$s (0039):
+        -- the authority hashes into them, a write through Citus holds
+        -- the group's shard metadata lock until commit (no move of the
+        -- group completes meanwhile), and the placement is still here.
+        if worker_hash(p_authority) not between %2$s and %3$s then
+            raise exception 'authority %% is not in shard %1$s', p_authority using errcode = 'CL015';
+        end if;
+        delete from command_in_flight f
+        where f.authority_id = p_authority and f.id = '00000000-0000-0000-0000-000000000000'::uuid;
+        if not exists (select 1 from pg_dist_placement p where p.shardid = %1$s and p.groupid = %4$s) then
+            raise exception 'shard %1$s has left this node' using errcode = 'CL015';
+        end if;
+$guard$, g.shardid, g.lo, g.hi, here);
+        foreach step in array steps loop
+            def := pg_get_functiondef(to_regproc('public.' || step));
+            at_body := strpos(def, E'\nAS $function$');
+            head := left(def, at_body);
+            body := substr(def, at_body + 1);
+            copy := step || '_s' || g.shardid;
+            head := replace(head, 'FUNCTION public.' || step || '(', 'FUNCTION public.' || copy || '(');
+            foreach t in array tables loop
+                body := regexp_replace(body, '\m' || t || '\M', g.shards ->> t, 'g');
+            end loop;
+            body := ledger_history_ids_drawn(body, g.shards ->> 'command_history');
+            -- The guard opens the body, before its first statement.
+            body := regexp_replace(body, E'\n(\\s*)begin\n', E'\n\\1begin\n' || guard);
+            execute head || body;
+            execute format('alter function %s owner to ledger_engine', to_regproc('public.' || copy)::regprocedure);
+            execute format('revoke all on function %s from public', to_regproc('public.' || copy)::regprocedure);
+            execute format('grant execute on function %s to ledger_custodian',
+                           to_regproc('public.' || copy)::regprocedure);
+            wanted := wanted || copy;
+            made := made + 1;
+        end loop;
+    end loop;
+    -- The copies of groups no longer (wholly) here.
+    for old in
+        select p.oid::regprocedure from pg_proc p
+        where p.pronamespace = 'public'::regnamespace
+          and p.proname ~ '^ledger_(claim_start_authority|record_outcomes)_s[0-9]+$'
+          and p.proname <> all (wanted)
+    loop
+        execute format('drop function %s', old);
+    end loop;
+    return made;
+end;
+$_$;
+
+--
+-- Name: FUNCTION ledger_make_shard_steps_here(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ledger_make_shard_steps_here() IS 'On a node of a Citus cluster: makes (or refreshes) this node''s copies of the engine steps that name the shards of each group of commands placed here (ledger_claim_start_authority_s<shard>, ledger_record_outcomes_s<shard>; 0039), and drops the copies of groups no longer here. Returns how many copies it made. Called on every node by ledger_make_shard_steps().';
 
 --
 -- Name: ledger_reason(); Type: FUNCTION; Schema: public; Owner: -
@@ -1596,6 +1740,86 @@ $$;
 --
 
 COMMENT ON FUNCTION public.ledger_row_digest_v2(identity bytea, state text, generation bigint, result jsonb, error jsonb, finished_at timestamp with time zone) IS 'row-v2: SHA-256 of the JSON array of the identity-v2 digest (hex) and the columns a transition changes. Written by the engine steps (0030); verify accepts row-v1 or row-v2 for a command''s last entry.';
+
+--
+-- Name: ledger_shard_groups_here(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ledger_shard_groups_here(OUT shardid bigint, OUT lo integer, OUT hi integer, OUT shards jsonb) RETURNS SETOF record
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+declare
+    tables constant text[] := array['commands', 'command_history', 'command_queue', 'command_in_flight',
+                                    'ledger_counts_by_authority', 'authorities'];
+    here integer := (select l.groupid from pg_dist_local_group l);
+    g record;
+    t text;
+    shard text;
+begin
+    -- Each group of shards of commands placed here, with its hash range.
+    for g in
+        select s.shardid, s.shardminvalue::integer as lo, s.shardmaxvalue::integer as hi
+        from pg_dist_shard s join pg_dist_placement p on p.shardid = s.shardid
+        where s.logicalrelid = 'commands'::regclass and p.groupid = here
+        order by s.shardid
+    loop
+        -- The same range of every table of the steps, co-located and here.
+        shards := '{}';
+        foreach t in array tables loop
+            select shard_name(s.logicalrelid, s.shardid) into shard
+            from pg_dist_shard s
+            join pg_dist_partition d on d.logicalrelid = s.logicalrelid
+            join pg_dist_placement p on p.shardid = s.shardid and p.groupid = here
+            where s.logicalrelid = t::regclass
+              and d.colocationid = (select colocationid from pg_dist_partition where logicalrelid = 'commands'::regclass)
+              and s.shardminvalue::integer = g.lo and s.shardmaxvalue::integer = g.hi;
+            exit when shard is null or to_regclass(shard) is null;
+            shards := shards || jsonb_build_object(t, shard);
+        end loop;
+        continue when shard is null or to_regclass(shard) is null;
+        shardid := g.shardid;
+        lo := g.lo;
+        hi := g.hi;
+        return next;
+    end loop;
+end;
+$$;
+
+--
+-- Name: FUNCTION ledger_shard_groups_here(OUT shardid bigint, OUT lo integer, OUT hi integer, OUT shards jsonb); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ledger_shard_groups_here(OUT shardid bigint, OUT lo integer, OUT hi integer, OUT shards jsonb) IS 'On a node of a Citus cluster: each group of the engine steps'' tables whose shards are all placed here, by its shard of commands, with its hash range and its shards'' names by table (0039).';
+
+--
+-- Name: ledger_shard_steps_current(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ledger_shard_steps_current() RETURNS boolean
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $_$
+begin
+    -- Both copies of every group here, and no copy of a group elsewhere.
+    return not exists (
+               select 1 from ledger_shard_groups_here() g
+               where to_regprocedure(format('ledger_claim_start_authority_s%s(text,text,integer)', g.shardid)) is null
+                  or to_regprocedure(format('ledger_record_outcomes_s%s(text,bigint,jsonb)', g.shardid)) is null)
+       and not exists (
+               select 1 from pg_proc p
+               where p.pronamespace = 'public'::regnamespace
+                 and p.proname ~ '^ledger_(claim_start_authority|record_outcomes)_s[0-9]+$'
+                 and substring(p.proname from '_s([0-9]+)$')::bigint
+                     not in (select g.shardid from ledger_shard_groups_here() g));
+end;
+$_$;
+
+--
+-- Name: FUNCTION ledger_shard_steps_current(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ledger_shard_steps_current() IS 'On a node of a Citus cluster: whether it holds both copies of the engine steps for every shard group here and none for a group elsewhere (0039); `command-ledger migrate` makes them again when a node says no.';
 
 --
 -- Name: ledger_state_terminal(text); Type: FUNCTION; Schema: public; Owner: -
@@ -4103,6 +4327,25 @@ REVOKE ALL ON FUNCTION public.ledger_delegate_engine_steps() FROM PUBLIC;
 REVOKE ALL ON FUNCTION public.ledger_distribute() FROM PUBLIC;
 
 --
+-- Name: FUNCTION ledger_history_id(); Type: ACL; Schema: public; Owner: -
+--
+
+REVOKE ALL ON FUNCTION public.ledger_history_id() FROM PUBLIC;
+GRANT ALL ON FUNCTION public.ledger_history_id() TO ledger_engine;
+
+--
+-- Name: FUNCTION ledger_history_ids_drawn(p_body text, p_history text); Type: ACL; Schema: public; Owner: -
+--
+
+REVOKE ALL ON FUNCTION public.ledger_history_ids_drawn(p_body text, p_history text) FROM PUBLIC;
+
+--
+-- Name: FUNCTION ledger_make_shard_steps_here(); Type: ACL; Schema: public; Owner: -
+--
+
+REVOKE ALL ON FUNCTION public.ledger_make_shard_steps_here() FROM PUBLIC;
+
+--
 -- Name: FUNCTION ledger_record_outcomes(p_authority text, p_generation bigint, p_outcomes jsonb); Type: ACL; Schema: public; Owner: -
 --
 
@@ -4115,6 +4358,12 @@ GRANT ALL ON FUNCTION public.ledger_record_outcomes(p_authority text, p_generati
 
 REVOKE ALL ON FUNCTION public.ledger_remember_coalesced(p_authority_id text, p_scope uuid, p_request_digest bytea, p_command_id uuid, p_run_id text) FROM PUBLIC;
 GRANT ALL ON FUNCTION public.ledger_remember_coalesced(p_authority_id text, p_scope uuid, p_request_digest bytea, p_command_id uuid, p_run_id text) TO ledger_api;
+
+--
+-- Name: FUNCTION ledger_shard_groups_here(OUT shardid bigint, OUT lo integer, OUT hi integer, OUT shards jsonb); Type: ACL; Schema: public; Owner: -
+--
+
+REVOKE ALL ON FUNCTION public.ledger_shard_groups_here(OUT shardid bigint, OUT lo integer, OUT hi integer, OUT shards jsonb) FROM PUBLIC;
 
 --
 -- Name: FUNCTION prune_authority(p_authority text, older_than interval, max_rows integer); Type: ACL; Schema: public; Owner: -

@@ -188,13 +188,18 @@ impl Custodian {
             .await?)
     }
 
-    /// The pool for `authority`'s engine steps: where the shards live on
-    /// other nodes, the node holding its shards (the custodian's pool when
-    /// that node cannot be reached), else the custodian's pool.
-    async fn steps_pool(&self, authority: &str) -> PgPool {
+    /// Where `authority`'s engine steps run: where the shards live on other
+    /// nodes, the node holding its shards (the custodian's pool when that
+    /// node cannot be reached), with the copies of the steps that name its
+    /// shards when that node has them; else the custodian's pool.
+    async fn steps_route(&self, authority: &str) -> crate::db::placement::StepRoute {
         match &self.placements {
-            Some(placements) => placements.pool_for(authority).await,
-            None => self.pool.clone(),
+            Some(placements) => placements.route_for(authority).await,
+            None => crate::db::placement::StepRoute {
+                pool: self.pool.clone(),
+                copy: None,
+                on_node: false,
+            },
         }
     }
 

@@ -192,13 +192,17 @@ impl Custodian {
             [authority] if self.backend.claims_per_authority => Some(authority.as_str()),
             _ => None,
         };
-        let pool = match routed {
-            Some(authority) => self.steps_pool(authority).await,
-            None => self.pool.clone(),
+        let route = match routed {
+            Some(authority) => self.steps_route(authority).await,
+            None => db::placement::StepRoute {
+                pool: self.pool.clone(),
+                copy: None,
+                on_node: false,
+            },
         };
         let mut retry = txn::Retrying::with_settings(
-            &pool,
-            self.backend,
+            &route.pool,
+            route.backend(self.backend),
             &self.stats.serialization_retries,
             "claim_start",
             self.config.claim_isolation,
@@ -216,6 +220,7 @@ impl Custodian {
                 Some(authority) => {
                     db::lifecycle::claim_start_authority(
                         &mut *tx,
+                        route.copy,
                         authority,
                         &self.config.holder,
                         limit,
@@ -655,22 +660,28 @@ impl Custodian {
         let settings = self.transition_settings().await?;
         // The engine step goes to the node holding the authority's shards.
         let engine = self.engine_steps().await?;
-        let pool = if engine {
-            self.steps_pool(authority).await
+        let route = if engine {
+            self.steps_route(authority).await
         } else {
-            self.pool.clone()
+            db::placement::StepRoute {
+                pool: self.pool.clone(),
+                copy: None,
+                on_node: false,
+            }
         };
         let mut retry = txn::Retrying::with_settings(
-            &pool,
-            self.backend,
+            &route.pool,
+            route.backend(self.backend),
             &self.stats.serialization_retries,
             "record",
             self.config.isolation,
             &settings,
         );
-        self.record_in(&mut retry, engine, authority, generation, outcomes)
-            .await
-            .inspect_err(|_| self.step_failed(authority))
+        self.record_in(
+            &mut retry, engine, route.copy, authority, generation, outcomes,
+        )
+        .await
+        .inspect_err(|_| self.step_failed(authority))
     }
 
     /// [`Custodian::record_group_outcomes`]'s transaction, retried by `retry`.
@@ -678,6 +689,7 @@ impl Custodian {
         &self,
         retry: &mut txn::Retrying<'_>,
         engine: bool,
+        copy: Option<i64>,
         authority: &str,
         generation: i64,
         outcomes: &[(Uuid, EffectOutcome)],
@@ -685,8 +697,10 @@ impl Custodian {
         loop {
             let mut tx = retry.next_attempt().await?;
             let attempt = if engine {
-                db::lifecycle::engine_record_outcomes(&mut *tx, outcomes, authority, generation)
-                    .await
+                db::lifecycle::engine_record_outcomes(
+                    &mut *tx, copy, outcomes, authority, generation,
+                )
+                .await
             } else {
                 db::lifecycle::record_outcomes(&mut *tx, outcomes, authority, generation).await
             };

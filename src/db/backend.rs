@@ -54,6 +54,11 @@ pub struct Backend {
     /// ([`super::placement`]), falling back to this pool's node when it
     /// cannot reach that one. When false, everything goes through this pool.
     pub steps_on_shard_nodes: bool,
+    /// The API's waiters re-read their command on the node holding its
+    /// authority's shards ([`super::placement`]), one hop fewer than
+    /// through this pool's node, and through this pool when that read
+    /// fails. When false, every read goes through this pool.
+    pub reads_on_shard_nodes: bool,
     /// A transaction's `SET LOCAL`s travel in its `BEGIN`'s message: one
     /// round trip ([`super::txn`]). When false they follow in a message of
     /// their own: Citus keeps a `SET`'s whole message and sends it again on
@@ -75,6 +80,7 @@ impl Backend {
         statement_triggers: true,
         engine_steps: true,
         steps_on_shard_nodes: false,
+        reads_on_shard_nodes: false,
         set_local_in_begin: true,
     };
 
@@ -90,6 +96,7 @@ impl Backend {
         statement_triggers: false,
         engine_steps: true,
         steps_on_shard_nodes: true,
+        reads_on_shard_nodes: true,
         set_local_in_begin: false,
     };
 

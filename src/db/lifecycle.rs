@@ -296,40 +296,78 @@ pub async fn claim_start(
 /// [`claim_start`] for one authority (`ledger_claim_start_authority`,
 /// migration 0033): on Citus the call is the transaction's only statement
 /// on the ledger's tables and runs whole on the worker holding the
-/// authority's shards, so it stands alone in the select list. Run in a
+/// authority's shards, so it stands alone in the select list. With `copy`,
+/// the step's copy that names those shards, on the node holding them
+/// (`ledger_claim_start_authority_s<copy>`, migration 0039). Run in a
 /// transaction of its own acting as the custodian, at the claim's isolation.
 pub async fn claim_start_authority(
     ex: impl PgExecutor<'_>,
+    copy: Option<i64>,
     authority: &str,
     holder: &str,
     limit: i64,
 ) -> Result<Vec<CommandRow>, sqlx::Error> {
-    sqlx::query_scalar!(
-        r#"select ledger_claim_start_authority($1, $2, $3::bigint::integer) as "row!: CommandRow""#,
-        authority,
-        holder,
-        limit,
-    )
-    .fetch_all(ex)
-    .await
+    match copy {
+        None => {
+            sqlx::query_scalar!(
+                r#"select ledger_claim_start_authority($1, $2, $3::bigint::integer) as "row!: CommandRow""#,
+                authority,
+                holder,
+                limit,
+            )
+            .fetch_all(ex)
+            .await
+        }
+        // A copy's name holds its shard's id, so its call is built here
+        // (from an integer) and cannot be checked at compile time; it takes
+        // and returns what the step does.
+        Some(shard) => {
+            sqlx::query_scalar::<_, CommandRow>(sqlx::AssertSqlSafe(format!(
+                "select ledger_claim_start_authority_s{shard}($1, $2, $3::bigint::integer)"
+            )))
+            .bind(authority)
+            .bind(holder)
+            .bind(limit)
+            .fetch_all(ex)
+            .await
+        }
+    }
 }
 
 /// [`record_outcomes`] through the engine step `ledger_record_outcomes` (migration
-/// 0030): the same fence and the same answer.
+/// 0030), or with `copy` its copy that names the authority's shards
+/// (`ledger_record_outcomes_s<copy>`, migration 0039): the same fence and
+/// the same answer.
 pub async fn engine_record_outcomes(
     ex: impl PgExecutor<'_>,
+    copy: Option<i64>,
     outcomes: &[(Uuid, EffectOutcome)],
     authority: &str,
     generation: i64,
 ) -> Result<Vec<Uuid>, sqlx::Error> {
-    sqlx::query_scalar!(
-        r#"select id as "id!" from ledger_record_outcomes($2, $3, $1::jsonb) as r(id)"#,
-        outcomes_json(outcomes),
-        authority,
-        generation,
-    )
-    .fetch_all(ex)
-    .await
+    match copy {
+        None => {
+            sqlx::query_scalar!(
+                r#"select id as "id!" from ledger_record_outcomes($2, $3, $1::jsonb) as r(id)"#,
+                outcomes_json(outcomes),
+                authority,
+                generation,
+            )
+            .fetch_all(ex)
+            .await
+        }
+        // Built here as the claim's copy is (above).
+        Some(shard) => {
+            sqlx::query_scalar::<_, Uuid>(sqlx::AssertSqlSafe(format!(
+                "select id from ledger_record_outcomes_s{shard}($1, $2, $3::jsonb) as r(id)"
+            )))
+            .bind(authority)
+            .bind(generation)
+            .bind(outcomes_json(outcomes))
+            .fetch_all(ex)
+            .await
+        }
+    }
 }
 
 /// Outcomes as the recordset both record paths read.

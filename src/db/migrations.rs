@@ -139,7 +139,9 @@ async fn settled(conn: &mut PgConnection, applied: &[(i64, Vec<u8>)]) -> Result<
 
 /// On a Citus coordinator: every table of `ledger_distribution` distributed
 /// as it says, every ledger function known to the workers, the engine steps
-/// delegated by authority, and the database's session default set.
+/// delegated by authority, every node's copies of the steps that name its
+/// shards current (0039: none missing or left behind after shards moved or
+/// were split), and the database's session default set.
 const CITUS_SETTLED: &str = "
 select not exists (
            select 1 from ledger_distribution t
@@ -152,11 +154,15 @@ select not exists (
            select 1 from pg_proc f
            where f.pronamespace = 'public'::regnamespace
              and not exists (select 1 from pg_depend d where d.objid = f.oid and d.deptype = 'e')
+             and f.proname !~ '^ledger_(claim_start_authority|record_outcomes)_s[0-9]+$'
              and not exists (
                  select 1 from pg_dist_object o
                  where o.classid = 'pg_proc'::regclass and o.objid = f.oid
                    and (o.distribution_argument_index is not null
                         or f.proname not in ('ledger_claim_start_authority', 'ledger_record_outcomes'))))
+   and not exists (
+           select 1 from run_command_on_all_nodes('select ledger_shard_steps_current()') n
+           where not n.success or n.result <> 't')
    and exists (
            select 1 from pg_db_role_setting s join pg_database d on d.oid = s.setdatabase
            where d.datname = current_database() and s.setrole = 0
@@ -217,13 +223,17 @@ async fn applied(conn: &mut PgConnection) -> Result<Vec<(i64, Vec<u8>)>, sqlx::E
         .await
 }
 
-/// On Citus: the tables distributed by authority, and the engine steps
-/// delegated to the worker holding each authority's shards (migration 0033).
+/// On Citus: the tables distributed by authority, the engine steps
+/// delegated to the worker holding each authority's shards (migration
+/// 0033), and each node's copies of the steps that name its shards (0039).
 async fn distribute(conn: &mut PgConnection) -> Result<(), DbError> {
     sqlx::query("select ledger_distribute()")
         .execute(&mut *conn)
         .await?;
     sqlx::query("select ledger_delegate_engine_steps()")
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query("select ledger_make_shard_steps()")
         .execute(&mut *conn)
         .await?;
     Ok(())

@@ -52,7 +52,35 @@ impl std::fmt::Display for Node {
 #[derive(Debug, Clone)]
 struct Route {
     pool: Option<PgPool>,
+    copy: Option<i64>,
     asked: Instant,
+}
+
+/// Where an authority's engine steps run, and which: the copies that name
+/// its shards (migration 0039), `ledger_claim_start_authority_s<copy>` and
+/// `ledger_record_outcomes_s<copy>`, where that pool's node has them, else
+/// the steps as they are (`copy` is `None`).
+#[derive(Debug, Clone)]
+pub struct StepRoute {
+    pub pool: PgPool,
+    pub copy: Option<i64>,
+    /// Whether `pool` is the node's own (not the coordinator's).
+    pub on_node: bool,
+}
+
+impl StepRoute {
+    /// `backend` as a transaction on this route sees it. On the node holding
+    /// the shards a transaction's `SET LOCAL`s travel in its `BEGIN`'s
+    /// message, as on one node: Citus sends a `SET`'s message again only on
+    /// the connections to other nodes that a transaction opens, and a step
+    /// there runs on local shards (were they moved meanwhile, that node
+    /// would warn once, and the step fail as it does).
+    pub fn backend(&self, backend: super::Backend) -> super::Backend {
+        super::Backend {
+            set_local_in_begin: backend.set_local_in_begin || self.on_node,
+            ..backend
+        }
+    }
 }
 
 /// What is known of a node: a pool to it, or when it was found unreachable.
@@ -68,6 +96,10 @@ pub struct Placements {
     coordinator: PgPool,
     routes: Mutex<HashMap<String, Route>>,
     nodes: Mutex<HashMap<Node, Reach>>,
+    /// Authorities whose step failed while it ran a copy, and when: they run
+    /// the steps as they are for [`ROUTE_TTL`], so that a copy that cannot
+    /// serve (left behind by a move, or broken) never stops them.
+    copy_failed: Mutex<HashMap<String, Instant>>,
 }
 
 impl Placements {
@@ -78,43 +110,83 @@ impl Placements {
             coordinator,
             routes: Mutex::new(HashMap::new()),
             nodes: Mutex::new(HashMap::new()),
+            copy_failed: Mutex::new(HashMap::new()),
         }
     }
 
-    /// The pool for `authority`'s engine steps: the node holding its shards
-    /// when this process reaches it, else the coordinator. Never fails: what
+    /// Where `authority`'s engine steps go: the node holding its shards when
+    /// this process reaches it, else the coordinator; and the copies of the
+    /// steps that name its shards when that node has them. Never fails: what
     /// cannot be asked or reached is logged, and the coordinator serves.
-    pub async fn pool_for(&self, authority: &str) -> PgPool {
+    pub async fn route_for(&self, authority: &str) -> StepRoute {
         if let Some(route) = self.routes.lock().expect("routes lock").get(authority)
             && route.asked.elapsed() < ROUTE_TTL
         {
-            return route
-                .pool
-                .clone()
-                .unwrap_or_else(|| self.coordinator.clone());
+            return StepRoute {
+                pool: route
+                    .pool
+                    .clone()
+                    .unwrap_or_else(|| self.coordinator.clone()),
+                copy: route.copy,
+                on_node: route.pool.is_some(),
+            };
         }
-        let pool = match holder_of(&self.coordinator, authority).await {
-            Ok(Some(node)) => self.pool_to(&node).await,
-            Ok(None) => None,
+        let (pool, shard) = match holder_of(&self.coordinator, authority).await {
+            Ok((Some(node), shard)) => (self.pool_to(&node).await, Some(shard)),
+            Ok((None, shard)) => (None, Some(shard)),
             Err(e) => {
                 tracing::warn!(authority, error = %e, "cannot ask which node holds the authority's shards; its steps go through the coordinator");
-                None
+                (None, None)
             }
+        };
+        let on_node = pool.is_some();
+        let serving = pool.clone().unwrap_or_else(|| self.coordinator.clone());
+        let copy = match shard {
+            Some(shard) if !self.copy_failed_lately(authority) => {
+                match has_copies(&serving, shard).await {
+                    Ok(true) => Some(shard),
+                    Ok(false) => None,
+                    Err(e) => {
+                        tracing::warn!(authority, error = %e, "cannot ask whether the node has the steps' copies for the authority's shards; it runs the steps as they are");
+                        None
+                    }
+                }
+            }
+            _ => None,
         };
         self.routes.lock().expect("routes lock").insert(
             authority.to_owned(),
             Route {
-                pool: pool.clone(),
+                pool,
+                copy,
                 asked: Instant::now(),
             },
         );
-        pool.unwrap_or_else(|| self.coordinator.clone())
+        StepRoute {
+            pool: serving,
+            copy,
+            on_node,
+        }
     }
 
     /// Forgets `authority`'s route (a step sent there failed): the next
-    /// step asks again.
+    /// step asks again, and runs the steps as they are for [`ROUTE_TTL`] if
+    /// this one ran a copy.
     pub fn forget(&self, authority: &str) {
-        self.routes.lock().expect("routes lock").remove(authority);
+        let route = self.routes.lock().expect("routes lock").remove(authority);
+        if route.is_some_and(|route| route.copy.is_some()) {
+            self.copy_failed
+                .lock()
+                .expect("copy_failed lock")
+                .insert(authority.to_owned(), Instant::now());
+        }
+    }
+
+    /// Whether a step of `authority` failed in a copy within [`ROUTE_TTL`].
+    fn copy_failed_lately(&self, authority: &str) -> bool {
+        let mut failed = self.copy_failed.lock().expect("copy_failed lock");
+        failed.retain(|_, at| at.elapsed() < ROUTE_TTL);
+        failed.contains_key(authority)
     }
 
     /// A pool to `node`, made at its first use and kept; `None` while the
@@ -205,26 +277,46 @@ impl Placements {
 }
 
 /// The worker holding `authority`'s shards, as the coordinator's metadata
-/// says (the shard of `commands`; the other tables are co-located with it);
-/// `None` when the coordinator holds them itself.
-pub async fn holder_of(coordinator: &PgPool, authority: &str) -> Result<Option<Node>, sqlx::Error> {
+/// says (the shard of `commands`; the other tables are co-located with it),
+/// `None` when the coordinator holds them itself; and the id of that shard.
+pub async fn holder_of(
+    coordinator: &PgPool,
+    authority: &str,
+) -> Result<(Option<Node>, i64), sqlx::Error> {
     // Citus's catalog exists only on Citus: not a compile-time checked query.
-    let row: Option<(String, i32, i32)> = sqlx::query_as(
-        "select n.nodename::text, n.nodeport, n.groupid
-         from pg_dist_placement p
-         join pg_dist_node n on n.groupid = p.groupid
-         where p.shardid = get_shard_id_for_distribution_column('commands', $1)
-           and n.noderole = 'primary' and n.isactive
-         order by n.nodeid
-         limit 1",
+    let (shard, host, port, group): (i64, Option<String>, Option<i32>, Option<i32>) =
+        sqlx::query_as(
+            "select s.shard, n.nodename::text, n.nodeport, n.groupid
+         from (select get_shard_id_for_distribution_column('commands', $1) as shard) s
+         left join lateral (
+             select n.nodename, n.nodeport, n.groupid
+             from pg_dist_placement p
+             join pg_dist_node n on n.groupid = p.groupid
+             where p.shardid = s.shard and n.noderole = 'primary' and n.isactive
+             order by n.nodeid
+             limit 1) n on true",
+        )
+        .bind(authority)
+        .fetch_one(coordinator)
+        .await?;
+    let node = match (host, port.map(u16::try_from), group) {
+        (Some(host), Some(Ok(port)), Some(group)) if group != 0 => Some(Node { host, port }),
+        _ => None,
+    };
+    Ok((node, shard))
+}
+
+/// Whether the node behind `pool` has both copies of the engine steps that
+/// name the shards of `shard`'s group (migration 0039).
+pub async fn has_copies(pool: &PgPool, shard: i64) -> Result<bool, sqlx::Error> {
+    // The copies exist only on Citus nodes: not a compile-time checked query.
+    sqlx::query_scalar(
+        "select to_regprocedure(format('ledger_claim_start_authority_s%s(text,text,integer)', $1::bigint))
+                    is not null
+                and to_regprocedure(format('ledger_record_outcomes_s%s(text,bigint,jsonb)', $1::bigint))
+                    is not null",
     )
-    .bind(authority)
-    .fetch_optional(coordinator)
-    .await?;
-    Ok(row.and_then(|(host, port, group)| {
-        (group != 0).then_some(Node {
-            host,
-            port: u16::try_from(port).ok()?,
-        })
-    }))
+    .bind(shard)
+    .fetch_one(pool)
+    .await
 }

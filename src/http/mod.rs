@@ -105,6 +105,10 @@ pub struct AppState {
     /// private addresses (registration), and how long a redelivered event
     /// is tried (the deliverers' expiry).
     pub webhooks: crate::webhooks::DelivererConfig,
+    /// Where the shards live on other nodes
+    /// ([`crate::db::Backend::reads_on_shard_nodes`]): the node holding each
+    /// authority's shards, where a waiter re-reads its command.
+    pub shard_reads: Option<Arc<crate::db::placement::Placements>>,
 }
 
 impl AppState {
@@ -123,6 +127,9 @@ impl AppState {
             crate::db::group_commit::FLUSHERS,
             crate::db::group_commit::MAX_ROWS,
         );
+        let shard_reads = backend
+            .reads_on_shard_nodes
+            .then(|| Arc::new(crate::db::placement::Placements::new(pool.clone())));
         AppState {
             pool,
             backend,
@@ -143,6 +150,7 @@ impl AppState {
             api_reset: false,
             serialization_retries: Arc::default(),
             webhooks: crate::webhooks::DelivererConfig::default(),
+            shard_reads,
         }
     }
 }

@@ -352,9 +352,10 @@ async fn on_citus_a_claim_reads_no_more_of_the_queue_than_its_head_whatever_the_
     let mut left = 5_000;
     // A waiting call's few rows (a statement a row), then a batch.
     for limit in [3_i64, 128] {
-        let claimed = db::lifecycle::claim_start_authority(&pool, "backlog", "holder-q", limit)
-            .await
-            .unwrap();
+        let claimed =
+            db::lifecycle::claim_start_authority(&pool, None, "backlog", "holder-q", limit)
+                .await
+                .unwrap();
         assert_eq!(claimed.len(), usize::try_from(limit).unwrap());
         left -= limit;
         // The claim reads the queue's head (its batch) and deletes each row
@@ -398,6 +399,7 @@ async fn on_citus_a_custodian_s_steps_go_straight_to_the_worker_holding_its_auth
     let holder = placement::holder_of(&pool, "routed")
         .await
         .unwrap()
+        .0
         .expect("a worker holds the authority's shards");
     let c = crate::harness::custodian(
         &named,
@@ -458,6 +460,260 @@ async fn on_citus_a_custodian_s_steps_go_straight_to_the_worker_holding_its_auth
         "the steps' entries name {actors:?}"
     );
     c.release_leases().await;
+}
+
+/// Every chain of `authority`'s commands holds (`verify`).
+async fn chains_hold(pool: &PgPool, authority: &str) {
+    let reports = command_ledger::db::verify::chains(pool, Some(authority), None)
+        .await
+        .unwrap();
+    assert!(!reports.is_empty());
+    for r in &reports {
+        assert!(r.breaks.is_empty(), "{}: {:?}", r.command_id, r.breaks);
+    }
+}
+
+/// On Citus each node holds copies of the engine steps that name the shards
+/// of each group it hosts (migration 0039), and a custodian runs them on the
+/// node holding its authority's shards: the route names the copy, the
+/// node's function statistics count its calls, and the commands end as
+/// through the steps as they are, their chains whole.
+#[tokio::test]
+async fn on_citus_a_custodian_runs_the_steps_copies_that_name_its_authority_s_shards() {
+    if !citus() {
+        eprintln!("not run: TEST_CITUS=1 is not set (one node has no shards)");
+        return;
+    }
+    use command_ledger::custodian::{Effects, StepReport};
+    use command_ledger::db::placement::{self, Placements};
+    let pool = fresh_pool().await;
+    let authority = "copied";
+    // Function call counts on every node, for the sessions opened from now.
+    sqlx::query(
+        "select * from run_command_on_all_nodes(
+             format('alter database %I set track_functions = ''pl''', current_database()))",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let (holder, shard) = placement::holder_of(&pool, authority).await.unwrap();
+    let holder = holder.expect("a worker holds the authority's shards");
+    let placements = Placements::new(pool.clone());
+    let route = placements.route_for(authority).await;
+    assert_eq!(route.copy, Some(shard), "the route names the copy");
+    assert_eq!(route.pool.connect_options().get_port(), holder.port);
+
+    let c = crate::harness::custodian(
+        &pool,
+        &[authority],
+        Effects::default(),
+        std::time::Duration::from_secs(10),
+    );
+    c.heartbeat().await.unwrap();
+    let mut report = StepReport::default();
+    let mut ids = Vec::new();
+    // Two turns: a custodian's first claim also looks for stale prepared
+    // rows (the trigger path); the second claims with the engine's step.
+    for turn in 0..2 {
+        let id = crate::storage::insert_commands(&pool, authority, 1).await[0];
+        let started = c.claim_and_start(10, &mut report).await.unwrap();
+        assert_eq!(started.len(), 1, "turn {turn}");
+        let done = c.execute(started).await;
+        c.record_outcomes(done, &mut report).await;
+        ids.push(id);
+    }
+    c.release_leases().await;
+    for id in &ids {
+        let states: Vec<String> = sqlx::query_scalar(
+            "select to_state from command_history where authority_id = $1 and command_id = $2 order by seq",
+        )
+        .bind(authority)
+        .bind(id)
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+        assert_eq!(states, ["pending", "prepared", "effect_started", "applied"]);
+    }
+    chains_hold(&pool, authority).await;
+
+    let node = placements
+        .pool_to(&holder)
+        .await
+        .expect("the worker answers");
+    let calls = || async {
+        sqlx::query_as::<_, (i64, i64)>(
+            "select coalesce(sum(calls) filter (where funcname = $1), 0)::bigint,
+                    coalesce(sum(calls) filter (where funcname = $2), 0)::bigint
+             from pg_stat_user_functions",
+        )
+        .bind(format!("ledger_claim_start_authority_s{shard}"))
+        .bind(format!("ledger_record_outcomes_s{shard}"))
+        .fetch_one(&node)
+        .await
+        .unwrap()
+    };
+    // A backend reports its counts when it goes idle, at most once a second.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let (claims, records) = calls().await;
+        if claims >= 1 && records >= 1 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the copies of shard {shard} ran {claims} claims and {records} records on {holder}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+    placements.close().await;
+}
+
+/// A copy of a step that names shards refuses an authority of another
+/// shard; it holds its shard group's metadata lock (which a move takes in
+/// exclusive mode before it switches the group over) from its first
+/// statement; after its group moved away it changes nothing where it was
+/// left; and migrating again makes the copies where the shards are, through
+/// which a custodian finishes the command.
+#[tokio::test]
+async fn on_citus_a_step_copy_serves_only_its_own_shards_where_they_are() {
+    if !citus() {
+        eprintln!("not run: TEST_CITUS=1 is not set (one node has no shards)");
+        return;
+    }
+    use command_ledger::custodian::{Effects, StepReport};
+    use command_ledger::db::placement::{self, Placements};
+    let pool = fresh_pool().await;
+    let authority = "guarded";
+    let (holder, shard) = placement::holder_of(&pool, authority).await.unwrap();
+    let holder = holder.expect("a worker holds the authority's shards");
+    let mut other = String::new();
+    for i in 0.. {
+        other = format!("elsewhere-{i}");
+        if placement::holder_of(&pool, &other).await.unwrap().1 != shard {
+            break;
+        }
+    }
+    let placements = Placements::new(pool.clone());
+    let node = placements
+        .pool_to(&holder)
+        .await
+        .expect("the worker answers");
+    let id = crate::storage::insert_commands(&pool, authority, 1).await[0];
+    let lease = command_ledger::db::authorities::acquire(
+        &pool,
+        authority,
+        "holder-g",
+        std::time::Duration::from_secs(60),
+    )
+    .await
+    .unwrap()
+    .expect("the lease");
+    let state = || async {
+        sqlx::query_scalar::<_, String>(
+            "select state from commands where authority_id = $1 and id = $2",
+        )
+        .bind(authority)
+        .bind(id)
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+    };
+    // A claim by the copy on the node, acting as a tester, rolled back.
+    let claim_on = |node: PgPool, authority: String, holder: &'static str| async move {
+        let mut tx = node.begin().await.unwrap();
+        sqlx::query("set local command_ledger.actor = 'tester'")
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        let locks = "select count(*) from pg_locks where pid = pg_backend_pid() \
+                     and locktype = 'advisory' and objsubid = 8 and mode = 'ShareLock' and granted";
+        let before: i64 = sqlx::query_scalar(locks).fetch_one(&mut *tx).await.unwrap();
+        let ran = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "select ledger_claim_start_authority_s{shard}($1, $2, 10)"
+        )))
+        .bind(&authority)
+        .bind(holder)
+        .execute(&mut *tx)
+        .await;
+        let held = match ran {
+            Ok(_) => Ok(sqlx::query_scalar::<_, i64>(locks)
+                .fetch_one(&mut *tx)
+                .await
+                .unwrap()
+                - before),
+            Err(e) => Err(e),
+        };
+        tx.rollback().await.unwrap();
+        held
+    };
+
+    // Another shard's authority: refused before anything is read.
+    let err = claim_on(node.clone(), other.clone(), "holder-g")
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&err), "CL015", "{err}");
+    // Its own (a holder without the lease: nothing claimed): the group's
+    // metadata lock is held.
+    let held = claim_on(node.clone(), authority.to_owned(), "nobody")
+        .await
+        .unwrap();
+    assert!(held >= 1, "the copy holds no shard metadata lock");
+    assert_eq!(state().await, "pending");
+
+    // The group moves to the other worker; the copy left behind refuses
+    // (the old shard tables are still there, to be dropped later).
+    let workers: Vec<(String, i32)> = sqlx::query_as(
+        "select nodename::text, nodeport from pg_dist_node
+         where noderole = 'primary' and shouldhaveshards and groupid > 0 and nodeport <> $1 order by groupid",
+    )
+    .bind(i32::from(holder.port))
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    move_authority_to(&pool, authority, &workers[0]).await;
+    let left_behind = claim_on(node.clone(), authority.to_owned(), "holder-g").await;
+    assert!(
+        left_behind.is_err(),
+        "a copy ran where its shards were: {left_behind:?}"
+    );
+    assert_eq!(state().await, "pending");
+
+    // Migrating again (as every process does when it starts) finds the
+    // copies not current: they follow the shards, and a custodian uses them.
+    command_ledger::db::migrate(&pool).await.unwrap();
+    assert!(!placement::has_copies(&node, shard).await.unwrap());
+    let fresh = Placements::new(pool.clone());
+    let route = fresh.route_for(authority).await;
+    assert_eq!(route.copy, Some(shard));
+    assert_eq!(
+        i32::from(route.pool.connect_options().get_port()),
+        workers[0].1
+    );
+    fresh.close().await;
+    placements.close().await;
+    command_ledger::db::authorities::release(&pool, authority, "holder-g", lease.generation)
+        .await
+        .unwrap();
+    let c = crate::harness::custodian(
+        &pool,
+        &[authority],
+        Effects::default(),
+        std::time::Duration::from_secs(10),
+    );
+    c.heartbeat().await.unwrap();
+    let mut report = StepReport::default();
+    let mut started = Vec::new();
+    for _ in 0..3 {
+        started.extend(c.claim_and_start(10, &mut report).await.unwrap());
+        if !started.is_empty() {
+            break;
+        }
+    }
+    let done = c.execute(started).await;
+    c.record_outcomes(done, &mut report).await;
+    c.release_leases().await;
+    assert_eq!(state().await, "applied");
+    chains_hold(&pool, authority).await;
 }
 
 /// Moves the shard group holding `authority`'s rows onto the worker `to`
@@ -641,9 +897,9 @@ async fn a_node_this_process_cannot_reach_leaves_the_steps_on_the_coordinator() 
         .await
         .unwrap();
     assert_eq!(one, 1);
-    let steps = placements.pool_for("anywhere").await;
+    let steps = placements.route_for("anywhere").await.pool;
     if citus() {
-        let holder = command_ledger::db::placement::holder_of(&pool, "anywhere")
+        let (holder, _) = command_ledger::db::placement::holder_of(&pool, "anywhere")
             .await
             .unwrap();
         let port = holder.map_or(options.get_port(), |node| node.port);

@@ -428,9 +428,10 @@ async fn rows_leave_the_queue_by_their_key_whatever_the_authority_s_statistics()
                 .unwrap();
         }
         let before = queue_entries_read(&mut tx).await;
-        let claimed = db::lifecycle::claim_start_authority(&mut *tx, "backlog", "holder-q", limit)
-            .await
-            .unwrap();
+        let claimed =
+            db::lifecycle::claim_start_authority(&mut *tx, None, "backlog", "holder-q", limit)
+                .await
+                .unwrap();
         let read = queue_entries_read(&mut tx).await - before;
         assert_eq!(claimed.len(), usize::try_from(limit).unwrap());
         assert!(
