@@ -31,7 +31,13 @@
 --   the move's replication;
 -- - the placement read after that lock must still be this node's (after a
 --   move it is not, and the copy refuses, with CL015: the custodian asks
---   the coordinator again where the shards are).
+--   the coordinator again where the shards are). In a SERIALIZABLE
+--   transaction (the record) that read sees the snapshot taken when the
+--   call began; a move completed between that snapshot and the lock is
+--   caught by the write before it, which Citus routes by its current
+--   metadata: to the new node, which it would have to reach as
+--   ledger_engine, a role that logs in nowhere, so the step fails there as
+--   the steps as they are do (db::placement).
 -- A shard table has no default for command_history's id (Citus computes
 -- it for statements through it), so a copy's history inserts draw it
 -- (ledger_history_id()), from this node's range of the sequence as Citus's

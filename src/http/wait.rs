@@ -188,8 +188,9 @@ pub(super) async fn settle(
 
 /// Command `id` of `authority` as it is now. Where the shards live on other
 /// nodes, read on the node holding them (a hop fewer than through the
-/// coordinator: about 0.3 ms against 0.8 ms with `pgbench`), and through the
-/// coordinator when that read fails (the route is then asked again).
+/// coordinator: 0.1 ms against 0.45 ms with `pgbench`,
+/// docs/runs/citus-steps-copies.txt), and through the coordinator when that
+/// read fails (the route is then asked again).
 async fn reread(
     state: &super::AppState,
     authority: &str,
