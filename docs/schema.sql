@@ -1539,7 +1539,7 @@ $_$;
 -- Name: FUNCTION ledger_make_shard_steps_here(); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.ledger_make_shard_steps_here() IS 'On a node of a Citus cluster: makes (or refreshes) this node''s copies of the engine steps that name the shards of each group of commands placed here (ledger_claim_start_authority_s<shard>, ledger_record_outcomes_s<shard>; 0039), and drops the copies of groups no longer here. Returns how many copies it made. Called on every node by ledger_make_shard_steps().';
+COMMENT ON FUNCTION public.ledger_make_shard_steps_here() IS 'On a node of a Citus cluster: makes (or refreshes) this node''s copies of the engine steps that name the shards of each group of commands placed here (ledger_claim_start_authority_s<shard>, ledger_record_outcomes_s<shard>; 0039), and drops the copies of groups no longer here. Returns how many copies it made. Run on every node by `command-ledger migrate`, as the owner while it is a member of ledger_engine.';
 
 --
 -- Name: ledger_reason(); Type: FUNCTION; Schema: public; Owner: -

@@ -43,10 +43,10 @@
 -- (ledger_history_id()), from this node's range of the sequence as Citus's
 -- own inserts on this node do.
 --
--- ledger_make_shard_steps() on the coordinator makes (or refreshes) every
--- node's copies and drops those of groups a node no longer holds, as the
--- owner, who gives them to ledger_engine: `command-ledger migrate` calls it
--- after distributing, while the owner is that role's member, and it does so
+-- ledger_make_shard_steps_here() makes (or refreshes) a node's copies and
+-- drops those of groups the node no longer holds, as the owner, who gives
+-- them to ledger_engine: `command-ledger migrate` runs it on every node
+-- after distributing, while the owner is that role's member, and does so
 -- whenever a node says its copies are not current
 -- (ledger_shard_steps_current(): after shards moved or were split). Until
 -- then the groups that moved run the steps as they are (correct, slower).
@@ -255,32 +255,6 @@ comment on function ledger_make_shard_steps_here() is
     'On a node of a Citus cluster: makes (or refreshes) this node''s copies of the engine steps that name the '
     'shards of each group of commands placed here (ledger_claim_start_authority_s<shard>, '
     'ledger_record_outcomes_s<shard>; 0039), and drops the copies of groups no longer here. Returns how many '
-    'copies it made. Called on every node by ledger_make_shard_steps().';
+    'copies it made. Run on every node by `command-ledger migrate`, as the owner while it is a member of '
+    'ledger_engine.';
 revoke all on function ledger_make_shard_steps_here() from public;
-
--- On Citus only: run_command_on_all_nodes exists there, and connects to
--- each node as the caller (the owner, acting for a definer, may not log in).
-do $migration$
-begin
-    if exists (select 1 from pg_extension where extname = 'citus') then
-        execute $make$
-            create function ledger_make_shard_steps() returns integer
-            language sql
-            set search_path to 'public', 'pg_temp'
-            as $body$
-                -- A node that failed makes the cast fail with its message.
-                select (coalesce(sum(result::integer) filter (where success), 0)
-                        + coalesce(max(('making the steps'' copies failed on node ' || nodeid || ': '
-                                        || result)::integer) filter (where not success), 0))::integer
-                from run_command_on_all_nodes('select ledger_make_shard_steps_here()')
-            $body$
-        $make$;
-        comment on function ledger_make_shard_steps() is
-            'On a Citus coordinator, after ledger_distribute(): every node''s copies of the engine steps by shard '
-            'name (ledger_make_shard_steps_here(), 0039), made as the owner, which must then be a member of '
-            'ledger_engine (`command-ledger migrate` calls it so, and again when a node''s copies are not current: '
-            'after shards moved or were split). Returns how many copies the nodes made. Idempotent.';
-        revoke all on function ledger_make_shard_steps() from public;
-    end if;
-end
-$migration$;

@@ -139,9 +139,11 @@ async fn settled(conn: &mut PgConnection, applied: &[(i64, Vec<u8>)]) -> Result<
 
 /// On a Citus coordinator: every table of `ledger_distribution` distributed
 /// as it says, every ledger function known to the workers, the engine steps
-/// delegated by authority, every node's copies of the steps that name its
-/// shards current (0039: none missing or left behind after shards moved or
-/// were split), and the database's session default set.
+/// delegated by authority, the copies of the steps that name its shards
+/// current on every node that answers (0039: none missing or left behind
+/// after shards moved or were split; a node that does not answer cannot be
+/// given them now, and must not keep the service from starting), and the
+/// database's session default set.
 const CITUS_SETTLED: &str = "
 select not exists (
            select 1 from ledger_distribution t
@@ -162,7 +164,7 @@ select not exists (
                         or f.proname not in ('ledger_claim_start_authority', 'ledger_record_outcomes'))))
    and not exists (
            select 1 from run_command_on_all_nodes('select ledger_shard_steps_current()') n
-           where not n.success or n.result <> 't')
+           where n.success and n.result <> 't')
    and exists (
            select 1 from pg_db_role_setting s join pg_database d on d.oid = s.setdatabase
            where d.datname = current_database() and s.setrole = 0
@@ -233,9 +235,18 @@ async fn distribute(conn: &mut PgConnection) -> Result<(), DbError> {
     sqlx::query("select ledger_delegate_engine_steps()")
         .execute(&mut *conn)
         .await?;
-    sqlx::query("select ledger_make_shard_steps()")
-        .execute(&mut *conn)
-        .await?;
+    // Each node's copies of the steps that name its shards (0039). A node
+    // that fails keeps what it had: its groups run the steps as they are
+    // (or its old copies, which refuse where their shards have left) until
+    // the next migrate finds them not current.
+    let made: Vec<(i32, bool, String)> = sqlx::query_as(
+        "select nodeid, success, result from run_command_on_all_nodes('select ledger_make_shard_steps_here()')",
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    for (node, _, result) in made.into_iter().filter(|(_, done, _)| !done) {
+        tracing::warn!(node, error = %result, "cannot make the engine steps' copies on a node; its shard groups run the steps as they are until the next migrate");
+    }
     Ok(())
 }
 
