@@ -189,7 +189,7 @@ pub(super) async fn settle(
 /// Command `id` of `authority` as it is now. Where the shards live on other
 /// nodes, read on the node holding them (a hop fewer than through the
 /// coordinator: 0.1 ms against 0.45 ms with `pgbench`,
-/// docs/runs/citus-steps-copies.txt), and through the coordinator when that
+/// docs/SCALING.md, Waiting), and through the coordinator when that
 /// read fails (the route is then asked again).
 async fn reread(
     state: &super::AppState,
