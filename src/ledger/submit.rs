@@ -157,6 +157,15 @@ fn request<'a>(ctx: &Ctx<'_>, sub: &'a Submission, canonical: &'a CanonicalReque
     }
 }
 
+/// How many times a keyed submission inserts and looks its key up before it
+/// gives up (an internal error): with [`KEY_LOOKUP_PAUSE`] doubled after
+/// each, about a quarter of a second in all.
+const KEY_LOOKUPS: u32 = 7;
+
+/// The first pause between a key found taken with no command under it and
+/// the next attempt.
+const KEY_LOOKUP_PAUSE: Duration = Duration::from_millis(2);
+
 /// Under a client key: the unique index decides.
 async fn keyed(
     ctx: &Ctx<'_>,
@@ -168,14 +177,20 @@ async fn keyed(
 ) -> Result<Admitted, LedgerError> {
     let actor = principal.actor();
     let new = NewCommand::new(&request(ctx, sub, canonical), key.as_str(), None, &actor);
-    // If the stored row vanished in between (retention), insert again.
-    for _ in 0..3 {
+    // The key is taken, yet no command is found under it: its row vanished
+    // in between (retention), so insert again; or, where the key's row is
+    // written first in a shard of its own (`key_table_first`), the other
+    // submission's two shards commit one after the other (two-phase), and
+    // its key can be seen a moment before its command: wait a little more
+    // each time before asking again.
+    for attempt in 0..KEY_LOOKUPS {
         if let Some(row) = ctx.group.insert(&new).await? {
             return Ok(admitted_new(ctx, row).await);
         }
         if let Some(admitted) = under_key(ctx, key, sub, canonical, policy).await? {
             return Ok(admitted);
         }
+        tokio::time::sleep(KEY_LOOKUP_PAUSE * (1 << attempt)).await;
     }
     Err(LedgerError::Internal(anyhow::anyhow!(
         "idempotency key {key} kept disappearing between insert and lookup"
