@@ -195,11 +195,7 @@ impl Custodian {
     async fn steps_route(&self, authority: &str) -> crate::db::placement::StepRoute {
         match &self.placements {
             Some(placements) => placements.route_for(authority).await,
-            None => crate::db::placement::StepRoute {
-                pool: self.pool.clone(),
-                copy: None,
-                on_node: false,
-            },
+            None => crate::db::placement::StepRoute::here(&self.pool),
         }
     }
 

@@ -194,11 +194,7 @@ impl Custodian {
         };
         let route = match routed {
             Some(authority) => self.steps_route(authority).await,
-            None => db::placement::StepRoute {
-                pool: self.pool.clone(),
-                copy: None,
-                on_node: false,
-            },
+            None => db::placement::StepRoute::here(&self.pool),
         };
         let mut retry = txn::Retrying::with_settings(
             &route.pool,
@@ -663,11 +659,7 @@ impl Custodian {
         let route = if engine {
             self.steps_route(authority).await
         } else {
-            db::placement::StepRoute {
-                pool: self.pool.clone(),
-                copy: None,
-                on_node: false,
-            }
+            db::placement::StepRoute::here(&self.pool)
         };
         let mut retry = txn::Retrying::with_settings(
             &route.pool,

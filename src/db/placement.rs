@@ -69,6 +69,15 @@ pub struct StepRoute {
 }
 
 impl StepRoute {
+    /// The steps as they are, on `pool` itself (no other node).
+    pub fn here(pool: &PgPool) -> Self {
+        StepRoute {
+            pool: pool.clone(),
+            copy: None,
+            on_node: false,
+        }
+    }
+
     /// `backend` as a transaction on this route sees it. On the node holding
     /// the shards a transaction's `SET LOCAL`s travel in its `BEGIN`'s
     /// message, as on one node: Citus sends a `SET`'s message again only on
@@ -100,6 +109,9 @@ pub struct Placements {
     /// the steps as they are for [`ROUTE_TTL`], so that a copy that cannot
     /// serve (left behind by a move, or broken) never stops them.
     copy_failed: Mutex<HashMap<String, Instant>>,
+    /// Whether a route asks its node for the steps' copies (a custodian's
+    /// routes do; a reader's need only the node).
+    copies: bool,
 }
 
 impl Placements {
@@ -111,6 +123,16 @@ impl Placements {
             routes: Mutex::new(HashMap::new()),
             nodes: Mutex::new(HashMap::new()),
             copy_failed: Mutex::new(HashMap::new()),
+            copies: true,
+        }
+    }
+
+    /// Routes for reads only: the same nodes, without asking them for the
+    /// steps' copies (every route's `copy` is `None`).
+    pub fn for_reads(coordinator: PgPool) -> Self {
+        Placements {
+            copies: false,
+            ..Placements::new(coordinator)
         }
     }
 
@@ -142,7 +164,7 @@ impl Placements {
         let on_node = pool.is_some();
         let serving = pool.clone().unwrap_or_else(|| self.coordinator.clone());
         let copy = match shard {
-            Some(shard) if !self.copy_failed_lately(authority) => {
+            Some(shard) if self.copies && !self.copy_failed_lately(authority) => {
                 match has_copies(&serving, shard).await {
                     Ok(true) => Some(shard),
                     Ok(false) => None,

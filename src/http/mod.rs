@@ -129,7 +129,7 @@ impl AppState {
         );
         let shard_reads = backend
             .reads_on_shard_nodes
-            .then(|| Arc::new(crate::db::placement::Placements::new(pool.clone())));
+            .then(|| Arc::new(crate::db::placement::Placements::for_reads(pool.clone())));
         AppState {
             pool,
             backend,
