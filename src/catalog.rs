@@ -10,6 +10,7 @@
 //! timeout = "10s"                        # the effect's deadline (default 30s)
 //! headers = { "x-api-key" = "secret" }   # sent with every call
 //! reconcile_url = "http://127.0.0.1:9000/applied/{key}"   # optional probe
+//! probe_margin = "10s"                   # its 404 counts only after timeout + this (default 10s)
 //!
 //! authority = "payments"                # the authority POST /v1/invoke uses
 //! key = "fingerprint"                    # or "required" (default): may the intent stand in for a key?
@@ -69,6 +70,11 @@ pub struct KindConfig {
     /// The reconcile probe for the HTTP executor (`{key}` is replaced by the
     /// downstream key): 200 applied, 404 not applied, else unknown.
     pub reconcile_url: Option<String>,
+    /// How long past `timeout` a dispatched effect may still take hold at
+    /// the provider (default 10s): the probe's "not found" means "not
+    /// applied" only once `timeout` plus this has passed since
+    /// `effect_started`.
+    pub probe_margin: Option<String>,
     pub authority: Option<String>,
     /// `required` or `fingerprint`.
     pub key: Option<String>,
@@ -257,7 +263,7 @@ pub fn quickstart_refund(policies: &mut Policies) {
             "to": {"type": "string", "format": "email", "description": "who gets the money"},
             "amount": {"type": "string", "description": crate::domain::admission::MONEY_DESCRIPTION},
             "currency": {"type": "string", "description": "ISO 4217, when the amount does not name it"},
-            "mode": {"type": "string", "enum": ["hang", "stall", "reject"],
+            "mode": {"type": "string", "enum": ["hang", "stall", "reject", "late"],
                      "description": "demo only: how the sink misbehaves"}
         },
         "required": ["to", "amount"]

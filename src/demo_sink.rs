@@ -11,7 +11,9 @@
 //! applies and never answers; `stall` takes the request and sits on it,
 //! never applying it nor answering (a provider that went down before doing
 //! anything); `reset-after-apply` applies and breaks the connection before
-//! the response body.
+//! the response body; `late` takes the request, never answers, and applies
+//! it 3 s later whether or not its caller is still there (a provider that
+//! finishes what it was sent after its caller gave up).
 
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -39,7 +41,11 @@ pub enum Mode {
     Hang,
     Stall,
     ResetAfterApply,
+    Late,
 }
+
+/// How long after a request the `late` mode applies it.
+pub const LATE_BY: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// One line of the sink's log.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -168,55 +174,26 @@ async fn apply(State(sink): State<Sink>, headers: HeaderMap, body: Bytes) -> Res
         .and_then(|m| serde_json::from_value::<Mode>(m.clone()).ok())
         .unwrap_or(sink.mode);
 
-    let line = |event: &str, response: Value| LogLine {
-        event: event.to_owned(),
-        key: key.clone(),
-        authority: authority.clone(),
-        generation,
-        at: chrono::Utc::now(),
-        response,
-    };
     if !sink.latency.is_zero() {
         tokio::time::sleep(sink.latency).await;
     }
-    if mode == Mode::Stall {
+    match mode {
         // Nothing applied, nothing logged, no answer.
-        return std::future::pending().await;
-    }
-    let (status, response) = {
-        let mut ledger = sink.ledger.lock().expect("sink lock");
-        let highest = ledger
-            .highest_generation
-            .get(&authority)
-            .copied()
-            .unwrap_or(0);
-        let (event, status, response) = if generation < highest {
-            (
-                "fenced",
-                StatusCode::CONFLICT,
-                json!({"error": "stale_generation", "highest_seen": highest}),
-            )
-        } else if mode == Mode::Reject {
-            (
-                "rejected",
-                StatusCode::UNPROCESSABLE_ENTITY,
-                json!({"error": "refused by the provider"}),
-            )
-        } else if let Some(previous) = ledger.applied.get(&key) {
-            ("replayed", StatusCode::OK, previous.clone())
-        } else {
-            let n = ledger.applied.len() + 1;
-            (
-                "applied",
-                StatusCode::OK,
-                json!({"refund_id": format!("rf_{n:06}"), "key": key}),
-            )
-        };
-        if let Err(e) = ledger.append(&line(event, response.clone())) {
-            tracing::error!(error = %e, "demo sink log write failed");
-            return (StatusCode::INTERNAL_SERVER_ERROR, "log write failed").into_response();
+        Mode::Stall => return std::future::pending().await,
+        Mode::Late => {
+            // Apart from the request, so that a caller hanging up does not
+            // stop it.
+            tokio::spawn(async move {
+                tokio::time::sleep(LATE_BY).await;
+                let _ = record(&sink, &key, &authority, generation, mode);
+            });
+            return std::future::pending().await;
         }
-        (status, response)
+        _ => {}
+    }
+    let (status, response) = match record(&sink, &key, &authority, generation, mode) {
+        Ok(answer) => answer,
+        Err(failed) => return (StatusCode::INTERNAL_SERVER_ERROR, failed).into_response(),
     };
     if status != StatusCode::OK {
         return (status, axum::Json(response)).into_response();
@@ -229,10 +206,62 @@ async fn apply(State(sink): State<Sink>, headers: HeaderMap, body: Bytes) -> Res
             .header(header::CONTENT_LENGTH, "64")
             .body(Body::new(Broken))
             .expect("a valid response"),
-        Mode::Ok | Mode::Reject | Mode::Stall => {
+        Mode::Ok | Mode::Reject | Mode::Stall | Mode::Late => {
             (StatusCode::OK, axum::Json(response)).into_response()
         }
     }
+}
+
+/// Applies (or fences, refuses, replays) one request and logs it, durably,
+/// before anything is answered.
+fn record(
+    sink: &Sink,
+    key: &str,
+    authority: &str,
+    generation: i64,
+    mode: Mode,
+) -> Result<(StatusCode, Value), &'static str> {
+    let line = |event: &str, response: Value| LogLine {
+        event: event.to_owned(),
+        key: key.to_owned(),
+        authority: authority.to_owned(),
+        generation,
+        at: chrono::Utc::now(),
+        response,
+    };
+    let mut ledger = sink.ledger.lock().expect("sink lock");
+    let highest = ledger
+        .highest_generation
+        .get(authority)
+        .copied()
+        .unwrap_or(0);
+    let (event, status, response) = if generation < highest {
+        (
+            "fenced",
+            StatusCode::CONFLICT,
+            json!({"error": "stale_generation", "highest_seen": highest}),
+        )
+    } else if mode == Mode::Reject {
+        (
+            "rejected",
+            StatusCode::UNPROCESSABLE_ENTITY,
+            json!({"error": "refused by the provider"}),
+        )
+    } else if let Some(previous) = ledger.applied.get(key) {
+        ("replayed", StatusCode::OK, previous.clone())
+    } else {
+        let n = ledger.applied.len() + 1;
+        (
+            "applied",
+            StatusCode::OK,
+            json!({"refund_id": format!("rf_{n:06}"), "key": key}),
+        )
+    };
+    if let Err(e) = ledger.append(&line(event, response.clone())) {
+        tracing::error!(error = %e, "demo sink log write failed");
+        return Err("log write failed");
+    }
+    Ok((status, response))
 }
 
 /// The reconcile probe: did the effect with this key run?

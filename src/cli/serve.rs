@@ -127,11 +127,14 @@ pub(super) async fn run(
         // The sink answers "did this key run?", so recovery can settle a
         // refund whose custodian died mid-effect instead of calling it
         // ambiguous. Its port changes at every start; its log does not.
-        effects.register(
+        // It applies a request at once or never (its `late` mode, 3 s after
+        // the request, stays inside the deadline), so 2 s of margin is ample.
+        effects.register_with_margin(
             "refund",
             HttpExecutor::new(format!("{url}/refunds"), Default::default(), timeout)?
                 .with_reconcile_url(Some(format!("{url}/applied/{{key}}"))),
             timeout,
+            std::time::Duration::from_secs(2),
         );
         extras.push(format!(
             "demo sink:      {url} (kind refund, log {})",

@@ -65,11 +65,23 @@ impl Effect for Noop {
     }
 }
 
-/// An executor and its deadline.
+/// An executor, its deadline, and how much longer a dispatched effect may
+/// still take hold at the provider.
 #[derive(Debug, Clone)]
 pub struct Registered {
     pub effect: Arc<dyn Effect>,
     pub timeout: Duration,
+    /// Added to `timeout` before a probe's "not found" counts as "not
+    /// applied" (`domain::recovery::weigh`): the request's way to the
+    /// provider and the provider's own queue.
+    pub probe_margin: Duration,
+}
+
+impl Registered {
+    /// How long after `effect_started` the effect may still take hold.
+    pub fn window(&self) -> Duration {
+        self.timeout.saturating_add(self.probe_margin)
+    }
 }
 
 /// Executors by kind.
@@ -80,6 +92,9 @@ pub struct Effects {
 
 /// Deadline of an effect when the catalog gives none.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The probe margin when the catalog gives none (`probe_margin`).
+pub const DEFAULT_PROBE_MARGIN: Duration = Duration::from_secs(10);
 
 impl Default for Effects {
     fn default() -> Self {
@@ -92,12 +107,25 @@ impl Default for Effects {
 }
 
 impl Effects {
+    /// `effect` runs `kind` under `timeout`, with the default probe margin.
     pub fn register(&mut self, kind: &str, effect: impl Effect + 'static, timeout: Duration) {
+        self.register_with_margin(kind, effect, timeout, DEFAULT_PROBE_MARGIN);
+    }
+
+    /// [`Effects::register`] with a probe margin of its own.
+    pub fn register_with_margin(
+        &mut self,
+        kind: &str,
+        effect: impl Effect + 'static,
+        timeout: Duration,
+        probe_margin: Duration,
+    ) {
         self.by_kind.insert(
             kind.to_owned(),
             Registered {
                 effect: Arc::new(effect),
                 timeout,
+                probe_margin,
             },
         );
     }
@@ -112,6 +140,10 @@ impl Effects {
 }
 
 impl crate::ledger::probe::Prober for Effects {
+    fn window(&self, kind: &str) -> Option<Duration> {
+        self.get(kind).map(Registered::window)
+    }
+
     fn probe<'a>(
         &'a self,
         row: &'a crate::db::CommandRow,

@@ -5,7 +5,7 @@
 
 use crate::catalog::{Catalog, CatalogError, parse_duration};
 
-use super::effects::{DEFAULT_TIMEOUT, Effects, Noop};
+use super::effects::{DEFAULT_PROBE_MARGIN, DEFAULT_TIMEOUT, Effects, Noop};
 use super::http_executor::HttpExecutor;
 
 impl Catalog {
@@ -24,15 +24,21 @@ impl Catalog {
                 })?,
                 None => DEFAULT_TIMEOUT,
             };
+            let margin = match &cfg.probe_margin {
+                Some(m) => parse_duration(m).ok_or_else(|| {
+                    invalid(format!("probe_margin {m:?} is not like 10s, 500ms or 2m"))
+                })?,
+                None => DEFAULT_PROBE_MARGIN,
+            };
             match (cfg.executor.as_deref(), &cfg.url) {
                 // A kind may declare only its admission policy.
                 (None, None) => {}
-                (Some("noop"), None) => effects.register(kind, Noop, timeout),
+                (Some("noop"), None) => effects.register_with_margin(kind, Noop, timeout, margin),
                 (None | Some("http"), Some(url)) => {
                     let executor = HttpExecutor::new(url.clone(), cfg.headers.clone(), timeout)
                         .map_err(|e| invalid(e.to_string()))?
                         .with_reconcile_url(cfg.reconcile_url.clone());
-                    effects.register(kind, executor, timeout);
+                    effects.register_with_margin(kind, executor, timeout, margin);
                 }
                 (Some("http"), None) => {
                     return Err(invalid("an http executor needs a url".into()));
@@ -60,6 +66,7 @@ mod tests {
             [kinds.refund]
             url = "http://127.0.0.1:9/refund"
             timeout = "250ms"
+            probe_margin = "2s"
             headers = { "x-api-key" = "k" }
 
             [kinds.ping]
@@ -72,7 +79,15 @@ mod tests {
             effects.get("refund").unwrap().timeout,
             Duration::from_millis(250)
         );
-        assert!(effects.get("ping").is_some());
+        assert_eq!(
+            effects.get("refund").unwrap().window(),
+            Duration::from_millis(2250),
+            "the deadline plus the probe margin"
+        );
+        assert_eq!(
+            effects.get("ping").unwrap().probe_margin,
+            DEFAULT_PROBE_MARGIN
+        );
         assert!(effects.get("noop").is_some(), "noop is always there");
         assert!(effects.get("charge").is_none());
     }
@@ -83,6 +98,7 @@ mod tests {
             "[kinds.refund]\nexecutor = \"http\"\ntimeout = \"1s\"",
             "[kinds.refund]\nurl = \"http://x\"\ntimeout = \"soon\"",
             "[kinds.refund]\nexecutor = \"carrier-pigeon\"",
+            "[kinds.refund]\nurl = \"http://x\"\nprobe_margin = \"later\"",
             "[kinds.Refund]\nexecutor = \"noop\"",
         ] {
             let catalog: Catalog = toml::from_str(bad).unwrap();

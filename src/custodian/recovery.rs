@@ -8,12 +8,13 @@ use serde_json::json;
 use sqlx::PgPool;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 use uuid::Uuid;
 
 use super::effects::{EffectCall, Effects};
 use crate::db::txn::{Isolation, Retrying, TxError};
 use crate::db::{self, recovery::Candidate};
-use crate::domain::recovery::{Decision, Facts, ProbeAnswer, decide};
+use crate::domain::recovery::{Decision, EffectWindow, Facts, ProbeAnswer, Verdict, decide, weigh};
 use crate::domain::{CommandState, EffectOutcome};
 use crate::ledger::OutcomeWake;
 
@@ -31,6 +32,10 @@ pub struct RecoveryReport {
     /// Resolved by the probe as not applied.
     pub failed: usize,
     pub ambiguous: usize,
+    /// Left `effect_started`: the probe found no effect yet, but one
+    /// dispatched may still take hold until its window closes (its deadline
+    /// plus the kind's probe margin); asked again on a later pass.
+    pub waiting: usize,
     /// Decisions whose guarded write found the row changed meanwhile.
     pub skipped: usize,
 }
@@ -253,7 +258,10 @@ impl Recovery {
                     let Some(generation) = c.authority_generation else {
                         continue;
                     };
-                    let outcome = self.resolution(&c, generation).await;
+                    let Some(outcome) = self.resolution(&c, generation).await else {
+                        report.waiting += 1;
+                        continue;
+                    };
                     let (result, error) = outcome.columns();
                     let ok = self
                         .guarded(&Write::Resolve {
@@ -286,8 +294,10 @@ impl Recovery {
     }
 
     /// Asks the executor's probe, if it has one; otherwise, or without a
-    /// definite answer, the command is ambiguous.
-    async fn resolution(&self, c: &Candidate, generation: i64) -> EffectOutcome {
+    /// definite answer, the command is ambiguous. `None`: the probe found
+    /// nothing, but the effect may still take hold (its window is open), so
+    /// nothing is concluded yet.
+    async fn resolution(&self, c: &Candidate, generation: i64) -> Option<EffectOutcome> {
         let call = EffectCall {
             command_id: c.id,
             kind: c.kind.clone(),
@@ -296,28 +306,40 @@ impl Recovery {
             args: c.args.clone(),
             downstream_key: EffectCall::downstream_key_for(c.id),
         };
-        let answer = match self
-            .effects
-            .get(&c.kind)
-            .and_then(|r| r.effect.reconcile(&call))
-        {
+        let asked = std::time::Instant::now();
+        let registered = self.effects.get(&c.kind);
+        let answer = match registered.and_then(|r| r.effect.reconcile(&call)) {
             Some(probe) => probe.await,
             None => ProbeAnswer::Unknown("no reconcile probe for this kind".to_owned()),
         };
-        match answer {
-            ProbeAnswer::Applied(result) => EffectOutcome::Applied(result),
-            ProbeAnswer::NotApplied => EffectOutcome::Failed {
+        let window = EffectWindow {
+            // A row read without its start (it cannot be, as effect_started)
+            // is weighed as started when read: the whole window ahead.
+            started_at: c.effect_started_at.unwrap_or(c.read_at),
+            lasts: registered.map_or(Duration::MAX, |r| r.window()),
+        };
+        // The read's clock plus the probe's own time: the database's clock,
+        // never this process's, decides when the window has closed.
+        let now = c.read_at + chrono::Duration::from_std(asked.elapsed()).unwrap_or_default();
+        match weigh(answer, window, now) {
+            Verdict::Applied(result) => Some(EffectOutcome::Applied(result)),
+            Verdict::NotApplied => Some(EffectOutcome::Failed {
                 reason: "not_applied",
                 detail: json!(
-                    "the executor vanished after effect_started; the reconcile probe says the effect did not run"
+                    "the executor vanished after effect_started; the reconcile probe says the effect did not run, and its deadline has passed"
                 ),
-            },
-            ProbeAnswer::Unknown(why) => EffectOutcome::Ambiguous {
+            }),
+            Verdict::NotYet { ask_again_at } => {
+                tracing::info!(command.id = %c.id, authority = %c.authority_id, %ask_again_at,
+                    "the reconcile probe found no effect yet, but the dispatched effect may still take hold until its deadline plus the kind's probe margin; left effect_started, asked again later");
+                None
+            }
+            Verdict::Unknown(why) => Some(EffectOutcome::Ambiguous {
                 reason: "executor_lost",
                 detail: json!(format!(
                     "the executor vanished after effect_started; nobody can tell whether the effect ran ({why})"
                 )),
-            },
+            }),
         }
     }
 }

@@ -22,6 +22,11 @@ pub struct Candidate {
     pub deadline_passed: bool,
     pub current_generation: Option<i64>,
     pub lease_live: bool,
+    /// When `effect_started` was recorded (effect_started rows only).
+    pub effect_started_at: Option<DateTime<Utc>>,
+    /// The database's clock when the candidate was read: the one clock
+    /// that decides whether an effect's window has closed.
+    pub read_at: DateTime<Utc>,
 }
 
 /// Up to `limit` claimed commands (`prepared`, `effect_started`) that need
@@ -42,7 +47,9 @@ pub async fn claimed(
                c.pinned_generation, c.deadline_at,
                coalesce(c.deadline_at <= now(), false) as "deadline_passed!",
                a.generation as "current_generation?",
-               coalesce(a.lease_expires_at > now(), false) as "lease_live!"
+               coalesce(a.lease_expires_at > now(), false) as "lease_live!",
+               case when c.state = 'effect_started' then c.updated_at end as "effect_started_at?",
+               now() as "read_at!"
         from command_in_flight f
         join commands c on c.authority_id = f.authority_id and c.id = f.id
         left join authorities a on a.id = c.authority_id
@@ -86,7 +93,9 @@ pub async fn overdue(
                c.pinned_generation, q.deadline_at,
                coalesce(c.deadline_at <= now(), false) as "deadline_passed!",
                a.generation as "current_generation?",
-               coalesce(a.lease_expires_at > now(), false) as "lease_live!"
+               coalesce(a.lease_expires_at > now(), false) as "lease_live!",
+               null::timestamptz as "effect_started_at?",
+               now() as "read_at!"
         from command_queue q
         join commands c on c.authority_id = q.authority_id and c.id = q.id
         left join authorities a on a.id = c.authority_id

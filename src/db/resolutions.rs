@@ -138,3 +138,25 @@ pub async fn unresolved(
     .fetch_all(ex)
     .await
 }
+
+/// When command `id` of `authority` was recorded `effect_started` (its
+/// latest such entry; `None`: never), and the database's clock now: what
+/// decides whether its effect may still take hold.
+pub async fn effect_started_at(
+    ex: impl PgExecutor<'_>,
+    authority: &str,
+    id: Uuid,
+) -> Result<(Option<DateTime<Utc>>, DateTime<Utc>), sqlx::Error> {
+    let row = sqlx::query!(
+        r#"
+        select max(h.at) as "started_at?", now() as "now!"
+        from command_history h
+        where h.authority_id = $1 and h.command_id = $2 and h.to_state = 'effect_started'
+        "#,
+        authority,
+        id,
+    )
+    .fetch_one(ex)
+    .await?;
+    Ok((row.started_at, row.now))
+}

@@ -4,6 +4,9 @@
 //! resolved by asking the executor (the reconcile probe) or declared
 //! ambiguous.
 
+use chrono::{DateTime, Utc};
+use std::time::Duration;
+
 use super::CommandState;
 
 /// What recovery reads about one unfinished command.
@@ -59,10 +62,63 @@ pub fn decide(f: &Facts) -> Decision {
 pub enum ProbeAnswer {
     /// The effect ran; the executor's result.
     Applied(serde_json::Value),
-    /// The effect certainly did not run.
+    /// The provider has no effect under the command's key (a `404`).
     NotApplied,
     /// No definite answer.
     Unknown(String),
+}
+
+/// How long after `effect_started` a dispatched effect may still take
+/// hold at the provider: the kind's deadline plus the catalog's margin
+/// (`probe_margin`) for the request's way there and the provider's queue.
+/// Measured from the `effect_started` commit's time, by the database's
+/// clock, so no process's clock decides it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EffectWindow {
+    /// When `effect_started` was recorded.
+    pub started_at: DateTime<Utc>,
+    /// The kind's deadline plus its probe margin.
+    pub lasts: Duration,
+}
+
+impl EffectWindow {
+    /// The first moment the effect can no longer be running.
+    pub fn closes_at(&self) -> DateTime<Utc> {
+        let lasts = chrono::Duration::from_std(self.lasts).unwrap_or(chrono::Duration::MAX);
+        self.started_at
+            .checked_add_signed(lasts)
+            .unwrap_or(DateTime::<Utc>::MAX_UTC)
+    }
+}
+
+/// What a probe's answer is worth at `now`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    /// The effect ran; the executor's result.
+    Applied(serde_json::Value),
+    /// The effect did not run and no longer can: the provider has nothing
+    /// under the key, and the effect's window has closed.
+    NotApplied,
+    /// No effect yet, but one dispatched before the window closes may still
+    /// take hold: nothing is concluded; ask again at `ask_again_at`.
+    NotYet { ask_again_at: DateTime<Utc> },
+    /// No definite answer.
+    Unknown(String),
+}
+
+/// Weighs a probe's answer: "not found" is "not applied" only once the
+/// effect can no longer be running (a provider may finish a request after
+/// its caller hung up), and "not yet" before that. A positive answer counts
+/// at once: an effect that ran cannot un-run.
+pub fn weigh(answer: ProbeAnswer, window: EffectWindow, now: DateTime<Utc>) -> Verdict {
+    match answer {
+        ProbeAnswer::Applied(result) => Verdict::Applied(result),
+        ProbeAnswer::NotApplied if now >= window.closes_at() => Verdict::NotApplied,
+        ProbeAnswer::NotApplied => Verdict::NotYet {
+            ask_again_at: window.closes_at(),
+        },
+        ProbeAnswer::Unknown(why) => Verdict::Unknown(why),
+    }
 }
 
 #[cfg(test)]
@@ -144,6 +200,71 @@ mod tests {
             ..facts(CommandState::EffectStarted)
         };
         assert_eq!(decide(&dead_lease), Decision::Resolve);
+    }
+
+    fn window() -> (EffectWindow, DateTime<Utc>) {
+        let started_at = "2026-12-06T10:00:00Z".parse().unwrap();
+        let window = EffectWindow {
+            started_at,
+            lasts: Duration::from_secs(15),
+        };
+        (window, started_at)
+    }
+
+    #[test]
+    fn not_found_is_not_applied_only_once_the_effect_can_no_longer_run() {
+        let (w, started) = window();
+        let closes = started + chrono::Duration::seconds(15);
+        assert_eq!(w.closes_at(), closes);
+        for now in [
+            started,
+            started + chrono::Duration::seconds(14),
+            closes - chrono::Duration::milliseconds(1),
+        ] {
+            assert_eq!(
+                weigh(ProbeAnswer::NotApplied, w, now),
+                Verdict::NotYet {
+                    ask_again_at: closes
+                },
+                "{now}"
+            );
+        }
+        for now in [closes, closes + chrono::Duration::days(3)] {
+            assert_eq!(weigh(ProbeAnswer::NotApplied, w, now), Verdict::NotApplied);
+        }
+    }
+
+    #[test]
+    fn applied_and_unknown_answers_count_whenever_they_come() {
+        let (w, started) = window();
+        for now in [started, started + chrono::Duration::hours(1)] {
+            assert_eq!(
+                weigh(ProbeAnswer::Applied(serde_json::json!({"id": 1})), w, now),
+                Verdict::Applied(serde_json::json!({"id": 1}))
+            );
+            assert_eq!(
+                weigh(ProbeAnswer::Unknown("down".into()), w, now),
+                Verdict::Unknown("down".into())
+            );
+        }
+    }
+
+    #[test]
+    fn a_window_too_long_to_represent_never_closes() {
+        let (_, started) = window();
+        let w = EffectWindow {
+            started_at: started,
+            lasts: Duration::MAX,
+        };
+        assert_eq!(w.closes_at(), DateTime::<Utc>::MAX_UTC);
+        assert!(matches!(
+            weigh(
+                ProbeAnswer::NotApplied,
+                w,
+                started + chrono::Duration::days(36500)
+            ),
+            Verdict::NotYet { .. }
+        ));
     }
 
     #[test]

@@ -86,6 +86,10 @@ pub(super) struct ProbeResult {
     answer: &'static str,
     /// Why the answer is unknown, or what the probe returned.
     detail: Option<String>,
+    /// Set when the probe found no effect while the effect could still take
+    /// hold (before its deadline plus the kind's probe margin, counted from
+    /// `effect_started`): nothing was recorded; ask again after this time.
+    ask_again_at: Option<chrono::DateTime<chrono::Utc>>,
     /// Recorded when the answer was definite; null otherwise.
     resolution: Option<ResolutionView>,
 }
@@ -96,6 +100,7 @@ impl From<Probed> for ProbeResult {
             command_id: p.command_id,
             answer: p.answer,
             detail: p.detail,
+            ask_again_at: p.ask_again_at,
             resolution: p.resolution.as_ref().map(resolution_view),
         }
     }

@@ -13,6 +13,10 @@ pub type ProbeFuture<'a> = Pin<Box<dyn Future<Output = ProbeAnswer> + Send + 'a>
 
 /// Whatever can ask the reconcile probe of a command's kind.
 pub trait Prober: Send + Sync + std::fmt::Debug {
+    /// How long after `effect_started` an effect of `kind` may still take
+    /// hold (its deadline plus its probe margin); `None`: unknown here.
+    fn window(&self, kind: &str) -> Option<std::time::Duration>;
+
     /// `None`: this process has no probe for the command's kind.
     fn probe<'a>(&'a self, row: &'a CommandRow) -> Option<ProbeFuture<'a>>;
 }

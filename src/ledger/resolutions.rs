@@ -4,15 +4,20 @@
 //! commands of an authority) and record a definite answer. The command
 //! stays `ambiguous` (terminal); the resolution is an append-only record
 //! beside it (migration 0018), once per command. Nothing is ever retried.
+//! A probe's "not found" is recorded only once the effect can no longer
+//! take hold (`domain::recovery::weigh`); before that the answer is
+//! `unknown`, with when to ask again.
 
+use chrono::{DateTime, SecondsFormat, Utc};
 use sqlx::PgPool;
+use std::time::Duration;
 use uuid::Uuid;
 
 use super::LedgerError;
 use super::probe::Prober;
 use crate::db::resolutions::{NewResolution, ResolutionRow, ResolveError};
 use crate::db::{self, CommandRow};
-use crate::domain::recovery::ProbeAnswer;
+use crate::domain::recovery::{EffectWindow, ProbeAnswer, Verdict, weigh};
 use crate::domain::{AuthorityId, CommandState};
 
 /// Most commands one authority-wide probe asks about.
@@ -88,6 +93,8 @@ pub struct Probed {
     pub answer: &'static str,
     /// Why the answer is unknown, or what the probe returned.
     pub detail: Option<String>,
+    /// When a "not found" will count: the effect may take hold until then.
+    pub ask_again_at: Option<DateTime<Utc>>,
     /// Recorded when the answer was definite.
     pub resolution: Option<ResolutionRow>,
 }
@@ -170,12 +177,38 @@ async fn probe_one(
     row: &CommandRow,
     actor: &str,
 ) -> Result<Probed, LedgerError> {
+    let (started_at, read_at) =
+        db::resolutions::effect_started_at(pool, &row.authority_id, row.id).await?;
+    let asked = std::time::Instant::now();
     let answer = match prober.and_then(|p| p.probe(row)) {
         Some(probe) => probe.await,
         None => ProbeAnswer::Unknown("no reconcile probe for this kind in this process".to_owned()),
     };
-    let (outcome, evidence, detail) = match answer {
-        ProbeAnswer::Applied(result) => {
+    let window = EffectWindow {
+        started_at: started_at.unwrap_or(read_at),
+        lasts: prober
+            .and_then(|p| p.window(&row.kind))
+            .unwrap_or(Duration::MAX),
+    };
+    // The database's clock at the read, plus the probe's own time.
+    let now = read_at + chrono::Duration::from_std(asked.elapsed()).unwrap_or_default();
+    let (outcome, evidence, detail) = match weigh(answer, window, now) {
+        Verdict::NotYet { ask_again_at } => {
+            return Ok(Probed {
+                command_id: row.id,
+                answer: "unknown",
+                detail: Some(format!(
+                    "the probe found no effect yet, but the effect dispatched at {} may still take hold until {} (the kind's timeout plus its probe_margin); nothing was recorded: ask again after then",
+                    window
+                        .started_at
+                        .to_rfc3339_opts(SecondsFormat::Millis, true),
+                    ask_again_at.to_rfc3339_opts(SecondsFormat::Millis, true),
+                )),
+                ask_again_at: Some(ask_again_at),
+                resolution: None,
+            });
+        }
+        Verdict::Applied(result) => {
             let result = result.to_string();
             let shown: String = result.chars().take(1500).collect();
             (
@@ -184,16 +217,17 @@ async fn probe_one(
                 Some(result),
             )
         }
-        ProbeAnswer::NotApplied => (
+        Verdict::NotApplied => (
             "not_applied",
-            "the reconcile probe says the effect never ran".to_owned(),
+            "the reconcile probe says the effect never ran, and its deadline has passed".to_owned(),
             None,
         ),
-        ProbeAnswer::Unknown(why) => {
+        Verdict::Unknown(why) => {
             return Ok(Probed {
                 command_id: row.id,
                 answer: "unknown",
                 detail: Some(why),
+                ask_again_at: None,
                 resolution: None,
             });
         }
@@ -218,6 +252,7 @@ async fn probe_one(
         command_id: row.id,
         answer: outcome,
         detail,
+        ask_again_at: None,
         resolution: Some(resolution),
     })
 }

@@ -31,6 +31,17 @@ fn effects(sink: &TestSink, probe: bool) -> Effects {
     effects
 }
 
+/// `refund` to the sink with its probe, under a deadline of `timeout`
+/// and a probe margin of `margin`.
+fn effects_within(sink: &TestSink, timeout: Duration, margin: Duration) -> Effects {
+    let mut effects = Effects::default();
+    let executor = HttpExecutor::new(format!("{}/refunds", sink.url), Default::default(), timeout)
+        .unwrap()
+        .with_reconcile_url(Some(format!("{}/applied/{{key}}", sink.url)));
+    effects.register_with_margin("refund", executor, timeout, margin);
+    effects
+}
+
 fn recovery(app: &TestApp, effects: Effects) -> Recovery {
     Recovery::new(
         crate::harness::as_role(&app.pool, command_ledger::db::roles::ServiceRole::Custodian),
@@ -184,26 +195,91 @@ async fn a_started_command_whose_executor_died_after_dispatch_is_resolved_applie
     );
 }
 
+/// The probe's "not found" counts once the effect's window (its deadline
+/// plus the kind's probe margin, from `effect_started`) has closed, and not
+/// before: until then the command stays `effect_started`.
 #[tokio::test]
-async fn a_started_command_that_was_never_dispatched_is_failed_not_applied() {
+async fn a_started_command_that_was_never_dispatched_is_failed_not_applied_once_its_window_closes()
+{
     let app = TestApp::spawn().await;
     let token = app.token("dev", Role::Device).await;
     let sink = TestSink::start(Mode::Ok).await;
-    let c = custodian(&app.pool, &["payments"], effects(&sink, true), 10 * SECOND);
+    let within = || effects_within(&sink, SECOND, SECOND);
+    let c = custodian(&app.pool, &["payments"], within(), 10 * SECOND);
     let id = app.create(&token, "k", &refund(1)).await;
     crash_after_start(&app, &c, false).await;
 
-    let report = recovery(&app, effects(&sink, true))
-        .run_once()
-        .await
-        .unwrap();
-    assert_eq!(report.failed, 1, "{report:?}");
+    let early = recovery(&app, within()).run_once().await.unwrap();
+    assert_eq!((early.waiting, early.failed), (1, 0), "{early:?}");
+    assert_eq!(row(&app, &id).await.0, "effect_started");
+
+    tokio::time::sleep(2 * SECOND).await;
+    let report = recovery(&app, within()).run_once().await.unwrap();
+    assert_eq!((report.failed, report.waiting), (1, 0), "{report:?}");
     let (state, _, error) = row(&app, &id).await;
     assert_eq!(
         (state.as_str(), error["reason"].as_str()),
         ("failed", Some("not_applied"))
     );
     assert_eq!(sink.count("applied"), 0);
+}
+
+/// A provider that finishes a request after its caller hung up (the demo
+/// sink's `late` mode applies 3 s after it took the request; the caller
+/// gave up after 1 s, then its custodian died): a probe asked before the
+/// effect's window closes (1 s deadline + 3 s margin) finds nothing and
+/// concludes nothing; asked after the provider applied, it finds the
+/// refund. The command is never `failed` while the refund could still
+/// happen, so nobody is invited to pay again.
+#[tokio::test]
+async fn a_probes_not_found_is_not_trusted_while_the_effect_may_still_take_hold() {
+    let app = TestApp::spawn().await;
+    let token = app.token("dev", Role::Device).await;
+    let sink = TestSink::start(Mode::Late).await;
+    let within = || effects_within(&sink, SECOND, 3 * SECOND);
+    let c = custodian(&app.pool, &["payments"], within(), 10 * SECOND);
+    let id = app.create(&token, "k", &refund(1)).await;
+    let dispatched = std::time::Instant::now();
+    crash_after_start(&app, &c, true).await;
+
+    // Asked while the provider still holds the request: "not found".
+    assert!(dispatched.elapsed() < command_ledger::demo_sink::LATE_BY);
+    let early = recovery(&app, within()).run_once().await.unwrap();
+    assert_eq!(sink.count("applied"), 0, "the provider has not applied yet");
+    assert_eq!(
+        (early.waiting, early.failed, early.ambiguous),
+        (1, 0, 0),
+        "{early:?}"
+    );
+    assert_eq!(row(&app, &id).await.0, "effect_started");
+
+    // The provider applies after its caller went away.
+    let deadline = std::time::Instant::now() + 5 * SECOND;
+    while sink.count("applied") == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the sink never applied"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let later = recovery(&app, within()).run_once().await.unwrap();
+    assert_eq!(later.applied, 1, "{later:?}");
+    let (state, result, _) = row(&app, &id).await;
+    assert_eq!(state, "applied");
+    assert_eq!(result["key"], format!("cl-{id}"));
+    let states: Vec<String> = sqlx::query_scalar(
+        "select to_state from command_history where command_id = $1::uuid order by seq",
+    )
+    .bind(&id)
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    assert!(!states.iter().any(|s| s == "failed"), "{states:?}");
+    assert_eq!(
+        (sink.count("applied"), sink.requests()),
+        (1, 1),
+        "probed, never re-executed"
+    );
 }
 
 #[tokio::test]

@@ -40,6 +40,9 @@ impl Effect for Unsure {
     }
 }
 
+/// The `never` kind's deadline, and so its window.
+const NEVER_WINDOW: Duration = Duration::from_secs(2);
+
 struct Setup {
     base: String,
     db_url: String,
@@ -67,7 +70,15 @@ impl Setup {
                 answer,
                 calls: Arc::clone(&calls),
             };
-            effects.register(kind, effect, Duration::from_secs(5));
+            // `never`'s "not found" counts once 2 s have passed since
+            // effect_started (its deadline, no margin): the effect can no
+            // longer take hold then.
+            let timeout = if kind == "never" {
+                NEVER_WINDOW
+            } else {
+                Duration::from_secs(5)
+            };
+            effects.register_with_margin(kind, effect, timeout, Duration::ZERO);
         }
         let mut state = AppState::new(
             pool.clone(),
@@ -294,7 +305,8 @@ async fn probing_now_records_a_definite_answer_and_never_retries() {
     assert!(s.command(s.id(2)).await.get("resolution").is_none());
 
     // The rest of the authority: the two unresolved the probe can answer,
-    // and the one it cannot (still unresolved).
+    // and the one it cannot (still unresolved); `never`'s window closed.
+    tokio::time::sleep(NEVER_WINDOW).await;
     let (status, all) = s
         .post(
             &s.operator,
@@ -341,6 +353,37 @@ async fn probing_now_records_a_definite_answer_and_never_retries() {
         .unwrap();
     assert!(states.iter().all(|st| st == "ambiguous"), "{states:?}");
     assert_eq!(s.calls.load(Ordering::SeqCst), 4, "probes never execute");
+}
+
+/// A probe's "not found" while the effect could still take hold (before
+/// its deadline plus the kind's probe margin, from `effect_started`)
+/// records nothing and says when to ask again; asked then, it records
+/// `not_applied`.
+#[tokio::test]
+async fn probing_now_records_not_applied_only_once_the_effect_can_no_longer_take_hold() {
+    let s = Setup::new().await;
+    let path = format!("/v1/commands/{}/probe", s.id(1));
+    let (status, early) = s.post(&s.operator, &path, None).await;
+    assert_eq!(status, 200, "{early}");
+    assert_eq!(early["answer"], "unknown", "{early}");
+    assert!(early["resolution"].is_null(), "{early}");
+    let detail = early["detail"].as_str().unwrap();
+    assert!(detail.contains("may still take hold"), "{detail}");
+    let again: chrono::DateTime<chrono::Utc> =
+        early["ask_again_at"].as_str().unwrap().parse().unwrap();
+    assert!(s.command(s.id(1)).await.get("resolution").is_none());
+
+    let wait = (again - chrono::Utc::now()).to_std().unwrap_or_default();
+    assert!(wait <= NEVER_WINDOW, "{again}");
+    tokio::time::sleep(wait + Duration::from_millis(200)).await;
+    let (status, later) = s.post(&s.operator, &path, None).await;
+    assert_eq!(status, 200, "{later}");
+    assert_eq!(later["answer"], "not_applied", "{later}");
+    assert!(later["ask_again_at"].is_null(), "{later}");
+    assert_eq!(
+        s.command(s.id(1)).await["resolution"]["outcome"],
+        "not_applied"
+    );
 }
 
 /// The command line's `commands resolve` records a resolution through the

@@ -50,8 +50,14 @@ pub(in crate::cli) async fn run(
     db.close().await?;
     let r = outcome.context("recovery pass")?;
     println!(
-        "examined {}, expired {}, adopted {}, resolved applied {}, failed {}, ambiguous {}, changed meanwhile {}",
-        r.examined, r.expired, r.adopted, r.applied, r.failed, r.ambiguous, r.skipped
+        "examined {}, expired {}, adopted {}, resolved applied {}, failed {}, ambiguous {}, not yet {}, changed meanwhile {}",
+        r.examined, r.expired, r.adopted, r.applied, r.failed, r.ambiguous, r.waiting, r.skipped
     );
+    if r.waiting > 0 {
+        println!(
+            "not yet: {} started command(s) left effect_started: the probe found no effect, but one dispatched may still take hold until the kind's timeout plus its probe_margin has passed since effect_started; run recover again after that",
+            r.waiting
+        );
+    }
     Ok(())
 }

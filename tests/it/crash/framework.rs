@@ -214,7 +214,7 @@ impl World {
         std::fs::write(
             dir.join("ledger.toml"),
             format!(
-                "[kinds.refund]\nurl = \"{sink_url}/refunds\"\ntimeout = \"2s\"\nreconcile_url = \"{sink_url}/applied/{{key}}\"\n"
+                "[kinds.refund]\nurl = \"{sink_url}/refunds\"\ntimeout = \"2s\"\nprobe_margin = \"1s\"\nreconcile_url = \"{sink_url}/applied/{{key}}\"\n"
             ),
         )
         .unwrap();
