@@ -2908,6 +2908,8 @@ CREATE TABLE public.holds (
     command_id uuid,
     not_before timestamp with time zone,
     priority smallint DEFAULT 0 NOT NULL,
+    confirmed_applied uuid,
+    CONSTRAINT holds_confirmation_only_when_released CHECK (((confirmed_applied IS NULL) OR (state = 'released'::text))),
     CONSTRAINT holds_decided_iff_not_open CHECK (((state = 'open'::text) = ((decided_at IS NULL) AND (decided_by IS NULL)))),
     CONSTRAINT holds_digests_are_sha256 CHECK (((octet_length(request_digest) = 32) AND (octet_length(intent_digest) = 32))),
     CONSTRAINT holds_priority_in_range CHECK (((priority >= '-100'::integer) AND (priority <= 100))),
@@ -3052,6 +3054,12 @@ COMMENT ON COLUMN public.holds.not_before IS 'not_before of the held request, ca
 --
 
 COMMENT ON COLUMN public.holds.priority IS 'Priority of the held request, carried to the command on release.';
+
+--
+-- Name: COLUMN holds.confirmed_applied; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.holds.confirmed_applied IS 'For a released hold whose intent had been applied after the hold opened: the applied command the operator confirmed running the intent again despite (the release is refused unless it names it). Null otherwise.';
 
 --
 -- Name: principals; Type: TABLE; Schema: public; Owner: -

@@ -14,7 +14,8 @@ use uuid::Uuid;
 use super::Database;
 use crate::db::authorities::AuthorityRow;
 use crate::db::commands::CommandRow;
-use crate::db::holds::HoldRow;
+use crate::domain::hold::Standing;
+use crate::ledger::holds::HoldNow;
 
 #[derive(Debug, Args)]
 pub struct Output {
@@ -41,6 +42,11 @@ pub enum HoldsCommand {
         /// Why, for the audit.
         #[arg(long)]
         reason: Option<String>,
+        /// The command that applied the hold's intent after the hold opened
+        /// (`holds list` shows it): run the intent again knowingly. Without
+        /// it such a release is refused.
+        #[arg(long, value_name = "COMMAND_ID")]
+        confirm_applied: Option<Uuid>,
         #[command(flatten)]
         output: Output,
     },
@@ -101,7 +107,7 @@ async fn holds_on(db: &Database, cmd: HoldsCommand) -> anyhow::Result<()> {
             output,
         } => {
             let rows =
-                crate::db::holds::list(&db.pool, state.map(HoldState::as_str), limit).await?;
+                crate::ledger::holds::list(&db.pool, state.map(HoldState::as_str), limit).await?;
             if output.json {
                 print_json(&Value::Array(
                     rows.iter().map(crate::http::json::hold).collect(),
@@ -114,6 +120,7 @@ async fn holds_on(db: &Database, cmd: HoldsCommand) -> anyhow::Result<()> {
                         "kind",
                         "authority",
                         "resembles",
+                        "intent now",
                         "created",
                         "decided by",
                     ],
@@ -121,7 +128,12 @@ async fn holds_on(db: &Database, cmd: HoldsCommand) -> anyhow::Result<()> {
                 );
             }
         }
-        HoldsCommand::Release { id, reason, output } => {
+        HoldsCommand::Release {
+            id,
+            reason,
+            confirm_applied,
+            output,
+        } => {
             // Recorded, then the authority's custodians woken, as the API does.
             let wake = crate::ledger::PendingWake::direct(db.pool.clone());
             let (hold, command) = crate::ledger::holds::release(
@@ -129,6 +141,7 @@ async fn holds_on(db: &Database, cmd: HoldsCommand) -> anyhow::Result<()> {
                 db.backend,
                 &wake,
                 id,
+                confirm_applied,
                 &actor(),
                 reason.as_deref(),
             )
@@ -141,7 +154,7 @@ async fn holds_on(db: &Database, cmd: HoldsCommand) -> anyhow::Result<()> {
             } else {
                 println!(
                     "hold {} released; command {} recorded (pending)",
-                    hold.id, command.id
+                    hold.hold.id, command.id
                 );
             }
         }
@@ -152,7 +165,7 @@ async fn holds_on(db: &Database, cmd: HoldsCommand) -> anyhow::Result<()> {
             if output.json {
                 print_json(&json!({"hold": crate::http::json::hold(&hold)}));
             } else {
-                println!("hold {} rejected; nothing runs", hold.id);
+                println!("hold {} rejected; nothing runs", hold.hold.id);
             }
         }
     }
@@ -165,6 +178,11 @@ fn undecided(e: crate::ledger::LedgerError, id: Uuid) -> anyhow::Error {
     use crate::ledger::LedgerError;
     match e {
         LedgerError::NotFound | LedgerError::HoldDecided { .. } => anyhow::anyhow!(not_open(id)),
+        LedgerError::HoldIntentApplied {
+            applied_command_id, ..
+        } => anyhow::anyhow!(
+            "command {applied_command_id} applied this hold's intent after the hold was opened: releasing would apply it again; to do so knowingly: holds release {id} --confirm-applied {applied_command_id}"
+        ),
         e => e.into(),
     }
 }
@@ -221,13 +239,33 @@ pub(super) fn command_json(c: &CommandRow) -> Value {
     doc
 }
 
-fn hold_cells(h: &HoldRow) -> Vec<String> {
+fn hold_cells(now: &HoldNow) -> Vec<String> {
+    let h = &now.hold;
+    let intent = match crate::domain::hold::standing(&now.intent) {
+        Standing::Current => match now.intent.resembles {
+            Some(s) => format!("resembled is {s}"),
+            None => "resembled was pruned".to_owned(),
+        },
+        Standing::ReasonGone {
+            resembles,
+            resolved_not_applied,
+        } => format!(
+            "reason gone: resembled {resembles}{}",
+            if resolved_not_applied {
+                ", resolved not_applied"
+            } else {
+                ""
+            }
+        ),
+        Standing::AppliedSince(id) => format!("APPLIED since by {id}"),
+    };
     vec![
         h.id.to_string(),
         h.state.clone(),
         h.kind.clone(),
         h.authority_id.clone(),
         h.resembles.to_string(),
+        intent,
         time(Some(h.created_at)),
         h.decided_by.clone().unwrap_or_else(|| "-".into()),
     ]

@@ -8,6 +8,8 @@ use uuid::Uuid;
 use super::commands::{CommandRow, NewCommand, Request};
 use super::submissions;
 use super::txn;
+use crate::domain::CommandState;
+use crate::domain::hold::{self, IntentNow};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct HoldRow {
@@ -33,6 +35,8 @@ pub struct HoldRow {
     pub command_id: Option<Uuid>,
     pub not_before: Option<DateTime<Utc>>,
     pub priority: i16,
+    /// The applied command a release was confirmed against (migration 0040).
+    pub confirmed_applied: Option<Uuid>,
 }
 
 impl HoldRow {
@@ -190,20 +194,24 @@ pub async fn list(
     .await
 }
 
-/// Closes an open hold: `released` (with the command it created) or `rejected`.
+/// Closes an open hold: `released` (with the command it created, and the
+/// applied command the release was confirmed against, if any) or `rejected`.
+#[allow(clippy::too_many_arguments)]
 pub async fn decide(
     ex: impl PgExecutor<'_>,
     authority: &str,
     id: Uuid,
     state: &str,
     command_id: Option<Uuid>,
+    confirmed_applied: Option<Uuid>,
     actor: &str,
     reason: Option<&str>,
 ) -> Result<Option<HoldRow>, sqlx::Error> {
     sqlx::query_as!(
         HoldRow,
         r#"
-        update holds set state = $2, command_id = $3, decided_at = now(), decided_by = $4, decision_reason = $5
+        update holds set state = $2, command_id = $3, decided_at = now(), decided_by = $4, decision_reason = $5,
+                         confirmed_applied = $7
         where authority_id = $6 and id = $1 and state = 'open'
         returning *
         "#,
@@ -213,22 +221,81 @@ pub async fn decide(
         actor,
         reason,
         authority,
+        confirmed_applied,
     )
     .fetch_optional(ex)
     .await
 }
 
+/// What the ledger says now about `hold`'s intent (`domain::hold`): the
+/// command it resembles, that command's resolution, the newest command of
+/// the intent, and the newest applied since the hold opened (other than
+/// the hold's own). All of it on the hold's authority (one shard on Citus).
+pub async fn intent_now(ex: impl PgExecutor<'_>, hold: &HoldRow) -> Result<IntentNow, sqlx::Error> {
+    let row = sqlx::query!(
+        r#"
+        select r.state as "resembles?",
+               (select s.outcome from command_resolutions s
+                where s.authority_id = $1 and s.command_id = r.id) as "resolution?",
+               (select c.id from commands c
+                where c.authority_id = $1 and c.scope = $2 and c.intent_digest = $3
+                order by c.created_at desc limit 1) as "latest_id?",
+               (select c.state from commands c
+                where c.authority_id = $1 and c.scope = $2 and c.intent_digest = $3
+                order by c.created_at desc limit 1) as "latest_state?",
+               (select c.id from commands c
+                where c.authority_id = $1 and c.scope = $2 and c.intent_digest = $3
+                  and c.created_at > $4 and c.state = 'applied'
+                  and c.id is distinct from $6
+                order by c.created_at desc limit 1) as "applied_since?"
+        from holds h
+        left join commands r on r.authority_id = h.authority_id and r.id = h.resembles
+        where h.authority_id = $1 and h.id = $5
+        "#,
+        hold.authority_id,
+        hold.scope,
+        hold.intent_digest,
+        hold.created_at,
+        hold.id,
+        hold.command_id,
+    )
+    .fetch_one(ex)
+    .await?;
+    let state = |s: Option<String>| s.and_then(|s| s.parse::<CommandState>().ok());
+    Ok(IntentNow {
+        resembles: state(row.resembles),
+        resembles_resolution: row.resolution,
+        latest: row.latest_id.zip(state(row.latest_state)),
+        applied_since: row.applied_since,
+    })
+}
+
+/// What a release did.
+#[derive(Debug)]
+pub enum Released {
+    /// The hold is released; the command it recorded.
+    Done(Box<(HoldRow, CommandRow)>),
+    /// The hold is not open (decided already, or missing).
+    NotOpen,
+    /// The intent was applied by this command after the hold opened, and
+    /// the release did not name it: nothing was recorded.
+    Unconfirmed(Uuid),
+}
+
 /// Releases an open hold in one transaction: records its command (pending,
 /// under the key `hold:<id>`, durable before any dispatch, like every
-/// command) and closes the hold as `released`, naming that command.
-/// `None` when the hold is not open (decided already, or missing).
+/// command) and closes the hold as `released`, naming that command. A hold
+/// whose intent was applied after it opened is released only when
+/// `confirmed_applied` names that applied command (read under the hold's
+/// lock, in the release's own transaction).
 pub async fn release(
     conn: &mut sqlx::PgConnection,
     backend: super::Backend,
     id: Uuid,
+    confirmed_applied: Option<Uuid>,
     actor: &str,
     reason: Option<&str>,
-) -> Result<Option<(HoldRow, CommandRow)>, sqlx::Error> {
+) -> Result<Released, sqlx::Error> {
     let mut tx = txn::Opening::new(
         backend,
         txn::Isolation::ReadCommitted,
@@ -237,15 +304,20 @@ pub async fn release(
     .in_connection(conn)
     .await?;
     let Some(hold) = lock_open(&mut tx, id).await? else {
-        return Ok(None);
+        return Ok(Released::NotOpen);
     };
+    let standing = hold::standing(&intent_now(&mut *tx, &hold).await?);
+    if let Err(applied) = hold::may_release(&standing, confirmed_applied) {
+        return Ok(Released::Unconfirmed(applied));
+    }
+    let confirmed = standing.confirmation_needed();
     let key = format!("hold:{}", hold.id);
     let new = NewCommand::new(&hold.request(), &key, None, actor);
     let command = match submissions::insert_pending(&mut tx, backend, &new).await? {
         Some(row) => row,
         None => match submissions::find_by_key(&mut tx, backend, hold.scope, &key).await? {
             Some(row) => row,
-            None => return Ok(None),
+            None => return Ok(Released::NotOpen),
         },
     };
     let Some(hold) = decide(
@@ -254,15 +326,16 @@ pub async fn release(
         id,
         "released",
         Some(command.id),
+        confirmed,
         actor,
         reason,
     )
     .await?
     else {
-        return Ok(None);
+        return Ok(Released::NotOpen);
     };
     tx.commit().await?;
-    Ok(Some((hold, command)))
+    Ok(Released::Done(Box::new((hold, command))))
 }
 
 pub async fn count_open(ex: impl PgExecutor<'_>) -> Result<i64, sqlx::Error> {

@@ -150,6 +150,10 @@ pub(super) struct ReleaseBody {
     #[schema(max_length = 1000)]
     #[serde(default)]
     reason: Option<String>,
+    /// As `POST /v1/holds/{id}/release`'s: the command that applied the
+    /// intent since the hold opened, to run it again knowingly.
+    #[serde(default)]
+    confirm_applied: Option<Uuid>,
 }
 
 /// `POST /api/release {"id"}`: `POST /v1/holds/{id}/release`, the id in the body.
@@ -178,6 +182,7 @@ pub(super) async fn release(
         state.backend,
         &state.wake,
         body.id,
+        body.confirm_applied,
         &principal.actor(),
         body.reason.as_deref(),
     )

@@ -21,7 +21,9 @@ use crate::ledger::submit::{Admitted, BatchItem, admit_batch};
 
 /// Most items in one batch.
 pub const MAX_ITEMS: usize = 500;
-/// Largest accepted batch body.
+/// Largest accepted batch body. Each item is held to the limit of a
+/// single submission on its own (`http::BODY_LIMIT`, measured written
+/// compactly), so it gets the answer it would get alone.
 pub const BODY_LIMIT: usize = 1024 * 1024;
 
 /// The body of `POST /v1/commands/batch`.
@@ -118,6 +120,12 @@ pub(super) async fn submit_batch(
     let mut refused: Vec<Option<ApiError>> = Vec::with_capacity(n);
     let mut items = Vec::with_capacity(n);
     for raw in body.items {
+        if compact_len(&raw) > super::BODY_LIMIT {
+            refused.push(Some(ApiError::BodyTooLarge {
+                limit: super::BODY_LIMIT,
+            }));
+            continue;
+        }
         match item(&state, Value::Object(raw)) {
             Ok(item) => {
                 items.push(item);
@@ -160,6 +168,24 @@ pub(super) async fn submit_batch(
     Ok(Json(
         serde_json::to_value(BatchAnswer { items }).expect("a batch answer serializes"),
     ))
+}
+
+/// How many bytes `item` takes written compactly (no whitespace): what a
+/// client sending it alone sends at least.
+fn compact_len(item: &serde_json::Map<String, Value>) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    serde_json::to_writer(&mut count, item).expect("a JSON value writes");
+    count.0
 }
 
 fn item(state: &AppState, raw: Value) -> Result<BatchItem, ApiError> {
@@ -225,6 +251,7 @@ fn answer_for<'a>(
                 ApiError::KeyConflict { .. } => "conflict",
                 ApiError::IdempotencyKey(_)
                 | ApiError::InvalidBody(_)
+                | ApiError::BodyTooLarge { .. }
                 | ApiError::InvalidArgs(_)
                 | ApiError::ArgsMismatch(_) => "invalid",
                 _ => "refused",

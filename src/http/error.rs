@@ -34,6 +34,9 @@ pub enum ApiError {
     IdempotencyKey(#[from] KeyError),
     #[error("{0}")]
     InvalidBody(String),
+    /// A JSON object names a key twice (`domain::json_keys`).
+    #[error("{0}; nothing was recorded")]
+    DuplicateKey(crate::domain::json_keys::DuplicateKey),
     #[error("{0}")]
     InvalidArgs(#[from] CanonError),
     #[error("{0}")]
@@ -67,6 +70,13 @@ pub enum ApiError {
     },
     #[error("the hold is {state} already")]
     HoldDecided { hold_id: uuid::Uuid, state: String },
+    #[error(
+        "command {applied_command_id} applied this intent after the hold was opened: releasing would apply it again; to do so knowingly, release with {{\"confirm_applied\": \"{applied_command_id}\"}}"
+    )]
+    HoldIntentApplied {
+        hold_id: uuid::Uuid,
+        applied_command_id: uuid::Uuid,
+    },
     #[error(
         "the command is {state}, not ambiguous: only an ambiguous command is probed again or resolved"
     )]
@@ -109,6 +119,13 @@ impl From<LedgerError> for ApiError {
             },
             LedgerError::NearDuplicate { command_id } => ApiError::NearDuplicate { command_id },
             LedgerError::HoldDecided { hold_id, state } => ApiError::HoldDecided { hold_id, state },
+            LedgerError::HoldIntentApplied {
+                hold_id,
+                applied_command_id,
+            } => ApiError::HoldIntentApplied {
+                hold_id,
+                applied_command_id,
+            },
             LedgerError::CancelTooLate { command_id, state } => {
                 ApiError::CancelTooLate { command_id, state }
             }
@@ -193,6 +210,7 @@ impl ApiError {
             | ApiError::InvalidBody(_)
             | ApiError::InvalidArgs(_)
             | ApiError::ArgsMismatch(_)
+            | ApiError::DuplicateKey(_)
             | ApiError::InvalidQuery(_)
             | ApiError::InvalidId(_) => StatusCode::BAD_REQUEST,
             ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -202,6 +220,7 @@ impl ApiError {
             ApiError::NearDuplicate { .. }
             | ApiError::CancelTooLate { .. }
             | ApiError::HoldDecided { .. }
+            | ApiError::HoldIntentApplied { .. }
             | ApiError::NotAmbiguous { .. }
             | ApiError::AlreadyResolved { .. }
             | ApiError::TooManyWebhooks { .. } => StatusCode::CONFLICT,
@@ -223,7 +242,7 @@ impl ApiError {
             ApiError::UriTooLong => "/problems/uri-too-long",
             ApiError::IdempotencyKey(KeyError::Missing) => "/problems/missing-idempotency-key",
             ApiError::IdempotencyKey(_) => "/problems/invalid-idempotency-key",
-            ApiError::InvalidBody(_) => "/problems/invalid-body",
+            ApiError::InvalidBody(_) | ApiError::DuplicateKey(_) => "/problems/invalid-body",
             ApiError::InvalidArgs(_) | ApiError::ArgsMismatch(_) => "/problems/invalid-args",
             ApiError::InvalidQuery(_) => "/problems/invalid-query",
             ApiError::InvalidId(_) => "/problems/invalid-id",
@@ -234,6 +253,7 @@ impl ApiError {
             ApiError::NearDuplicate { .. } => "/problems/near-duplicate",
             ApiError::CancelTooLate { .. } => "/problems/cancel-too-late",
             ApiError::HoldDecided { .. } => "/problems/hold-decided",
+            ApiError::HoldIntentApplied { .. } => "/problems/hold-intent-applied",
             ApiError::NotAmbiguous { .. } => "/problems/not-ambiguous",
             ApiError::AlreadyResolved { .. } => "/problems/already-resolved",
             ApiError::TooManyWebhooks { .. } => "/problems/too-many-webhooks",
@@ -254,7 +274,7 @@ impl ApiError {
             ApiError::UriTooLong => "Request target too long",
             ApiError::IdempotencyKey(KeyError::Missing) => "Missing idempotency key",
             ApiError::IdempotencyKey(_) => "Invalid idempotency key",
-            ApiError::InvalidBody(_) => "Invalid request body",
+            ApiError::InvalidBody(_) | ApiError::DuplicateKey(_) => "Invalid request body",
             ApiError::InvalidArgs(_) | ApiError::ArgsMismatch(_) => "Invalid arguments",
             ApiError::InvalidQuery(_) => "Invalid query parameters",
             ApiError::InvalidId(_) => "Invalid id",
@@ -265,6 +285,7 @@ impl ApiError {
             ApiError::NearDuplicate { .. } => "Near-duplicate refused",
             ApiError::CancelTooLate { .. } => "Too late to cancel",
             ApiError::HoldDecided { .. } => "Hold already decided",
+            ApiError::HoldIntentApplied { .. } => "Intent applied since the hold opened",
             ApiError::NotAmbiguous { .. } => "Command is not ambiguous",
             ApiError::AlreadyResolved { .. } => "Command already resolved",
             ApiError::TooManyWebhooks { .. } => "Too many webhook endpoints",
@@ -291,6 +312,10 @@ impl ApiError {
                     .collect();
                 ext.insert("errors".into(), Value::Array(errors));
             }
+            ApiError::DuplicateKey(d) => {
+                let detail = format!("duplicate key {:?}", d.key);
+                ext.insert("errors".into(), json!([field(&d.pointer(), detail)]));
+            }
             ApiError::KeyConflict {
                 command_id,
                 stored_digest,
@@ -312,6 +337,13 @@ impl ApiError {
             ApiError::HoldDecided { hold_id, state } => {
                 ext.insert("hold_id".into(), json!(hold_id));
                 ext.insert("state".into(), json!(state));
+            }
+            ApiError::HoldIntentApplied {
+                hold_id,
+                applied_command_id,
+            } => {
+                ext.insert("hold_id".into(), json!(hold_id));
+                ext.insert("applied_command_id".into(), json!(applied_command_id));
             }
             ApiError::NotAmbiguous { command_id, state } => {
                 ext.insert("command_id".into(), json!(command_id));

@@ -43,6 +43,10 @@ where
                     ApiError::InvalidBody(format!("the request body could not be read: {e}"))
                 }
             })?;
+        // Before any parse that keeps one of two values for a key.
+        if let Some(duplicate) = crate::domain::json_keys::first_duplicate(&bytes) {
+            return Err(ApiError::DuplicateKey(duplicate));
+        }
         serde_json::from_slice(&bytes)
             .map(AppJson)
             .map_err(|e| ApiError::InvalidBody(format!("the request body is not valid: {e}")))

@@ -13,8 +13,8 @@ use super::AppState;
 use super::error::{ApiError, Problem};
 use super::extract::{AppQuery, Auth, operator};
 use super::params::parse_id;
-use super::views::{HoldAnswer, HoldView, hold_view};
-use crate::db::{self, Principal};
+use super::views::{HoldAnswer, HoldView, hold_view_now};
+use crate::db::Principal;
 use crate::ledger;
 
 /// `{"items": [hold, ...]}`
@@ -62,8 +62,11 @@ pub(super) async fn list(
             "limit must be between 1 and 500".into(),
         ));
     }
-    let holds = db::holds::list(&state.pool, q.state.as_deref(), limit).await?;
-    let items: Vec<HoldView<'_>> = holds.iter().map(hold_view).collect();
+    let holds = ledger::holds::list(&state.pool, q.state.as_deref(), limit).await?;
+    let items: Vec<HoldView<'_>> = holds
+        .iter()
+        .map(|h| hold_view_now(&h.hold, Some(&h.intent)))
+        .collect();
     Ok(Json(HoldList { items }).into_response())
 }
 
@@ -72,6 +75,11 @@ pub(super) async fn list(
 pub(super) struct Decision {
     #[schema(max_length = 1000)]
     reason: Option<String>,
+    /// On release only: the command that applied the hold's intent after
+    /// the hold opened (the hold's `intent.applied_since`), to run the
+    /// intent again knowingly. Without it such a release is refused (409
+    /// `/problems/hold-intent-applied`, naming the command); the hold keeps it.
+    confirm_applied: Option<Uuid>,
 }
 
 /// An optional `{"reason": "..."}` body.
@@ -121,12 +129,12 @@ pub(super) async fn get_one(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let id = parse_id(&id, "a hold id")?;
-    let hold = db::holds::get(&state.pool, id)
+    let hold = ledger::holds::get(&state.pool, id)
         .await?
         .ok_or(ApiError::NotFound)?;
     if principal
         .visible_scope()
-        .is_some_and(|scopes| !scopes.contains(&hold.scope))
+        .is_some_and(|scopes| !scopes.contains(&hold.hold.scope))
     {
         return Err(ApiError::NotFound);
     }
@@ -136,10 +144,10 @@ pub(super) async fn get_one(
 /// `POST /v1/holds/{id}/release`: records the held request as a command.
 #[utoipa::path(post, path = "/v1/holds/{id}/release", operation_id = "releaseHold", tag = "holds",
     params(("id" = Uuid, Path, description = "hold id")),
-    request_body(content = Option<Decision>, description = "optional {\"reason\"}"),
-    responses((status = 200, body = HoldAnswer<'static>), (status = 401, body = Problem),
+    request_body(content = Option<Decision>, description = "optional {\"reason\", \"confirm_applied\"}"),
+    responses((status = 200, body = HoldAnswer<'static>), (status = 400, body = Problem), (status = 401, body = Problem),
               (status = 403, body = Problem), (status = 404, body = Problem),
-              (status = 409, body = Problem)),
+              (status = 409, description = "the hold is decided already, or its intent was applied since it opened and the release did not confirm it", body = Problem)),
     security(("bearer" = [])))]
 pub(super) async fn release(
     State(state): State<AppState>,
@@ -153,6 +161,7 @@ pub(super) async fn release(
         state.backend,
         &state.wake,
         id,
+        d.confirm_applied,
         &actor,
         d.reason.as_deref(),
     )
@@ -175,6 +184,11 @@ pub(super) async fn reject(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let (id, d, actor) = deciding(&principal, &id, &body)?;
+    if d.confirm_applied.is_some() {
+        return Err(ApiError::InvalidBody(
+            "confirm_applied is for a release; a rejection runs nothing".into(),
+        ));
+    }
     let hold = ledger::holds::reject(&state.pool, id, &actor, d.reason.as_deref()).await?;
     Ok(Json(HoldAnswer::hold(&hold)).into_response())
 }

@@ -18,6 +18,8 @@ use crate::db::holds::HoldRow;
 use crate::db::resolutions::ResolutionRow;
 use crate::db::webhooks::{AttemptRow, EndpointRow, EventRow};
 use crate::domain::Disposition;
+use crate::domain::hold::IntentNow;
+use crate::ledger::holds::HoldNow;
 
 /// A command as the API shows it.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -194,9 +196,66 @@ pub(super) struct HoldView<'a> {
     decision_reason: Option<&'a str>,
     /// The command recorded when the hold was released.
     command_id: Option<Uuid>,
+    /// The applied command a release confirmed running the intent again
+    /// despite (`confirm_applied`).
+    confirmed_applied: Option<Uuid>,
+    /// What the ledger says now about the hold's intent (on listing,
+    /// showing and deciding a hold).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    intent: Option<IntentView>,
 }
 
+/// The hold's intent now: an operator decides on this, not on the hold as
+/// it was opened.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(super) struct IntentView {
+    /// `current` (the question the hold was opened with stands),
+    /// `reason_gone` (the command it resembles ended with nothing done) or
+    /// `applied_since` (another command applied the intent after the hold
+    /// opened: a release must confirm it).
+    standing: &'static str,
+    /// What to know before deciding, in a sentence; null when `current`.
+    note: Option<String>,
+    /// The state now of the command the hold resembles (null: pruned).
+    resembles_state: Option<&'static str>,
+    /// Its resolution (`applied` or `not_applied`), when it is ambiguous and resolved.
+    resembles_resolution: Option<String>,
+    /// The newest command of the intent.
+    latest_command: Option<IntentCommand>,
+    /// The newest command that applied the intent after the hold opened:
+    /// a release must name it in `confirm_applied`.
+    applied_since: Option<Uuid>,
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(super) struct IntentCommand {
+    id: Uuid,
+    state: &'static str,
+}
+
+fn intent_view(now: &IntentNow) -> IntentView {
+    let standing = crate::domain::hold::standing(now);
+    IntentView {
+        standing: standing.as_str(),
+        note: standing.note(),
+        resembles_state: now.resembles.map(|s| s.as_str()),
+        resembles_resolution: now.resembles_resolution.clone(),
+        latest_command: now.latest.map(|(id, state)| IntentCommand {
+            id,
+            state: state.as_str(),
+        }),
+        applied_since: now.applied_since,
+    }
+}
+
+/// A hold as it was recorded, without its intent's state now (a hold
+/// just opened: its question is the current one).
 pub(super) fn hold_view(h: &HoldRow) -> HoldView<'_> {
+    hold_view_now(h, None)
+}
+
+/// A hold and what the ledger says now about its intent.
+pub(super) fn hold_view_now<'a>(h: &'a HoldRow, intent: Option<&IntentNow>) -> HoldView<'a> {
     HoldView {
         id: h.id,
         state: &h.state,
@@ -211,6 +270,8 @@ pub(super) fn hold_view(h: &HoldRow) -> HoldView<'_> {
         decided_by: h.decided_by.as_deref(),
         decision_reason: h.decision_reason.as_deref(),
         command_id: h.command_id,
+        confirmed_applied: h.confirmed_applied,
+        intent: intent.map(intent_view),
     }
 }
 
@@ -223,18 +284,18 @@ pub(super) struct HoldAnswer<'a> {
 }
 
 impl<'a> HoldAnswer<'a> {
-    /// A hold as it stands (open, or decided).
-    pub(super) fn hold(hold: &'a HoldRow) -> Self {
+    /// A hold as it stands (open, or decided), with its intent now.
+    pub(super) fn hold(hold: &'a HoldNow) -> Self {
         HoldAnswer {
-            hold: hold_view(hold),
+            hold: hold_view_now(&hold.hold, Some(&hold.intent)),
             command: None,
         }
     }
 
     /// A released hold and the command its release recorded.
-    pub(super) fn released(hold: &'a HoldRow, command: &'a CommandRow) -> Self {
+    pub(super) fn released(hold: &'a HoldNow, command: &'a CommandRow) -> Self {
         HoldAnswer {
-            hold: hold_view(hold),
+            hold: hold_view_now(&hold.hold, Some(&hold.intent)),
             command: Some(view(command, None)),
         }
     }
@@ -406,9 +467,9 @@ pub mod json {
     use serde_json::Value;
 
     use crate::db::commands::{CommandRow, HistoryRow};
-    use crate::db::holds::HoldRow;
     use crate::db::resolutions::ResolutionRow;
     use crate::db::webhooks::{AttemptRow, EndpointRow, EventRow};
+    use crate::ledger::holds::HoldNow;
 
     fn value(v: impl serde::Serialize) -> Value {
         serde_json::to_value(v).expect("a view serializes")
@@ -434,9 +495,9 @@ pub mod json {
         value(super::resolution_view(row))
     }
 
-    /// As `GET /v1/holds/{id}` returns it.
-    pub fn hold(row: &HoldRow) -> Value {
-        value(super::hold_view(row))
+    /// As `GET /v1/holds/{id}` returns it: with its intent now.
+    pub fn hold(now: &HoldNow) -> Value {
+        value(super::hold_view_now(&now.hold, Some(&now.intent)))
     }
 
     /// A webhook endpoint as `GET /v1/webhooks` lists it (no secret).

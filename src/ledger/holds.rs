@@ -7,29 +7,78 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::{LedgerError, PendingWake};
-use crate::db::holds::HoldRow;
+use crate::db::holds::{HoldRow, Released};
 use crate::db::{self, CommandRow};
+use crate::domain::hold::IntentNow;
+
+/// A hold, and what the ledger says now about its intent: an operator
+/// decides on this, not on the hold as it was opened.
+#[derive(Debug, Clone)]
+pub struct HoldNow {
+    pub hold: HoldRow,
+    pub intent: IntentNow,
+}
+
+/// Hold `id` and its intent now.
+pub async fn get(pool: &PgPool, id: Uuid) -> Result<Option<HoldNow>, LedgerError> {
+    let Some(hold) = db::holds::get(pool, id).await? else {
+        return Ok(None);
+    };
+    Ok(Some(now(pool, hold).await?))
+}
+
+/// Holds newest first (only those in `state` when given), each with its
+/// intent now.
+pub async fn list(
+    pool: &PgPool,
+    state: Option<&str>,
+    limit: i64,
+) -> Result<Vec<HoldNow>, LedgerError> {
+    let mut out = Vec::new();
+    for hold in db::holds::list(pool, state, limit).await? {
+        out.push(now(pool, hold).await?);
+    }
+    Ok(out)
+}
+
+async fn now(pool: &PgPool, hold: HoldRow) -> Result<HoldNow, LedgerError> {
+    let intent = db::holds::intent_now(pool, &hold).await?;
+    Ok(HoldNow { hold, intent })
+}
 
 /// Releases an open hold: its command is recorded `pending` under the key
 /// `hold:<id>`, the hold closes as `released`, and the authority's
-/// custodians are woken. A hold decided already is [`LedgerError::HoldDecided`].
+/// custodians are woken. A hold decided already is
+/// [`LedgerError::HoldDecided`]; one whose intent was applied after it
+/// opened is [`LedgerError::HoldIntentApplied`] unless `confirmed_applied`
+/// names that applied command (kept on the hold).
 pub async fn release(
     pool: &PgPool,
     backend: db::Backend,
     wake: &PendingWake,
     id: Uuid,
+    confirmed_applied: Option<Uuid>,
     actor: &str,
     reason: Option<&str>,
-) -> Result<(HoldRow, CommandRow), LedgerError> {
+) -> Result<(HoldNow, CommandRow), LedgerError> {
     let mut conn = pool.acquire().await?;
-    let Some((hold, command)) = db::holds::release(&mut conn, backend, id, actor, reason).await?
-    else {
-        drop(conn);
-        return Err(decided_or_missing(pool, id).await);
+    let released =
+        db::holds::release(&mut conn, backend, id, confirmed_applied, actor, reason).await?;
+    drop(conn);
+    let (hold, command) = match released {
+        Released::Done(done) => *done,
+        Released::NotOpen => return Err(decided_or_missing(pool, id).await),
+        Released::Unconfirmed(applied) => {
+            return Err(LedgerError::HoldIntentApplied {
+                hold_id: id,
+                applied_command_id: applied,
+            });
+        }
     };
-    tracing::info!(hold.id = %hold.id, command.id = %command.id, actor, "hold released");
+    tracing::info!(hold.id = %hold.id, command.id = %command.id, actor,
+        confirmed_applied = ?hold.confirmed_applied, "hold released");
     wake.pending(&command.authority_id).await;
-    Ok((hold, command))
+    Ok((now(pool, hold).await?, command))
 }
 
 /// Rejects an open hold: nothing runs.
@@ -38,7 +87,7 @@ pub async fn reject(
     id: Uuid,
     actor: &str,
     reason: Option<&str>,
-) -> Result<HoldRow, LedgerError> {
+) -> Result<HoldNow, LedgerError> {
     let Some(open) = db::holds::get(pool, id).await? else {
         return Err(LedgerError::NotFound);
     };
@@ -48,6 +97,7 @@ pub async fn reject(
         id,
         "rejected",
         None,
+        None,
         actor,
         reason,
     )
@@ -55,7 +105,7 @@ pub async fn reject(
     {
         Some(hold) => {
             tracing::info!(hold.id = %hold.id, actor, "hold rejected");
-            Ok(hold)
+            now(pool, hold).await
         }
         None => Err(decided_or_missing(pool, id).await),
     }

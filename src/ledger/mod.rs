@@ -60,6 +60,15 @@ pub enum LedgerError {
     /// The hold was decided already.
     #[error("hold {hold_id} is {state} already")]
     HoldDecided { hold_id: uuid::Uuid, state: String },
+    /// The hold's intent was applied after the hold opened, and the release
+    /// did not confirm that applied command.
+    #[error(
+        "command {applied_command_id} applied this intent after hold {hold_id} was opened: releasing would apply it again; confirm with confirm_applied = {applied_command_id}"
+    )]
+    HoldIntentApplied {
+        hold_id: uuid::Uuid,
+        applied_command_id: uuid::Uuid,
+    },
     /// The command is past `prepared`: an effect may have been attempted.
     #[error("command {command_id} is {state} and can no longer be cancelled")]
     CancelTooLate {

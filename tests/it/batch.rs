@@ -394,3 +394,136 @@ async fn a_batch_item_whose_args_do_not_match_the_kinds_schema_is_refused_alone(
     assert_eq!(app.command_count().await, 2, "only the good items");
     assert_eq!(hold_count(&app.pool).await, 0);
 }
+
+/// Each item is held to a single submission's limit (64 KiB): one item
+/// larger than that is answered 413 in its place, the others as usual, as
+/// each would be alone.
+#[tokio::test]
+async fn an_item_larger_than_a_single_submission_is_refused_in_its_place() {
+    let app = TestApp::spawn().await;
+    let token = app.token("kiosk-1", Role::Device).await;
+    let mut big = item("too-big", 1);
+    big["args"]["note"] = json!("x".repeat(70 * 1024));
+    // Alone, it is refused.
+    let alone = app
+        .client
+        .post(app.url("/v1/commands"))
+        .bearer_auth(&token)
+        .header("Idempotency-Key", "too-big")
+        .json(
+            &refund(1)
+                .as_object()
+                .unwrap()
+                .clone()
+                .into_iter()
+                .chain([("args".to_owned(), big["args"].clone())])
+                .collect::<serde_json::Map<_, _>>(),
+        )
+        .send()
+        .await
+        .unwrap();
+    problem(alone, 413, "/problems/body-too-large").await;
+    let got = answers(
+        batch(
+            &app,
+            &token,
+            vec![item("small", 2), big, item("small-2", 3)],
+        )
+        .await,
+    )
+    .await;
+    let shape: Vec<(u64, &str)> = got
+        .iter()
+        .map(|a| {
+            (
+                a["status"].as_u64().unwrap(),
+                a["disposition"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(shape, vec![(202, "new"), (413, "invalid"), (202, "new")]);
+    assert_eq!(got[1]["problem"]["type"], "/problems/body-too-large");
+    assert_eq!(app.command_count().await, 2);
+}
+
+/// A key named twice anywhere in a JSON body is refused (400, naming the
+/// key and where it is) on every path that reads one, and nothing is
+/// recorded: two parsers may read such a body differently.
+#[tokio::test]
+async fn a_body_naming_a_key_twice_is_refused_on_every_path() {
+    let app = TestApp::spawn_with(crate::harness::refund_policy(
+        std::time::Duration::from_secs(5),
+        command_ledger::domain::admission::NearDuplicate::Hold,
+    ))
+    .await;
+    let token = app.token("kiosk-1", Role::Device).await;
+    let operator = app.token("ops", Role::Operator).await;
+    let paths: [(&str, &str, &str, &str); 5] = [
+        (
+            "/v1/commands",
+            r#"{"kind":"refund","authority":"payments","args":{"to":"ada@example.com","amount":"1.00 USD","amount":"900.00 USD"}}"#,
+            "/args/amount",
+            "amount",
+        ),
+        (
+            "/v1/commands/batch",
+            r#"{"items":[{"idempotency_key":"b-1","kind":"refund","authority":"payments","args":{"amount":"1.00 USD"}},
+                         {"idempotency_key":"b-2","kind":"refund","kind":"charge","authority":"payments"}]}"#,
+            "/items/1/kind",
+            "kind",
+        ),
+        (
+            "/v1/invoke",
+            r#"{"tool":"refund","runId":"r-1","args":{"customer":"a@b.c","amount":"1 USD","customer":"z@b.c"}}"#,
+            "/args/customer",
+            "customer",
+        ),
+        (
+            "/api/invoke",
+            r#"{"tool":"refund","tool":"refund","args":{"amount":"1 USD"}}"#,
+            "/tool",
+            "tool",
+        ),
+        (
+            "/v1/intents/explain",
+            r#"{"kind":"refund","authority":"payments","args":{"a":{"b":1,"b":2}}}"#,
+            "/args/a/b",
+            "b",
+        ),
+    ];
+    for (path, body, pointer, key) in paths {
+        let resp = app
+            .client
+            .post(app.url(path))
+            .bearer_auth(&token)
+            .header("Idempotency-Key", "dup-1")
+            .header("Content-Type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        let p = problem(resp, 400, "/problems/invalid-body").await;
+        assert_eq!(p["errors"][0]["pointer"], pointer, "{path}: {p}");
+        assert!(
+            p["detail"].as_str().unwrap().contains(&format!("{key:?}")),
+            "{path}: {p}"
+        );
+    }
+    // An operator's body too (releasing a hold through /api/release).
+    let resp = app
+        .client
+        .post(app.url("/api/release"))
+        .bearer_auth(&operator)
+        .header("Content-Type", "application/json")
+        .body(format!(
+            r#"{{"id":"{0}","id":"{0}"}}"#,
+            uuid::Uuid::now_v7()
+        ))
+        .send()
+        .await
+        .unwrap();
+    let p = problem(resp, 400, "/problems/invalid-body").await;
+    assert_eq!(p["errors"][0]["pointer"], "/id");
+    assert_eq!(app.command_count().await, 0);
+    assert_eq!(crate::harness::hold_count(&app.pool).await, 0);
+}

@@ -21,6 +21,7 @@ mod custodian;
 mod docs;
 mod fleets;
 mod harness;
+mod holds;
 mod inspect;
 mod isolation;
 mod matrix;
