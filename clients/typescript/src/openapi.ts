@@ -695,6 +695,14 @@ export interface components {
             updated_at: string;
         };
         Decision: {
+            /**
+             * Format: uuid
+             * @description On release only: the command that applied the hold's intent after
+             *     the hold opened (the hold's `intent.applied_since`), to run the
+             *     intent again knowingly. Without it such a release is refused (409
+             *     `/problems/hold-intent-applied`, naming the command); the hold keeps it.
+             */
+            confirm_applied?: string | null;
             reason?: string | null;
         };
         /** @description What `GET /api/state` answers. */
@@ -842,6 +850,12 @@ export interface components {
              * @description The command recorded when the hold was released.
              */
             command_id?: string | null;
+            /**
+             * Format: uuid
+             * @description The applied command a release confirmed running the intent again
+             *     despite (`confirm_applied`).
+             */
+            confirmed_applied?: string | null;
             /** Format: date-time */
             created_at: string;
             /** Format: date-time */
@@ -850,6 +864,7 @@ export interface components {
             decision_reason?: string | null;
             /** Format: uuid */
             id: string;
+            intent?: components["schemas"]["IntentView"] | null;
             kind: string;
             /**
              * Format: uuid
@@ -858,6 +873,37 @@ export interface components {
             resembles: string;
             run_id?: string | null;
             state: string;
+        };
+        IntentCommand: {
+            /** Format: uuid */
+            id: string;
+            state: string;
+        };
+        /**
+         * @description The hold's intent now: an operator decides on this, not on the hold as
+         *     it was opened.
+         */
+        IntentView: {
+            /**
+             * Format: uuid
+             * @description The newest command that applied the intent after the hold opened:
+             *     a release must name it in `confirm_applied`.
+             */
+            applied_since?: string | null;
+            latest_command?: components["schemas"]["IntentCommand"] | null;
+            /** @description What to know before deciding, in a sentence; null when `current`. */
+            note?: string | null;
+            /** @description Its resolution (`applied` or `not_applied`), when it is ambiguous and resolved. */
+            resembles_resolution?: string | null;
+            /** @description The state now of the command the hold resembles (null: pruned). */
+            resembles_state?: string | null;
+            /**
+             * @description `current` (the question the hold was opened with stands),
+             *     `reason_gone` (the command it resembles ended with nothing done) or
+             *     `applied_since` (another command applied the intent after the hold
+             *     opened: a release must confirm it).
+             */
+            standing: string;
         };
         /** @description The body of `POST /v1/invoke` (and of `POST /api/invoke`). */
         InvokeBody: {
@@ -969,6 +1015,13 @@ export interface components {
         ProbeResult: {
             /** @description `applied`, `not_applied` or `unknown`. */
             answer: string;
+            /**
+             * Format: date-time
+             * @description Set when the probe found no effect while the effect could still take
+             *     hold (before its deadline plus the kind's probe margin, counted from
+             *     `effect_started`): nothing was recorded; ask again after this time.
+             */
+            ask_again_at?: string | null;
             /** Format: uuid */
             command_id: string;
             /** @description Why the answer is unknown, or what the probe returned. */
@@ -1011,6 +1064,12 @@ export interface components {
         };
         /** @description The body of `POST /api/release`. */
         ReleaseBody: {
+            /**
+             * Format: uuid
+             * @description As `POST /v1/holds/{id}/release`'s: the command that applied the
+             *     intent since the hold opened, to run it again knowingly.
+             */
+            confirm_applied?: string | null;
             /**
              * Format: uuid
              * @description The hold to release.
@@ -2640,7 +2699,7 @@ export interface operations {
             };
             cookie?: never;
         };
-        /** @description optional {"reason"} */
+        /** @description optional {"reason", "confirm_applied"} */
         requestBody?: {
             content: {
                 "application/json": components["schemas"]["Decision"] | null;
@@ -2655,7 +2714,6 @@ export interface operations {
                     "application/json": components["schemas"]["HoldAnswer"];
                 };
             };
-            /** @description the request is malformed */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -2697,6 +2755,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description the hold is decided already, or its intent was applied since it opened and the release did not confirm it */
             409: {
                 headers: {
                     [name: string]: unknown;
