@@ -21,6 +21,7 @@
 //! dedup_scope = "fleet"                  # or "principal": where keys and intents are unique
 //! on_failure = "release"                 # or "replay": may a retry run an intent that ended with nothing done?
 //! money_fields = ["amount"]              # on top of auto-detection (auto_detect = true)
+//! positive_money = ["amount"]            # money fields whose amount must be more than zero
 //! currency = "USD"                       # amounts naming no currency ("1200 cents") are in it
 //! email_fields = ["customer"]
 //! volatile_fields = ["attempt"]          # dropped, on top of request_id, trace_id, ...
@@ -93,6 +94,11 @@ pub struct KindConfig {
     pub currency: Option<String>,
     #[serde(default)]
     pub money_fields: Vec<String>,
+    /// Money fields whose amount must be more than zero (a refund of a
+    /// negative amount is a charge): read as money, and refused at
+    /// admission otherwise.
+    #[serde(default)]
+    pub positive_money: Vec<String>,
     #[serde(default)]
     pub email_fields: Vec<String>,
     #[serde(default)]
@@ -215,6 +221,7 @@ impl Catalog {
                     email_fields: cfg.email_fields.clone(),
                     volatile_fields: cfg.volatile_fields.clone(),
                     currency,
+                    positive_money: cfg.positive_money.clone(),
                 },
                 key,
                 // "0s": no coalescing; a copy after the first is a near-duplicate.
@@ -276,6 +283,11 @@ pub fn quickstart_refund(policies: &mut Policies) {
             args_schema: Some(
                 ArgsSchema::compile(&schema).expect("the quickstart's schema is a JSON Schema"),
             ),
+            // A refund of a negative amount is a charge; of nothing, no refund.
+            canonical: Policy {
+                positive_money: vec!["amount".to_owned()],
+                ..Policy::default()
+            },
             ..KindPolicy::default()
         },
     );

@@ -28,6 +28,8 @@ pub enum CanonError {
     },
     #[error("{path}: amount out of range")]
     OutOfRange { path: String },
+    #[error("{path}: {text:?} is not more than zero; this kind takes only positive amounts")]
+    NotPositive { path: String, text: String },
     #[error(
         "{path}: two fields of one object have the same name once written in Unicode NFC; send one"
     )]
@@ -44,6 +46,7 @@ impl CanonError {
             | CanonError::TooPrecise { path, .. }
             | CanonError::CurrencyMismatch { path, .. }
             | CanonError::OutOfRange { path }
+            | CanonError::NotPositive { path, .. }
             | CanonError::DuplicateKey { path } => path,
         }
     }

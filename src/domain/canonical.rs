@@ -48,6 +48,11 @@ pub struct Policy {
     /// code, no currency field beside it: `"1200 cents"`, `"12.00"`) is in
     /// it. Without one, such an amount is refused, never guessed.
     pub currency: Option<String>,
+    /// Money fields (dotted paths, as `money_fields`) whose amount must be
+    /// more than zero: a refund of a negative amount is a charge, and one
+    /// of nothing is no refund. Read after the amount is parsed, so every
+    /// spelling of the amount is held to it.
+    pub positive_money: Vec<String>,
 }
 
 impl Default for Policy {
@@ -58,6 +63,7 @@ impl Default for Policy {
             email_fields: Vec::new(),
             volatile_fields: Vec::new(),
             currency: None,
+            positive_money: Vec::new(),
         }
     }
 }
@@ -231,8 +237,19 @@ fn walk_object(
             rules.push(format!("drop_volatile@{child}"));
             continue;
         }
-        let is_money = listed(&child, &policy.money_fields)
+        let positive = listed(&child, &policy.positive_money);
+        let is_money = positive
+            || listed(&child, &policy.money_fields)
             || (policy.auto_detect && named(key, MONEY_NAMES) && money_shaped(v));
+        if positive && is_canonical_money(v) {
+            let minor = v["amount_minor"].as_i64().unwrap_or(0);
+            if minor <= 0 {
+                return Err(CanonError::NotPositive {
+                    path: child,
+                    text: v.to_string(),
+                });
+            }
+        }
         if is_money && !is_canonical_money(v) {
             let money = parse_money(
                 v,
@@ -240,6 +257,15 @@ fn walk_object(
                 policy.currency.as_deref(),
                 &child,
             )?;
+            if positive && money.minor <= 0 {
+                return Err(CanonError::NotPositive {
+                    path: child,
+                    text: match v {
+                        Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    },
+                });
+            }
             if money.used_kind_currency {
                 rules.push(format!("kind_currency@{child}"));
             }

@@ -405,23 +405,9 @@ async fn an_item_larger_than_a_single_submission_is_refused_in_its_place() {
     let mut big = item("too-big", 1);
     big["args"]["note"] = json!("x".repeat(70 * 1024));
     // Alone, it is refused.
-    let alone = app
-        .client
-        .post(app.url("/v1/commands"))
-        .bearer_auth(&token)
-        .header("Idempotency-Key", "too-big")
-        .json(
-            &refund(1)
-                .as_object()
-                .unwrap()
-                .clone()
-                .into_iter()
-                .chain([("args".to_owned(), big["args"].clone())])
-                .collect::<serde_json::Map<_, _>>(),
-        )
-        .send()
-        .await
-        .unwrap();
+    let mut alone = refund(1);
+    alone["args"] = big["args"].clone();
+    let alone = app.submit(&token, Some("too-big"), &alone).await;
     problem(alone, 413, "/problems/body-too-large").await;
     let got = answers(
         batch(
@@ -515,10 +501,7 @@ async fn a_body_naming_a_key_twice_is_refused_on_every_path() {
         .post(app.url("/api/release"))
         .bearer_auth(&operator)
         .header("Content-Type", "application/json")
-        .body(format!(
-            r#"{{"id":"{0}","id":"{0}"}}"#,
-            uuid::Uuid::now_v7()
-        ))
+        .body(format!(r#"{{"id":"{0}","id":"{0}"}}"#, Uuid::now_v7()))
         .send()
         .await
         .unwrap();

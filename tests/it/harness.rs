@@ -839,8 +839,9 @@ pub(crate) fn quickstart_refund(
 
 /// The malformed refunds of issue 32 (item 9), which were each recorded and
 /// applied while the quickstart's schema said `to` and `amount` are
-/// required: their args, and the fields (JSON pointers into the args) a
-/// refusal must name.
+/// required, and the amounts of nothing or less it took until its money
+/// rule (`positive_money`): their args, and the fields (JSON pointers into
+/// the args) a refusal must name.
 pub(crate) fn malformed_refunds() -> Vec<(Value, Vec<&'static str>)> {
     vec![
         (serde_json::json!({"amount": "1.00 USD"}), vec!["/to"]),
@@ -851,6 +852,15 @@ pub(crate) fn malformed_refunds() -> Vec<(Value, Vec<&'static str>)> {
         ),
         (
             serde_json::json!({"to": "x@y.z", "amount": "twelve bucks"}),
+            vec!["/amount"],
+        ),
+        // A refund of a negative amount is a charge; of nothing, no refund.
+        (
+            serde_json::json!({"to": "x@y.z", "amount": "-5.00 USD"}),
+            vec!["/amount"],
+        ),
+        (
+            serde_json::json!({"to": "x@y.z", "amount": "0.00 USD"}),
             vec!["/amount"],
         ),
     ]

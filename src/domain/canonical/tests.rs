@@ -226,6 +226,7 @@ fn the_policy_names_fields_explicitly() {
         email_fields: vec!["who".into()],
         volatile_fields: vec!["attempt".into()],
         currency: None,
+        positive_money: Vec::new(),
     };
     let out = canonicalize(
         &json!({"refund": {"sum": "3 EUR"}, "who": "X@Y.org", "attempt": 4}),
@@ -383,4 +384,39 @@ proptest! {
             (a, b) => prop_assert_eq!(a.is_err(), b.is_err()),
         }
     }
+}
+
+#[test]
+fn a_positive_money_field_refuses_zero_and_negative_amounts_in_every_spelling() {
+    let refund = Policy {
+        positive_money: vec!["amount".into(), "refund.fee".into()],
+        ..Policy::default()
+    };
+    for bad in [
+        json!({"amount": "-5.00 USD"}),
+        json!({"amount": "0.00 USD"}),
+        json!({"amount": "-$5"}),
+        json!({"amount": "0 cents", "currency": "USD"}),
+        json!({"amount": -5, "currency": "EUR"}),
+        json!({"amount": {"amount_minor": -500, "currency": "USD"}}),
+        json!({"amount": {"amount_minor": 0, "currency": "USD"}}),
+        json!({"amount": "1 USD", "refund": {"fee": "-0.01 USD"}}),
+    ] {
+        let e = canonicalize(&bad, &refund).unwrap_err();
+        assert!(matches!(e, CanonError::NotPositive { .. }), "{bad}: {e}");
+        assert!(e.to_string().contains("not more than zero"), "{e}");
+    }
+    let e = canonicalize(&json!({"amount": "-5.00 USD"}), &refund).unwrap_err();
+    assert_eq!(e.path(), "/amount");
+    for good in [
+        json!({"amount": "0.01 USD"}),
+        json!({"amount": "$12.00"}),
+        json!({"amount": {"amount_minor": 1, "currency": "USD"}}),
+        json!({"amount": "1 USD", "refund": {"fee": "0.50 USD"}}),
+    ] {
+        assert!(canonicalize(&good, &refund).is_ok(), "{good}");
+    }
+    // Without the rule, a negative amount is read as it is.
+    let plain = canonicalize(&json!({"amount": "-5.00 USD"}), &Policy::default()).unwrap();
+    assert_eq!(plain.value["amount"]["amount_minor"], -500);
 }
