@@ -160,6 +160,33 @@ impl Cluster {
         run(cmd, "pg_ctl stop", &self.log_path())
     }
 
+    /// Stops the server (if one runs on `data_dir`, whoever started it) and
+    /// deletes the data directory: every database in it is gone. For
+    /// `command-ledger database reset`. `Ok(false)`: there was none.
+    pub fn remove(data_dir: &Path) -> Result<bool, EmbeddedError> {
+        if !data_dir.exists() {
+            return Ok(false);
+        }
+        let run_as = if running_as_root() {
+            Some(postgres_user()?)
+        } else {
+            None
+        };
+        let cluster = Cluster {
+            bin_dir: find_bin_dir()?,
+            data_dir: data_dir.to_path_buf(),
+            port: 0,
+            password: None,
+            run_as,
+            started_here: true,
+        };
+        if cluster.running_port().is_some() || data_dir.join("postmaster.pid").exists() {
+            cluster.stop()?;
+        }
+        fs::remove_dir_all(data_dir).map_err(io_err(format!("removing {}", data_dir.display())))?;
+        Ok(true)
+    }
+
     /// Stops the server the way a crash would: `pg_ctl stop -m immediate`
     /// (no checkpoint; the next start replays the WAL). For crash tests.
     pub fn crash(&self) -> Result<(), EmbeddedError> {
@@ -319,6 +346,11 @@ impl Cluster {
             .process_group(0);
         run(cmd, "pg_ctl start", &self.log_path())
     }
+}
+
+/// Whether `port` on loopback is free to listen on now.
+pub fn port_is_free(port: u16) -> bool {
+    port != 0 && TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_ok()
 }
 
 /// Where the embedded cluster keeps its data for a state directory (such as

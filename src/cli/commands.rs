@@ -114,6 +114,7 @@ async fn run_on(db: &Database, cmd: CommandsCommand) -> anyhow::Result<()> {
                 key: None,
                 principal: None,
                 scheduled,
+                unresolved: false,
                 limit,
             };
             let rows = crate::db::commands::list(&db.pool, &filter).await?;

@@ -5,7 +5,7 @@ use sqlx::PgPool;
 use std::fs;
 use std::io::Write as _;
 use std::os::unix::fs::OpenOptionsExt as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::db;
 use crate::db::roles::ServiceRole;
@@ -69,9 +69,20 @@ impl Database {
             None => {
                 let cluster = start_private_cluster(state_dir).await?;
                 let admin = cluster.url("postgres");
-                db::ensure_database(&admin, EMBEDDED_DATABASE)
-                    .await
-                    .context("creating the ledger database in the private cluster")?;
+                if let Err(e) = db::ensure_database(&admin, EMBEDDED_DATABASE).await {
+                    // A failed start stops what it started.
+                    let data_dir = cluster.data_dir().to_path_buf();
+                    let _ = tokio::task::spawn_blocking(move || cluster.stop()).await;
+                    if refused_password(&e) {
+                        anyhow::bail!(
+                            "the private cluster in {} was made for an earlier {} and its password is gone: `command-ledger database reset --yes` removes that cluster (and the ledger in it), or remove the directory by hand",
+                            data_dir.display(),
+                            state_dir.display()
+                        );
+                    }
+                    return Err(e).context("creating the ledger database in the private cluster");
+                }
+                keep_password(state_dir, cluster.data_dir())?;
                 (cluster.url(EMBEDDED_DATABASE), Some(cluster))
             }
         };
@@ -246,7 +257,7 @@ impl Database {
 }
 
 /// Where the private cluster keeps the password of `role`.
-pub(super) fn role_password_file(state_dir: &Path, role: ServiceRole) -> std::path::PathBuf {
+pub(super) fn role_password_file(state_dir: &Path, role: ServiceRole) -> PathBuf {
     state_dir.join(format!("pg-password-{}", role.name()))
 }
 
@@ -278,28 +289,135 @@ async fn private_role_logins(
     Ok(urls)
 }
 
+/// Whether the server refused the password (SQLSTATE 28P01).
+fn refused_password(e: &db::DbError) -> bool {
+    let (db::DbError::Connect(source) | db::DbError::Sqlx(source)) = e else {
+        return false;
+    };
+    source
+        .as_database_error()
+        .and_then(|d| d.code())
+        .is_some_and(|c| c == "28P01")
+}
+
+/// The superuser password of the private cluster in `data_dir`. When the
+/// data lives outside the state directory (a checkout the postgres user
+/// cannot reach, as root), a copy is kept beside it, so that a state
+/// directory made anew at the same path (a fresh clone) adopts the cluster
+/// made for that path instead of failing to log in to it.
+fn cluster_password(state_dir: &Path, data_dir: &Path) -> anyhow::Result<String> {
+    let local = state_dir.join("pg-password");
+    let keeper = (data_dir != state_dir.join("pg"))
+        .then(|| data_dir.parent().map(|p| p.join("pg-password")))
+        .flatten();
+    let kept = keeper
+        .as_deref()
+        .and_then(|k| fs::read_to_string(k).ok())
+        .map(|k| k.trim().to_owned())
+        .filter(|k| !k.is_empty());
+    let has_local = fs::read_to_string(&local).is_ok_and(|l| !l.trim().is_empty());
+    if !has_local
+        && let Some(kept) = &kept
+        && data_dir.join("PG_VERSION").exists()
+    {
+        tracing::info!(
+            data_dir = %data_dir.display(),
+            "adopting the private cluster made for this path before; its password is copied into {}",
+            state_dir.display()
+        );
+        write_secret(&local, kept)?;
+    }
+    read_or_create_secret(&local)
+}
+
+/// Once the cluster took the state directory's password: keeps its copy
+/// beside a cluster that lives outside the state directory.
+fn keep_password(state_dir: &Path, data_dir: &Path) -> anyhow::Result<()> {
+    if data_dir == state_dir.join("pg") {
+        return Ok(());
+    }
+    let Some(parent) = data_dir.parent() else {
+        return Ok(());
+    };
+    let password = fs::read_to_string(state_dir.join("pg-password"))
+        .with_context(|| format!("reading {}/pg-password", state_dir.display()))?;
+    let keeper = parent.join("pg-password");
+    if fs::read_to_string(&keeper).is_ok_and(|k| k.trim() == password.trim()) {
+        return Ok(());
+    }
+    write_secret(&keeper, password.trim())
+}
+
 async fn start_private_cluster(state_dir: &Path) -> anyhow::Result<Cluster> {
     fs::create_dir_all(state_dir)
         .with_context(|| format!("creating the state directory {}", state_dir.display()))?;
-    let password = read_or_create_secret(&state_dir.join("pg-password"))?;
     let data_dir = embedded_pg::data_dir_for(state_dir);
     if data_dir != state_dir.join("pg") {
-        tracing::warn!(
+        tracing::info!(
             data_dir = %data_dir.display(),
             "the postgres user cannot reach {}; the private cluster's data lives here instead",
             state_dir.display()
         );
     }
+    let password = cluster_password(state_dir, &data_dir)?;
+    // The port of the last start while it is free, so that the psql URL
+    // printed then still works.
+    let port_file = state_dir.join("pg-port");
+    let port = fs::read_to_string(&port_file)
+        .ok()
+        .and_then(|p| p.trim().parse::<u16>().ok())
+        .filter(|p| embedded_pg::port_is_free(*p));
     let options = ClusterOptions {
         data_dir,
         password: Some(password),
         durable: true,
-        port: None,
+        port,
     };
-    tokio::task::spawn_blocking(move || Cluster::start(&options))
+    let cluster = tokio::task::spawn_blocking(move || Cluster::start(&options))
         .await
         .context("starting the private PostgreSQL cluster")?
-        .context("starting the private PostgreSQL cluster")
+        .context("starting the private PostgreSQL cluster")?;
+    let _ = fs::write(&port_file, format!("{}\n", cluster.port()));
+    Ok(cluster)
+}
+
+/// Where the private cluster of `state_dir` keeps its data, and whether it
+/// and its state files were there to remove: `command-ledger database
+/// reset`. Stops the server first if one runs there.
+pub(super) fn reset_private_cluster(state_dir: &Path) -> anyhow::Result<(PathBuf, bool)> {
+    let data_dir = embedded_pg::data_dir_for(state_dir);
+    let removed = Cluster::remove(&data_dir)
+        .with_context(|| format!("removing the private cluster in {}", data_dir.display()))?;
+    if data_dir != state_dir.join("pg")
+        && let Some(parent) = data_dir.parent()
+    {
+        let _ = fs::remove_file(parent.join("pg-password"));
+        let _ = fs::remove_dir(parent);
+    }
+    // What belonged to that cluster: its passwords, its port, the operator
+    // token it issued. The state directory itself stays.
+    if let Ok(entries) = fs::read_dir(state_dir) {
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with("pg-password") || name == "pg-port" || name == "operator-token" {
+                let _ = fs::remove_file(entry.path());
+            }
+        }
+    }
+    Ok((data_dir, removed))
+}
+
+/// Writes `secret` to a 0600 file.
+fn write_secret(path: &Path, secret: &str) -> anyhow::Result<()> {
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("writing {}", path.display()))?;
+    writeln!(f, "{secret}").with_context(|| format!("writing {}", path.display()))
 }
 
 /// A random secret kept in a 0600 file, created on first use.
@@ -313,13 +431,6 @@ fn read_or_create_secret(path: &Path) -> anyhow::Result<String> {
     let mut bytes = [0u8; 24];
     getrandom::fill(&mut bytes).map_err(|e| anyhow::anyhow!("no randomness available: {e}"))?;
     let secret = hex::encode(bytes);
-    let mut f = fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
-        .with_context(|| format!("writing {}", path.display()))?;
-    writeln!(f, "{secret}").with_context(|| format!("writing {}", path.display()))?;
+    write_secret(path, &secret)?;
     Ok(secret)
 }

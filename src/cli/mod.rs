@@ -172,6 +172,24 @@ pub enum Command {
     /// Recompute the history's hash chains (live and archived commands) and
     /// name every break; write or check a published digest of the chain heads.
     Verify(verify::VerifyArgs),
+    /// The private cluster of --state-dir: `reset --yes` stops it and
+    /// deletes it, with the ledger in it (for a cluster whose password is
+    /// gone, or to start afresh).
+    #[command(subcommand)]
+    Database(DatabaseCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DatabaseCommand {
+    /// Stop the private cluster of --state-dir and delete it (every
+    /// command, token and history entry in it) and the files of the state
+    /// directory that belong to it (its passwords, port and operator
+    /// token). The next `serve` makes a new one.
+    Reset {
+        /// Yes, delete it.
+        #[arg(long)]
+        yes: bool,
+    },
 }
 
 /// Runs a subcommand; the exit status is success unless it says otherwise
@@ -259,7 +277,37 @@ async fn run_command(
         }
         Command::Webhooks(cmd) => webhooks::run(cli.database_url, cli.state_dir, cmd).await,
         Command::Recover(cmd) => custodian::run_recover(cli.database_url, cli.state_dir, cmd).await,
+        Command::Database(DatabaseCommand::Reset { yes }) => {
+            database_reset(cli.database_url.is_some(), cli.state_dir, yes)
+        }
     }
+}
+
+#[allow(clippy::print_stdout)]
+fn database_reset(external: bool, state_dir: &std::path::Path, yes: bool) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        !external,
+        "database reset removes the private cluster of --state-dir; with DATABASE_URL the database is yours to drop"
+    );
+    let data_dir = crate::embedded_pg::data_dir_for(state_dir);
+    anyhow::ensure!(
+        yes,
+        "this stops and deletes the private cluster in {} and every command in it; run again with --yes",
+        data_dir.display()
+    );
+    let (data_dir, removed) = database::reset_private_cluster(state_dir)?;
+    if removed {
+        println!(
+            "removed the private cluster in {}; the next `serve` makes a new one",
+            data_dir.display()
+        );
+    } else {
+        println!(
+            "no private cluster in {}; nothing to remove",
+            data_dir.display()
+        );
+    }
+    Ok(())
 }
 
 /// Where the database-backed subcommands find their database.

@@ -295,7 +295,7 @@ fn announce_embedded(
     let mut text =
         String::from("\ncommand-ledger is running with a private PostgreSQL cluster.\n\n");
     text.push_str(&format!(
-        "  API:            {api}\n  operator token: {token_line}\n  psql:           psql '{inspector_url}'\n                  (read-only, as ledger_inspector; the owner's password: {})\n",
+        "  API:            {api}\n  console:        {api}/console (in a browser; it asks for the operator token)\n  operator token: {token_line}\n  psql:           psql '{inspector_url}'\n                  (read-only, as ledger_inspector; the owner's password: {})\n",
         super::database::role_password_file(state_dir, ServiceRole::Owner).display()
     ));
     for line in extras {

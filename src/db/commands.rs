@@ -256,6 +256,9 @@ pub struct ListFilter {
     pub principal: Option<String>,
     /// Only pending commands waiting for their `not_before`.
     pub scheduled: bool,
+    /// Only ambiguous commands with no resolution beside them (the caller
+    /// sets `state` to ambiguous with it).
+    pub unresolved: bool,
     pub limit: i64,
 }
 
@@ -325,6 +328,9 @@ pub async fn list(
               and ($9::text is null or idempotency_key = $9)
               and ($10::text is null or scope = (select p.id from principals p where p.name = $10))
               and ($11::uuid is null or id >= $11)
+              and (not $13 or not exists (
+                    select 1 from command_resolutions r
+                    where r.authority_id = commands.authority_id and r.command_id = commands.id))
             order by id desc
             limit $5
             "#,
@@ -340,6 +346,7 @@ pub async fn list(
             filter.principal.as_deref(),
             low_id,
             filter.scheduled,
+            filter.unresolved,
         )
         .fetch_all(ex)
         .await;

@@ -309,8 +309,17 @@ async fn run_chain(
             .execute(&mut *conn)
             .await?;
     }
+    // The migrations' own notices are not the operator's: the baseline
+    // (0032, never to be edited) grants the engine a usage on the schema
+    // it already has, which every first start printed as a WARN ('no
+    // privileges were granted for "public"'). Errors still stop it.
+    sqlx::raw_sql("set client_min_messages = error")
+        .execute(&mut *conn)
+        .await?;
     let mut ran = migrator.run(&mut *conn).await.map_err(DbError::from);
-    sqlx::raw_sql("reset role").execute(&mut *conn).await?;
+    sqlx::raw_sql("reset client_min_messages; reset role")
+        .execute(&mut *conn)
+        .await?;
     if ran.is_ok() && distributed {
         ran = distribute(&mut *conn).await;
     }

@@ -107,6 +107,9 @@ pub(super) struct ListQuery {
     until: Option<String>,
     /// `true`: only pending commands waiting for their `not_before`.
     scheduled: Option<bool>,
+    /// `true`: only ambiguous commands nobody has resolved yet (no
+    /// resolution recorded beside them); implies `state=ambiguous`.
+    unresolved: Option<bool>,
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -120,11 +123,22 @@ struct ListView<'a> {
 /// the page size.
 fn list_filter(q: &ListQuery, scope: Option<Vec<Uuid>>) -> Result<(ListFilter, i64), ApiError> {
     let invalid = |e: &dyn std::fmt::Display| ApiError::InvalidQuery(e.to_string());
-    let state = q
+    let mut state = q
         .state
         .as_deref()
         .map(|s| s.parse::<CommandState>().map_err(|e| invalid(&e)))
         .transpose()?;
+    let unresolved = q.unresolved.unwrap_or(false);
+    if unresolved {
+        match state {
+            None | Some(CommandState::Ambiguous) => state = Some(CommandState::Ambiguous),
+            Some(other) => {
+                return Err(invalid(&format_args!(
+                    "unresolved lists ambiguous commands, not {other} ones"
+                )));
+            }
+        }
+    }
     let authority = q
         .authority
         .as_deref()
@@ -194,6 +208,7 @@ fn list_filter(q: &ListQuery, scope: Option<Vec<Uuid>>) -> Result<(ListFilter, i
         key: q.key.clone(),
         principal: q.principal.clone(),
         scheduled: q.scheduled.unwrap_or(false),
+        unresolved,
         limit: limit + 1,
     };
     Ok((filter, limit))

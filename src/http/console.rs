@@ -60,6 +60,29 @@ pub(super) async fn page() -> Response {
         .into_response()
 }
 
+/// `GET /`: where a newcomer's browser lands. A browser (asking for HTML)
+/// is sent to the console; any other caller gets the places to go.
+pub(super) async fn index(headers: axum::http::HeaderMap) -> Response {
+    let wants_html = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains("text/html"));
+    if wants_html {
+        return (
+            axum::http::StatusCode::SEE_OTHER,
+            [(header::LOCATION, "/console")],
+        )
+            .into_response();
+    }
+    axum::Json(serde_json::json!({
+        "console": "/console",
+        "openapi": "/openapi.json",
+        "commands": "/v1/commands",
+        "health": "/healthz",
+    }))
+    .into_response()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -230,6 +230,7 @@ pub fn router(state: AppState) -> Router {
     }
     router
         .route("/openapi.json", get(openapi::serve))
+        .route("/", get(console::index))
         .route("/console", get(console::page))
         .fallback(|| async { error::ApiError::NotFound })
         // After every route: a path that exists, with a method it does not

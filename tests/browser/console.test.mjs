@@ -103,6 +103,9 @@ try {
   await page.waitForSelector("#resolution", { timeout: 10000 });
   assert.match(await page.textContent("#resolution"), /^Resolved applied \(probe/);
   assert.equal(await page.textContent("#d-state"), "ambiguous");
+  // Resolved, it is settled: the list of the unresolved no longer shows it.
+  await page.waitForFunction((i) => !document.querySelector(`#ambiguous tr[data-id="${i}"]`),
+                             applied.command_id, { timeout: 10000 });
 
   // The second: an operator records what the provider said.
   await open(stalled.command_id);

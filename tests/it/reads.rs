@@ -375,3 +375,33 @@ async fn every_documented_operation_is_routed_and_nothing_else_is() {
         .unwrap();
     assert_eq!(resp.status().as_u16(), 404);
 }
+
+/// A newcomer's browser opening the API's root is sent to the console; any
+/// other caller is told where things are (it was a JSON 404).
+#[tokio::test]
+async fn the_root_sends_a_browser_to_the_console_and_tells_others_where_things_are() {
+    let app = TestApp::spawn().await;
+    let no_redirects = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let browser = no_redirects
+        .get(app.url("/"))
+        .header("Accept", "text/html,application/xhtml+xml,*/*;q=0.8")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(browser.status(), 303);
+    assert_eq!(browser.headers()["location"], "/console");
+    let other = no_redirects.get(app.url("/")).send().await.unwrap();
+    assert_eq!(other.status(), 200);
+    let body: Value = other.json().await.unwrap();
+    assert_eq!(body["console"], "/console");
+    assert_eq!(body["openapi"], "/openapi.json");
+    let page = app.client.get(app.url("/console")).send().await.unwrap();
+    let html = page.text().await.unwrap();
+    assert!(
+        html.contains(".command-ledger/operator-token"),
+        "the token box says where the token is"
+    );
+}

@@ -496,3 +496,54 @@ async fn the_command_line_resolves_an_ambiguous_command_as_the_api_does() {
     assert!(!ok && err.contains("pending, not ambiguous"), "{err}");
     assert_eq!(s.calls.load(Ordering::SeqCst), 4, "nothing was retried");
 }
+
+/// `unresolved=true` lists the ambiguous commands nobody has resolved yet
+/// (the console's ambiguous list): a resolved one leaves it.
+#[tokio::test]
+async fn the_unresolved_ambiguous_list_drops_a_command_once_it_is_resolved() {
+    let s = Setup::new().await;
+    let listed = |query: &'static str| {
+        let (client, base, operator) = (s.client.clone(), s.base.clone(), s.operator.clone());
+        async move {
+            let resp = client
+                .get(format!("{base}/v1/commands?{query}"))
+                .bearer_auth(&operator)
+                .send()
+                .await
+                .unwrap();
+            let status = resp.status().as_u16();
+            let body: Value = resp.json().await.unwrap();
+            (status, body)
+        }
+    };
+    let ids = |body: &Value| -> Vec<String> {
+        body["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let (_, before) = listed("unresolved=true").await;
+    assert_eq!(ids(&before).len(), 4, "{before}");
+    let (status, _) = s
+        .post(
+            &s.operator,
+            &format!("/v1/commands/{}/probe", s.id(0)),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200);
+    let (_, after) = listed("state=ambiguous&unresolved=true").await;
+    let after = ids(&after);
+    assert_eq!(after.len(), 3, "{after:?}");
+    assert!(!after.iter().any(|i| i == s.id(0)), "{after:?}");
+    let (_, all) = listed("state=ambiguous").await;
+    assert_eq!(
+        ids(&all).len(),
+        4,
+        "without the filter, every ambiguous one"
+    );
+    let (status, problem) = listed("state=applied&unresolved=true").await;
+    assert_eq!(status, 400, "{problem}");
+}

@@ -595,3 +595,85 @@ async fn a_killed_serve_is_settled_by_the_probe_and_its_cluster_adopted() {
     );
     let _ = std::fs::remove_dir_all(&root);
 }
+
+/// A checkout the postgres user cannot reach (under a 0700 directory, as
+/// root) keeps its private cluster under /var/tmp, named after the state
+/// directory's path. A fresh clone at that path (a new, empty state
+/// directory) adopts that cluster; one whose password is gone (made by an
+/// older version, its keeper lost) is not started over: the start fails in
+/// one line naming `database reset`, leaves no server running, and
+/// `database reset --yes` clears the way for a new cluster.
+#[tokio::test]
+async fn a_fresh_clone_at_a_path_used_before_adopts_its_cluster_or_says_how_to_reset_it() {
+    if command_ledger::embedded_pg::find_bin_dir().is_err() {
+        eprintln!("skipped: no PostgreSQL server binaries on this machine");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt as _;
+    let root = std::env::temp_dir().join(format!(
+        "command-ledger-clone-{}",
+        uuid::Uuid::now_v7().simple()
+    ));
+    // As root, a 0700 directory the postgres user cannot traverse.
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let state_dir = root.join("checkout").join(".command-ledger");
+    let data_dir = command_ledger::embedded_pg::data_dir_for(&state_dir);
+    let run = |args: &[&str]| {
+        let out = command(&state_dir).args(args).output().unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, out, err) = run(&["migrate"]);
+    assert!(ok, "{out}{err}");
+    assert!(
+        data_dir.join("PG_VERSION").exists(),
+        "{}",
+        data_dir.display()
+    );
+    let first_password = std::fs::read_to_string(state_dir.join("pg-password")).unwrap();
+
+    // A fresh clone at the same path: the state directory is new.
+    std::fs::remove_dir_all(&state_dir).unwrap();
+    let (ok, out, err) = run(&["migrate"]);
+    assert!(ok, "a fresh clone adopts the cluster: {out}{err}");
+    assert_eq!(
+        std::fs::read_to_string(state_dir.join("pg-password")).unwrap(),
+        first_password
+    );
+
+    let outside = data_dir != state_dir.join("pg");
+    if outside {
+        // An older version kept no copy of the password beside the cluster.
+        std::fs::remove_file(data_dir.parent().unwrap().join("pg-password")).unwrap();
+        std::fs::remove_dir_all(&state_dir).unwrap();
+        let (ok, out, err) = run(&["migrate"]);
+        assert!(!ok, "{out}");
+        let said: Vec<&str> = err.lines().filter(|l| l.starts_with("error:")).collect();
+        assert_eq!(said.len(), 1, "{err}");
+        assert!(said[0].contains("database reset --yes"), "{err}");
+        assert!(said[0].contains(&data_dir.display().to_string()), "{err}");
+        assert!(
+            !data_dir.join("postmaster.pid").exists(),
+            "the failed start stopped the server it started"
+        );
+    }
+
+    // Refused without --yes; with it, the cluster is gone and a new one comes.
+    let (ok, _, err) = run(&["database", "reset"]);
+    assert!(!ok && err.contains("--yes"), "{err}");
+    assert!(data_dir.exists());
+    let (ok, out, err) = run(&["database", "reset", "--yes"]);
+    assert!(ok, "{out}{err}");
+    assert!(out.contains("removed the private cluster"), "{out}");
+    assert!(!data_dir.exists());
+    assert!(!state_dir.join("pg-password").exists());
+    let (ok, out, err) = run(&["migrate"]);
+    assert!(ok, "{out}{err}");
+    let (ok, out, err) = run(&["database", "reset", "--yes"]);
+    assert!(ok, "{out}{err}");
+    let _ = std::fs::remove_dir_all(&root);
+}

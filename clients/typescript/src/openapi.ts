@@ -1750,6 +1750,11 @@ export interface operations {
                 until?: string;
                 /** @description `true`: only pending commands waiting for their `not_before`. */
                 scheduled?: boolean;
+                /**
+                 * @description `true`: only ambiguous commands nobody has resolved yet (no
+                 *     resolution recorded beside them); implies `state=ambiguous`.
+                 */
+                unresolved?: boolean;
             };
             header?: never;
             path?: never;
