@@ -5,6 +5,7 @@
 
 use chrono::{DateTime, Utc};
 use hmac::{Hmac, KeyInit as _, Mac as _};
+use serde_json::Value;
 use sha2::Sha256;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
@@ -188,8 +189,24 @@ pub enum AddressClass {
     Multicast,
     /// 0.0.0.0, ::.
     Unspecified,
-    /// 0.0.0.0/8 ("this network") and 240.0.0.0/4 (reserved, broadcast included).
+    /// 0.0.0.0/8 ("this network") and 240.0.0.0/4 (reserved, broadcast
+    /// included); IPv6 outside the global unicast 2000::/3.
     Reserved,
+    /// The IANA special-purpose registries' other ranges that are not
+    /// globally reachable: 192.0.0.0/24 (IETF protocol assignments, but
+    /// for the anycast .9 and .10), 198.18.0.0/15 (benchmarking),
+    /// 192.88.99.0/24 (the deprecated 6to4 relay), 100::/64 (discard only),
+    /// 2001::/23 (IETF protocol assignments, Teredo included, but for its
+    /// global blocks), 5f00::/16 (SRv6 SIDs), 64:ff9b:1::/48 (local-use
+    /// IPv4/IPv6 translation).
+    SpecialPurpose,
+    /// 192.0.2.0/24, 198.51.100.0/24, 203.0.113.0/24, 2001:db8::/32,
+    /// 3fff::/20: for examples. An endpoint may name one (the book's do),
+    /// and nothing is ever sent to it.
+    Documentation,
+    /// An address of the host the ledger runs on (found by asking the
+    /// host, not by range: a public address of its own interface too).
+    ThisHost,
 }
 
 impl AddressClass {
@@ -204,6 +221,9 @@ impl AddressClass {
             AddressClass::Multicast => "multicast",
             AddressClass::Unspecified => "unspecified",
             AddressClass::Reserved => "reserved",
+            AddressClass::SpecialPurpose => "special-purpose",
+            AddressClass::Documentation => "documentation",
+            AddressClass::ThisHost => "this host",
         }
     }
 
@@ -219,6 +239,11 @@ impl AddressClass {
             AddressClass::Multicast => "a multicast address",
             AddressClass::Unspecified => "an unspecified address",
             AddressClass::Reserved => "a reserved address",
+            AddressClass::SpecialPurpose => {
+                "a special-purpose address (not globally reachable, IANA)"
+            }
+            AddressClass::Documentation => "a documentation address",
+            AddressClass::ThisHost => "an address of the ledger's own host",
         }
     }
 
@@ -233,13 +258,14 @@ impl AddressClass {
                 | AddressClass::SharedAddressSpace
                 | AddressClass::LinkLocal
                 | AddressClass::UniqueLocal
+                | AddressClass::ThisHost
         )
     }
 }
 
 /// The class of an IPv4 address.
 pub fn classify_v4(ip: Ipv4Addr) -> AddressClass {
-    let [a, b, ..] = ip.octets();
+    let [a, b, c, d] = ip.octets();
     if ip.is_unspecified() {
         AddressClass::Unspecified
     } else if ip.is_loopback() {
@@ -254,6 +280,14 @@ pub fn classify_v4(ip: Ipv4Addr) -> AddressClass {
         AddressClass::Multicast
     } else if a == 0 || a >= 240 {
         AddressClass::Reserved
+    } else if (a, b, c) == (192, 0, 2) || (a, b, c) == (198, 51, 100) || (a, b, c) == (203, 0, 113)
+    {
+        AddressClass::Documentation
+    } else if ((a, b, c) == (192, 0, 0) && d != 9 && d != 10)
+        || (a == 198 && (b == 18 || b == 19))
+        || (a, b, c) == (192, 88, 99)
+    {
+        AddressClass::SpecialPurpose
     } else {
         AddressClass::Public
     }
@@ -279,16 +313,48 @@ fn classify_v6(ip: Ipv6Addr) -> AddressClass {
         return AddressClass::Loopback;
     }
     let embedded = |s: &[u16; 8]| Ipv4Addr::from((u32::from(s[6]) << 16) | u32::from(s[7]));
-    // ::ffff:a.b.c.d (mapped), ::a.b.c.d (compatible), 64:ff9b::a.b.c.d (NAT64).
-    if (s[..5] == [0; 5] && (s[5] == 0xffff || s[5] == 0)) || s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
+    // ::ffff:a.b.c.d (mapped), ::a.b.c.d (compatible), ::ffff:0:a.b.c.d
+    // (translated), 64:ff9b::a.b.c.d (NAT64).
+    if (s[..5] == [0; 5] && (s[5] == 0xffff || s[5] == 0))
+        || (s[..4] == [0; 4] && s[4] == 0xffff && s[5] == 0)
+        || s[..6] == [0x64, 0xff9b, 0, 0, 0, 0]
+    {
         return classify_v4(embedded(&s));
+    }
+    // 64:ff9b:1::/48, local-use translation: this network's own IPv4.
+    if s[..3] == [0x64, 0xff9b, 1] {
+        return match classify_v4(embedded(&s)) {
+            AddressClass::Public => AddressClass::Private,
+            class => class,
+        };
+    }
+    // 2002::/16, 6to4: the IPv4 address in its next 32 bits.
+    if s[0] == 0x2002 {
+        let v4 = Ipv4Addr::from((u32::from(s[1]) << 16) | u32::from(s[2]));
+        return classify_v4(v4);
     }
     match s[0] {
         x if x & 0xff00 == 0xff00 => AddressClass::Multicast,
         x if x & 0xffc0 == 0xfe80 => AddressClass::LinkLocal,
         x if x & 0xfe00 == 0xfc00 || x & 0xffc0 == 0xfec0 => AddressClass::UniqueLocal,
-        _ => AddressClass::Public,
+        0x0100 if s[1..4] == [0, 0, 0] => AddressClass::SpecialPurpose,
+        0x2001 if s[1] == 0x0db8 => AddressClass::Documentation,
+        0x3fff if s[1] < 0x1000 => AddressClass::Documentation,
+        0x2001 if s[1] < 0x0200 && !global_ietf_block(&s) => AddressClass::SpecialPurpose,
+        0x5f00 => AddressClass::SpecialPurpose,
+        x if x & 0xe000 == 0x2000 => AddressClass::Public,
+        _ => AddressClass::Reserved,
     }
+}
+
+/// The blocks of 2001::/23 the IPv6 registry marks globally reachable:
+/// 2001:1::1 and ::2 (anycast), 2001:3::/32 (AMT), 2001:4:112::/48
+/// (AS112), 2001:20::/28 to 2001:3f::/28 (ORCHIDv2, drone remote ID).
+fn global_ietf_block(s: &[u16; 8]) -> bool {
+    (s[1] == 1 && s[2..7] == [0; 5] && (s[7] == 1 || s[7] == 2))
+        || s[1] == 3
+        || (s[1] == 4 && s[2] == 0x0112)
+        || (0x20..0x40).contains(&s[1])
 }
 
 /// Why a URL or an address may not be sent to.
@@ -379,7 +445,15 @@ pub fn parse_url(raw: &str, allow_private: bool) -> Result<Target, UrlError> {
         Some(url::Host::Domain(d)) => Host::Name(d.to_owned()),
     };
     if let Host::Address(address) = host {
-        check_address(address, allow_private)?;
+        // A documentation address may be registered (examples name one);
+        // nothing is ever sent to it (the sender checks every address).
+        match check_address(address, allow_private) {
+            Err(UrlError::Unroutable {
+                class: AddressClass::Documentation,
+                ..
+            }) => {}
+            checked => checked?,
+        }
     }
     let port = url
         .port_or_known_default()
@@ -397,8 +471,44 @@ pub fn parse_url(raw: &str, allow_private: bool) -> Result<Target, UrlError> {
     })
 }
 
+/// A payload as it is shown and sent: its times written as every other
+/// time of the API is (UTC, `Z`). The database writes `finished_at` into the
+/// stored payload as `+00:00`; the stored payload is left as it is.
+pub fn payload_shown(payload: &Value) -> Value {
+    let mut shown = payload.clone();
+    if let Some(t) = shown.get_mut("finished_at")
+        && let Some(parsed) = t
+            .as_str()
+            .and_then(|s| DateTime::parse_from_rfc3339(s).ok())
+    {
+        *t = Value::String(
+            parsed
+                .with_timezone(&Utc)
+                .to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true),
+        );
+    }
+    shown
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_payloads_finished_at_is_shown_in_utc_with_z_like_every_other_time() {
+        let stored = serde_json::json!({"state": "applied", "finished_at": "2026-12-06T04:07:32.123456+00:00"});
+        let shown = payload_shown(&stored);
+        assert_eq!(shown["finished_at"], "2026-12-06T04:07:32.123456Z");
+        assert_eq!(shown["state"], "applied");
+        let noon = serde_json::json!({"finished_at": "2026-12-06T12:00:00+02:00"});
+        assert_eq!(payload_shown(&noon)["finished_at"], "2026-12-06T10:00:00Z");
+        for left in [
+            serde_json::json!({"finished_at": null}),
+            serde_json::json!({"finished_at": "soon"}),
+            serde_json::json!([1]),
+        ] {
+            assert_eq!(payload_shown(&left), left);
+        }
+    }
+
     use super::*;
     use proptest::prelude::*;
 
@@ -600,12 +710,92 @@ mod tests {
             "9.255.255.255",
             "192.169.0.0",
             "223.255.255.255",
-            "2001:db8::1",
-            "fbff::1",
-            "fe00::1",
+            "192.0.0.9",
+            "192.0.0.10",
+            "192.0.1.0",
+            "198.17.255.255",
+            "198.20.0.0",
+            "2000::1",
+            "2a00:1450::1",
+            "3ffe::1",
+            "2001:4:112::1",
+            "2001:1::1",
+            "2001:200::1",
+            "2002:808:808::1",
+            "64:ff9b::808:808",
         ] {
             let ip: IpAddr = ip.parse().unwrap();
             assert_eq!(classify(ip), AddressClass::Public, "{ip}");
+        }
+    }
+
+    #[test]
+    fn the_registries_non_global_ranges_are_never_sent_to_even_when_private_ones_are_allowed() {
+        for (ip, class) in [
+            ("192.0.0.1", AddressClass::SpecialPurpose),
+            ("192.0.0.255", AddressClass::SpecialPurpose),
+            ("198.18.0.1", AddressClass::SpecialPurpose),
+            ("198.19.255.255", AddressClass::SpecialPurpose),
+            ("192.88.99.1", AddressClass::SpecialPurpose),
+            ("100::1", AddressClass::SpecialPurpose),
+            ("2001::1", AddressClass::SpecialPurpose),
+            ("2001:2::1", AddressClass::SpecialPurpose),
+            ("5f00::1", AddressClass::SpecialPurpose),
+            ("192.0.2.1", AddressClass::Documentation),
+            ("198.51.100.7", AddressClass::Documentation),
+            ("203.0.113.10", AddressClass::Documentation),
+            ("2001:db8::1", AddressClass::Documentation),
+            ("3fff::1", AddressClass::Documentation),
+            ("fbff::1", AddressClass::Reserved),
+            ("4000::1", AddressClass::Reserved),
+        ] {
+            let ip: IpAddr = ip.parse().unwrap();
+            assert_eq!(classify(ip), class, "{ip}");
+            assert!(
+                matches!(check_address(ip, true), Err(UrlError::Unroutable { .. })),
+                "{ip}"
+            );
+        }
+    }
+
+    #[test]
+    fn ipv6_forms_of_this_networks_ipv4_addresses_are_judged_as_those() {
+        for (ip, class) in [
+            // NAT64 local-use: this network's own translation.
+            ("64:ff9b:1::a00:1", AddressClass::Private),
+            ("64:ff9b:1::808:808", AddressClass::Private),
+            ("64:ff9b:1::7f00:1", AddressClass::Loopback),
+            // 6to4 of private and loopback IPv4.
+            ("2002:a00:1::1", AddressClass::Private),
+            ("2002:7f00:1::1", AddressClass::Loopback),
+            ("2002:a9fe:a9fe::1", AddressClass::LinkLocal),
+            // IPv4-translated (::ffff:0:a.b.c.d).
+            ("::ffff:0:7f00:1", AddressClass::Loopback),
+            ("::ffff:0:a00:1", AddressClass::Private),
+            ("::ffff:0:c612:1", AddressClass::SpecialPurpose),
+        ] {
+            let ip: IpAddr = ip.parse().unwrap();
+            assert_eq!(classify(ip), class, "{ip}");
+            assert!(check_address(ip, false).is_err(), "{ip}");
+        }
+    }
+
+    #[test]
+    fn a_documentation_address_may_be_registered_and_is_never_sent_to() {
+        for url in [
+            "http://203.0.113.10/hook",
+            "http://[2001:db8::7]/hook",
+            "http://192.0.2.1/",
+        ] {
+            assert!(parse_url(url, false).is_ok(), "{url}");
+        }
+        for url in [
+            "http://198.18.0.1/",
+            "http://192.0.0.8/",
+            "http://[64:ff9b:1::a00:1]/",
+            "http://[2002:a00:1::1]/",
+        ] {
+            assert!(parse_url(url, false).is_err(), "{url}");
         }
     }
 

@@ -58,10 +58,10 @@ pub(super) struct BatchItemBody {
     #[serde(default)]
     #[schema(pattern = r"^[ -~]{1,128}$")]
     run_id: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::params::instant::deadline")]
     deadline: Option<DateTime<Utc>>,
     /// As in `POST /v1/commands`.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::params::instant::not_before")]
     not_before: Option<DateTime<Utc>>,
     /// As in `POST /v1/commands`.
     #[serde(default)]

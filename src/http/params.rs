@@ -214,11 +214,11 @@ pub(super) struct SubmitBody {
     #[schema(pattern = r"^[ -~]{1,128}$")]
     pub(super) run_id: Option<String>,
     /// RFC 3339; after it the command must not start.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "instant::deadline")]
     pub(super) deadline: Option<DateTime<Utc>>,
     /// RFC 3339; the command is not claimed before it (recorded at once,
     /// cancellable until it starts). A `deadline` must be later.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "instant::not_before")]
     pub(super) not_before: Option<DateTime<Utc>>,
     /// -100..=100, higher claimed first within the authority (with aging);
     /// default: the kind's `priority`; at most its `max_priority`.
@@ -257,10 +257,14 @@ pub(super) struct InvokeBody {
     /// Defaults to the authority the catalog names for the tool.
     #[serde(default)]
     pub(super) authority: Option<AuthorityField>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "instant::deadline")]
     pub(super) deadline: Option<DateTime<Utc>>,
     /// As `not_before` in `POST /v1/commands` (also spelled `not_before`).
-    #[serde(default, alias = "not_before")]
+    #[serde(
+        default,
+        alias = "not_before",
+        deserialize_with = "instant::not_before"
+    )]
     pub(super) not_before: Option<DateTime<Utc>>,
     /// As `priority` in `POST /v1/commands`.
     #[serde(default)]
@@ -284,6 +288,42 @@ pub(super) fn prefer_wait(headers: &HeaderMap) -> Option<Duration> {
             let value = value.split(';').next()?.trim().trim_matches('"');
             value.parse::<u64>().ok().map(Duration::from_secs)
         })
+}
+
+/// An RFC 3339 instant in a body, whose refusal names its field (serde's
+/// own error names only a line and a column).
+pub(super) mod instant {
+    use chrono::{DateTime, Utc};
+    use serde::{Deserialize as _, Deserializer};
+
+    fn named<'de, D: Deserializer<'de>>(
+        d: D,
+        field: &str,
+    ) -> Result<Option<DateTime<Utc>>, D::Error> {
+        let Some(text) = Option::<serde_json::Value>::deserialize(d)? else {
+            return Ok(None);
+        };
+        text.as_str()
+            .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+            .map(|t| Some(t.with_timezone(&Utc)))
+            .ok_or_else(|| {
+                serde::de::Error::custom(format!(
+                    "{field} must be an RFC 3339 instant such as 2026-12-01T08:00:00Z, not {text}"
+                ))
+            })
+    }
+
+    pub(in crate::http) fn not_before<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<DateTime<Utc>>, D::Error> {
+        named(d, "not_before")
+    }
+
+    pub(in crate::http) fn deadline<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<DateTime<Utc>>, D::Error> {
+        named(d, "deadline")
+    }
 }
 
 #[cfg(test)]

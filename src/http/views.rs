@@ -408,7 +408,7 @@ pub(super) fn event_view(e: &EventRow, attempts: &[AttemptRow]) -> EventView {
         next_attempt_at: e.next_attempt_at,
         delivered_at: e.delivered_at,
         last_error: e.last_error.clone(),
-        payload: e.payload.clone(),
+        payload: crate::domain::webhook::payload_shown(&e.payload),
         attempts: attempts
             .iter()
             .filter(|a| a.event_id == e.id)

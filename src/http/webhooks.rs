@@ -134,6 +134,11 @@ impl Registration {
                 }
             },
         )?;
+        // An address of this very host is refused, whatever its range.
+        if let Host::Address(ip) = target.host {
+            crate::webhooks::send::check_not_this_host(ip, allow_private)
+                .map_err(|e| ApiError::InvalidBody(format!("url: {e}")))?;
+        }
         // A name is checked by what it resolves to now (and again before
         // every connection the deliverer makes).
         if matches!(target.host, Host::Name(_)) {
@@ -254,7 +259,7 @@ pub(super) async fn disable(
     .await?
     .ok_or(ApiError::NotFound)?;
     let expired =
-        db::webhooks::expire_events_of_endpoint(&state.pool, id, "the endpoint was disabled")
+        db::webhooks::expire_events_of_endpoint(&state.pool, id, crate::ledger::webhooks::DISABLED)
             .await?;
     tracing::info!(webhook.id = %id, actor = %principal.actor(), expired, "webhook endpoint disabled");
     Ok(Json(webhook_view(&row)).into_response())

@@ -10,7 +10,9 @@ use crate::domain::webhook::later;
 
 /// Makes event `id` pending again, due now and tried for `expiry` from now,
 /// whatever became of it before (delivered, expired or pending); its id
-/// stays, so a receiver that has it drops the copy. `None`: no such event.
+/// stays, so a receiver that has it drops the copy. An event of a disabled
+/// endpoint expires at once instead (`the endpoint was disabled`). `None`:
+/// no such event.
 pub async fn redeliver(
     pool: &PgPool,
     id: Uuid,
@@ -21,5 +23,19 @@ pub async fn redeliver(
         return Ok(None);
     };
     let now = Utc::now();
-    db::redeliver(pool, &event.authority_id, id, now, later(now, expiry)).await
+    let endpoint = db::get_endpoint(pool, event.endpoint_id, None).await?;
+    if endpoint.is_none_or(|e| e.disabled_at.is_none()) {
+        return db::redeliver(pool, &event.authority_id, id, now, later(now, expiry)).await;
+    }
+    // A disabled endpoint is sent nothing: the event, made pending again,
+    // expires at once, saying why, in one transaction (no deliverer sees it
+    // pending).
+    let mut tx = pool.begin().await?;
+    db::redeliver(&mut *tx, &event.authority_id, id, now, later(now, expiry)).await?;
+    db::expire_events_of_endpoint(&mut *tx, event.endpoint_id, DISABLED).await?;
+    tx.commit().await?;
+    db::get_event(pool, id).await
 }
+
+/// Why the events of a disabled endpoint expire.
+pub const DISABLED: &str = "the endpoint was disabled";

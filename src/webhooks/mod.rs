@@ -201,7 +201,7 @@ impl Deliverer {
         endpoint: Option<SendingEndpoint>,
     ) -> Result<Option<AfterAttempt>, sqlx::Error> {
         let Some(endpoint) = endpoint.filter(|e| e.disabled_at.is_none()) else {
-            let error = "the endpoint was disabled";
+            let error = crate::ledger::webhooks::DISABLED;
             db::finish(
                 &self.pool,
                 &event.authority_id,
@@ -318,11 +318,11 @@ pub fn body(event: &Claimed) -> Vec<u8> {
 
 /// [`body`] from its parts (an event's id, its time, its payload).
 pub fn body_of(id: uuid::Uuid, created_at: DateTime<Utc>, payload: &Value) -> Vec<u8> {
-    let mut doc = match payload {
-        Value::Object(m) => m.clone(),
+    let mut doc = match crate::domain::webhook::payload_shown(payload) {
+        Value::Object(m) => m,
         other => {
             let mut m = Map::new();
-            m.insert("payload".into(), other.clone());
+            m.insert("payload".into(), other);
             m
         }
     };

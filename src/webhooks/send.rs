@@ -6,12 +6,12 @@
 //! POST whose status is the answer. No proxy, no redirect is followed.
 
 use hyper::body::Bytes;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use tokio::net::TcpStream;
 
-use crate::domain::webhook::{Host, Target, UrlError, check_address};
+use crate::domain::webhook::{AddressClass, Host, Target, UrlError, check_address};
 
 /// Why no answer came back.
 #[derive(Debug, thiserror::Error)]
@@ -69,8 +69,26 @@ pub async fn resolve_checked(
     }
     for a in &addresses {
         check_address(a.ip(), allow_private)?;
+        check_not_this_host(a.ip(), allow_private)?;
     }
     Ok(addresses)
+}
+
+/// Refuses an address of this very host (a public address of its own
+/// interface included, which no range names) unless private targets are
+/// allowed. Asked of the host itself: an address it can bind a socket to is
+/// its own.
+pub fn check_not_this_host(address: IpAddr, allow_private: bool) -> Result<(), UrlError> {
+    if allow_private || address.is_unspecified() {
+        return Ok(());
+    }
+    match std::net::UdpSocket::bind((address, 0)) {
+        Ok(_) => Err(UrlError::PrivateAddress {
+            address,
+            class: AddressClass::ThisHost,
+        }),
+        Err(_) => Ok(()),
+    }
 }
 
 fn host_text(target: &Target) -> String {
@@ -83,7 +101,7 @@ fn host_text(target: &Target) -> String {
 /// The `Host` header: the host, and the port when it is not the scheme's.
 fn host_header(target: &Target) -> String {
     let host = match &target.host {
-        Host::Address(std::net::IpAddr::V6(v6)) => format!("[{v6}]"),
+        Host::Address(IpAddr::V6(v6)) => format!("[{v6}]"),
         Host::Address(ip) => ip.to_string(),
         Host::Name(name) => name.clone(),
     };

@@ -371,3 +371,68 @@ async fn not_before_and_priority_are_fixed_once_recorded() {
     .unwrap();
     assert_eq!((priority, rank_matches), (5, true));
 }
+
+/// A `not_before` (or `deadline`) that is no instant is refused naming the
+/// field, alone and as a batch item; a key sent again with another schedule
+/// is a replay of the first command and keeps the schedule it was recorded
+/// with (the schedule is not part of the request's digest: the scheduling
+/// page says so).
+#[tokio::test]
+async fn a_malformed_instant_names_its_field_and_a_new_schedule_under_an_old_key_replays() {
+    let app = TestApp::spawn_with(prioritised()).await;
+    let token = app.token("kiosk", Role::Device).await;
+    for (field, value) in [
+        ("not_before", "tomorrow"),
+        ("deadline", "2026-13-01T00:00:00Z"),
+    ] {
+        let mut body = refund(1);
+        body[field] = json!(value);
+        let p = problem(
+            app.submit(&token, Some("bad-time"), &body).await,
+            400,
+            "/problems/invalid-body",
+        )
+        .await;
+        let detail = p["detail"].as_str().unwrap();
+        assert!(
+            detail.contains(field) && detail.contains("RFC 3339"),
+            "{detail}"
+        );
+        let mut item = body.clone();
+        item["idempotency_key"] = json!("bad-time-item");
+        let resp = app
+            .client
+            .post(app.url("/v1/commands/batch"))
+            .bearer_auth(&token)
+            .json(&json!({"items": [item]}))
+            .send()
+            .await
+            .unwrap();
+        let answer: Value = resp.json().await.unwrap();
+        let item = &answer["items"][0];
+        assert_eq!(item["status"], 400, "{answer}");
+        assert!(
+            item["problem"]["detail"].as_str().unwrap().contains(field),
+            "{answer}"
+        );
+    }
+    assert_eq!(app.command_count().await, 0);
+
+    let at = (Utc::now() + Span::hours(1)).round_subsecs(0);
+    let mut first = refund(2);
+    first["not_before"] = json!(at.to_rfc3339());
+    first["priority"] = json!(5);
+    let resp = app.submit(&token, Some("sched-1"), &first).await;
+    assert_eq!(resp.status(), 202);
+    let mut again = first.clone();
+    again["not_before"] = json!((at + Span::hours(1)).to_rfc3339());
+    again["priority"] = json!(9);
+    let resp = app.submit(&token, Some("sched-1"), &again).await;
+    assert_eq!(resp.status(), 200, "a replay");
+    let shown: Value = resp.json().await.unwrap();
+    assert_eq!(shown["disposition"], "replay");
+    assert_eq!(shown["priority"], 5);
+    let kept: DateTime<Utc> = shown["not_before"].as_str().unwrap().parse().unwrap();
+    assert_eq!(kept, at);
+    assert_eq!(app.command_count().await, 1);
+}

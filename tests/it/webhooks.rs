@@ -538,6 +538,12 @@ async fn the_signature_verifies_with_the_secret_over_the_body_as_sent() {
     .await
     .unwrap();
     assert_eq!(body["history_hash"], hex::encode(hash));
+    // Its times are written as every other time of the API: UTC, with Z.
+    for field in ["finished_at", "created_at"] {
+        let t = body[field].as_str().unwrap();
+        assert!(t.ends_with('Z'), "{field}: {t}");
+        t.parse::<chrono::DateTime<chrono::Utc>>().unwrap();
+    }
 }
 
 #[tokio::test]
@@ -721,6 +727,31 @@ async fn an_event_keeps_its_id_across_retries_and_redeliveries() {
         "/problems/not-found",
     )
     .await;
+
+    // Disabled, the endpoint is sent nothing more: a redelivery of its
+    // event expires at once, saying why.
+    let endpoint: Uuid =
+        sqlx::query_scalar("select endpoint_id from webhook_events where id = $1::uuid")
+            .bind(&mine)
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    let resp = app
+        .client
+        .delete(app.url(&format!("/v1/webhooks/{endpoint}")))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let resp = app.post(&operator, &path).await;
+    assert_eq!(resp.status(), 200);
+    let redelivered: Value = resp.json().await.unwrap();
+    assert_eq!(redelivered["state"], "expired", "{redelivered}");
+    assert_eq!(redelivered["last_error"], "the endpoint was disabled");
+    let before = receiver.received().len();
+    d.run_once().await.unwrap();
+    assert_eq!(receiver.received().len(), before, "nothing sent");
 }
 
 #[tokio::test]
@@ -965,4 +996,34 @@ async fn a_principal_sees_and_disables_its_own_endpoints_and_never_a_secret() {
         Some("42501"),
         "{refused}"
     );
+}
+
+/// The host's own addresses are refused whatever their range: the check
+/// asks the host (an address it can bind is its own), so a public address
+/// of its own interface is caught where no range names it.
+#[test]
+fn an_address_of_the_ledgers_own_host_is_refused_unless_private_targets_are_allowed() {
+    use command_ledger::domain::webhook::{AddressClass, UrlError};
+    use command_ledger::webhooks::send::check_not_this_host;
+    let own: Vec<std::net::IpAddr> =
+        vec!["127.0.0.1".parse().unwrap(), "127.0.0.2".parse().unwrap()];
+    for ip in own {
+        assert_eq!(
+            check_not_this_host(ip, false),
+            Err(UrlError::PrivateAddress {
+                address: ip,
+                class: AddressClass::ThisHost
+            }),
+            "{ip}"
+        );
+        assert_eq!(check_not_this_host(ip, true), Ok(()));
+    }
+    // Not this host's: left to the range rules.
+    for ip in ["203.0.113.10", "192.0.2.200"] {
+        assert_eq!(
+            check_not_this_host(ip.parse().unwrap(), false),
+            Ok(()),
+            "{ip}"
+        );
+    }
 }
