@@ -353,7 +353,7 @@ async fn start_private_cluster(state_dir: &Path) -> anyhow::Result<Cluster> {
         .with_context(|| format!("creating the state directory {}", state_dir.display()))?;
     let data_dir = embedded_pg::data_dir_for(state_dir);
     if data_dir != state_dir.join("pg") {
-        tracing::info!(
+        tracing::debug!(
             data_dir = %data_dir.display(),
             "the postgres user cannot reach {}; the private cluster's data lives here instead",
             state_dir.display()

@@ -83,9 +83,13 @@ pub(super) async fn run(args: McpArgs) -> anyhow::Result<()> {
                 Arc::new(LocalSessionManager::default()),
                 config,
             );
-            let app = axum::Router::new().nest_service("/mcp", service).layer(
-                axum::middleware::from_fn_with_state(Client::new(&args.url, ""), require_token),
-            );
+            let app = axum::Router::new()
+                .nest_service("/mcp", service)
+                .layer(axum::middleware::from_fn(refuse_duplicate_keys))
+                .layer(axum::middleware::from_fn_with_state(
+                    Client::new(&args.url, ""),
+                    require_token,
+                ));
             axum::serve(listener, app)
                 .with_graceful_shutdown(async move {
                     super::shutdown_signal().await;
@@ -138,6 +142,36 @@ async fn require_token(
         }
     }
     next.run(request).await
+}
+
+/// Most a JSON-RPC message read here may be (a tool call's arguments are
+/// held to the API's own limits after this).
+const MESSAGE_LIMIT: usize = 1024 * 1024;
+
+/// Refuses a message whose JSON names a key twice in one object (the
+/// tool's arguments included), as the API refuses such a body: parsers
+/// differ on which value counts, so the call is never made.
+async fn refuse_duplicate_keys(request: Request, next: Next) -> Response {
+    let (parts, body) = request.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, MESSAGE_LIMIT).await else {
+        return problem(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "/problems/body-too-large",
+            &format!("an MCP message is at most {MESSAGE_LIMIT} bytes"),
+        );
+    };
+    if let Some(duplicate) = crate::domain::json_keys::first_duplicate(&bytes) {
+        return problem(
+            StatusCode::BAD_REQUEST,
+            "/problems/invalid-body",
+            &format!(
+                "{duplicate} (at {}); nothing was called",
+                duplicate.pointer()
+            ),
+        );
+    }
+    next.run(Request::from_parts(parts, axum::body::Body::from(bytes)))
+        .await
 }
 
 fn problem(status: StatusCode, problem_type: &str, detail: &str) -> Response {

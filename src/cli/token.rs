@@ -87,7 +87,17 @@ async fn run_on(pool: &PgPool, cmd: TokenCommand) -> anyhow::Result<()> {
             let token =
                 issue_token_in(pool, &principal, role, fleet.as_deref(), expires_at).await?;
             let fleet = fleet.as_deref().unwrap_or(&principal);
-            eprintln!("token for {principal} ({role}, fleet {fleet}); it is shown only this once:");
+            // Said where the token is: on the terminal, or in what captured
+            // standard output (`DEVICE=$(... token create ...)`).
+            if std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+                eprintln!(
+                    "token for {principal} ({role}, fleet {fleet}); it is shown only this once:"
+                );
+            } else {
+                eprintln!(
+                    "token for {principal} ({role}, fleet {fleet}) written to standard output, once; keep what captured it"
+                );
+            }
             println!("{token}");
         }
         TokenCommand::Revoke { principal, prefix } => {

@@ -401,3 +401,38 @@ async fn over_http_a_wrong_token_is_refused_at_initialize_like_a_missing_one() {
     assert_eq!(resp.status(), 200);
     assert!(resp.headers().get("mcp-session-id").is_some());
 }
+
+/// Over HTTP, a message whose JSON names a key twice (a tool call's
+/// argument given two values) is refused before anything is called, as the
+/// API refuses such a body.
+#[tokio::test]
+async fn over_http_a_message_naming_a_key_twice_is_refused_and_calls_nothing() {
+    let app = TestApp::spawn_with(quickstart_refund(
+        Duration::from_secs(5),
+        NearDuplicate::Hold,
+    ))
+    .await;
+    let token = app.token("agent-1", Role::Device).await;
+    let (_server, url) = mcp_over_http(&app.base).await;
+    let body = r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"refund",
+        "arguments":{"to":"ada@example.com","amount":"1.00 USD","amount":"900.00 USD"}}}"#;
+    let resp = app
+        .client
+        .post(&url)
+        .bearer_auth(&token)
+        .header("Accept", "application/json, text/event-stream")
+        .header("Content-Type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    let problem: Value = resp.json().await.unwrap();
+    assert_eq!(problem["type"], "/problems/invalid-body", "{problem}");
+    let detail = problem["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("\"amount\"") && detail.contains("/params/arguments/amount"),
+        "{detail}"
+    );
+    assert_eq!(app.command_count().await, 0);
+}

@@ -155,9 +155,23 @@ export class Outbox {
     const key = options.key ?? uuid7();
     const notBefore =
       options.notBefore === undefined ? null : typeof options.notBefore === "string" ? options.notBefore : options.notBefore.toISOString();
+    const text = JSON.stringify(args);
+    // A program run again enqueues its commands again under their own keys:
+    // the same command under a key already recorded is that entry (it is
+    // sent at most once, answered or not); another command under it is a
+    // mistake, refused before anything is sent.
+    const recorded = this.db.prepare("select kind, authority, args from outbox where key = ?").get(key) as
+      | { kind: string; authority: string; args: string }
+      | undefined;
+    if (recorded !== undefined) {
+      if (recorded.kind !== kind || recorded.authority !== authority || recorded.args !== text) {
+        throw new LedgerError(`the outbox holds another command under the key ${key}`);
+      }
+      return key;
+    }
     this.db
       .prepare("insert into outbox (key, kind, authority, args, not_before, priority) values (?, ?, ?, ?, ?, ?)")
-      .run(key, kind, authority, JSON.stringify(args), notBefore, options.priority ?? null);
+      .run(key, kind, authority, text, notBefore, options.priority ?? null);
     return key;
   }
 

@@ -57,6 +57,7 @@ export const PROBLEM_TYPES = [
   "/problems/near-duplicate",
   "/problems/cancel-too-late",
   "/problems/hold-decided",
+  "/problems/hold-intent-applied",
   "/problems/not-ambiguous",
   "/problems/already-resolved",
   "/problems/too-many-webhooks",

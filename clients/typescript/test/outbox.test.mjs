@@ -127,7 +127,7 @@ test("with the network down a flush keeps everything for the next one", async ()
     report = await outbox.flush(new Client(env("COMMAND_LEDGER_URL"), token, FAST));
     assert.deepEqual([report.answered, report.refused, report.pending], [2, 0, 0]);
     assert.equal(await commandCount(token), 2);
-    assert.throws(() => outbox.enqueue("steer", "agent-7", {}, { key: outbox.entries()[0].key }), /UNIQUE/);
+    assert.throws(() => outbox.enqueue("steer", "agent-7", {}, { key: outbox.entries()[0].key }), /another command under the key/);
   } finally {
     outbox.close();
   }
@@ -141,4 +141,27 @@ test("the outbox is durable before it answers", async () => {
   } finally {
     outbox.close();
   }
+});
+
+test("a command enqueued again under its key is the entry already recorded, sent once", async () => {
+  const token = newToken();
+  const client = new Client(env("COMMAND_LEDGER_URL"), token, FAST);
+  const db = dbPath();
+  // A program run twice: each run enqueues the same command under the same key.
+  for (let run = 0; run < 2; run++) {
+    const outbox = await Outbox.open(db);
+    try {
+      const key = outbox.enqueue("steer", "agent-7", { direction: "left" }, { key: "steer-left-once" });
+      assert.equal(key, "steer-left-once");
+      await outbox.flush(client);
+      assert.equal(outbox.entries().length, 1);
+      assert.throws(
+        () => outbox.enqueue("steer", "agent-7", { direction: "right" }, { key: "steer-left-once" }),
+        /another command under the key steer-left-once/,
+      );
+    } finally {
+      outbox.close();
+    }
+  }
+  assert.equal(await commandCount(token), 1, "sent once, whatever the runs");
 });

@@ -79,6 +79,7 @@ class ProblemType(str, enum.Enum):
     NEAR_DUPLICATE = "/problems/near-duplicate"
     CANCEL_TOO_LATE = "/problems/cancel-too-late"
     HOLD_DECIDED = "/problems/hold-decided"
+    HOLD_INTENT_APPLIED = "/problems/hold-intent-applied"
     NOT_AMBIGUOUS = "/problems/not-ambiguous"
     ALREADY_RESOLVED = "/problems/already-resolved"
     TOO_MANY_WEBHOOKS = "/problems/too-many-webhooks"
