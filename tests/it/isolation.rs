@@ -1,10 +1,14 @@
-//! Every statement that moves a command runs in a SERIALIZABLE transaction
-//! (start and record, a cancel, the adoption when a custodian takes a lease
-//! over, and recovery's expire, adopt and resolve),
-//! except the claim, which is READ COMMITTED and fenced by the lease (why:
-//! `CustodianConfig::claim_isolation`, and W5 in docs/PERFORMANCE.md). Seen
-//! from inside the database: a trigger notes the isolation of the
-//! transaction behind each change of a `commands` row.
+//! The isolation of each statement that moves a command, seen from inside
+//! the database (a trigger notes the isolation of the transaction behind
+//! each change of a `commands` row), on the paths this test drives: a
+//! custodian's first claim, which takes the two-step path (the claim at
+//! READ COMMITTED, fenced by the lease: `CustodianConfig::claim_isolation`
+//! and W5 in docs/PERFORMANCE.md; the start at SERIALIZABLE), the record, a
+//! cancel, the adoption when a custodian takes a lease over, and recovery's
+//! expire, adopt and resolve, all SERIALIZABLE. The path a busy custodian
+//! takes after its first claim, claim and start in one engine statement
+//! (`ledger_claim_start`) at READ COMMITTED, fenced by the authority row it
+//! holds for share, is not watched here.
 
 use crate::harness::{TestApp, TestSink, custodian, refund};
 use command_ledger::custodian::StepReport;
