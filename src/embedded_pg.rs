@@ -476,7 +476,9 @@ fn check_traversable(dir: &Path, uid: u32, gid: u32) -> Result<(), EmbeddedError
     Ok(())
 }
 
-fn write_private(
+/// Writes `contents` to a new 0600 file at `path` (replacing one there),
+/// owned by `owner` when given: passwords and tokens.
+pub(crate) fn write_private(
     path: &Path,
     contents: &[u8],
     owner: Option<(u32, u32)>,

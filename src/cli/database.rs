@@ -3,8 +3,6 @@
 use anyhow::Context as _;
 use sqlx::PgPool;
 use std::fs;
-use std::io::Write as _;
-use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 
 use crate::db;
@@ -408,16 +406,10 @@ pub(super) fn reset_private_cluster(state_dir: &Path) -> anyhow::Result<(PathBuf
     Ok((data_dir, removed))
 }
 
-/// Writes `secret` to a 0600 file.
+/// Writes `secret` to a 0600 file of this process's user.
 fn write_secret(path: &Path, secret: &str) -> anyhow::Result<()> {
-    let mut f = fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
-        .with_context(|| format!("writing {}", path.display()))?;
-    writeln!(f, "{secret}").with_context(|| format!("writing {}", path.display()))
+    embedded_pg::write_private(path, format!("{secret}\n").as_bytes(), None)
+        .with_context(|| format!("writing {}", path.display()))
 }
 
 /// A random secret kept in a 0600 file, created on first use.
