@@ -21,6 +21,38 @@ use std::sync::Arc;
 /// The `_meta` field of a tool call that names its run explicitly.
 pub const RUN_ID_META: &str = "runId";
 
+/// The `_meta` field the stdio reader sets on a tool call whose JSON named a
+/// key twice (`marked_duplicate`): the call is refused, nothing is called.
+pub const DUPLICATE_KEY_META: &str = "command-ledger/duplicateKey";
+
+/// A line of stdio as the MCP library is given it: unchanged, unless it is
+/// a tool call whose JSON names a key twice in one object (the library
+/// would keep the last value, and so call the tool with arguments another
+/// reader of the line would not see): then it carries the duplicate in its
+/// `_meta`, and `call_tool` refuses it, as the API refuses such a body.
+pub fn marked_duplicate(line: &str) -> std::borrow::Cow<'_, str> {
+    let Some(duplicate) = crate::domain::json_keys::first_duplicate(line.as_bytes()) else {
+        return line.into();
+    };
+    let Ok(Value::Object(mut message)) = serde_json::from_str::<Value>(line) else {
+        return line.into();
+    };
+    if message.get("method").and_then(Value::as_str) != Some("tools/call") {
+        return line.into();
+    }
+    let params = message.entry("params").or_insert_with(|| json!({}));
+    if let Value::Object(params) = params {
+        let meta = params.entry("_meta").or_insert_with(|| json!({}));
+        if let Value::Object(meta) = meta {
+            meta.insert(
+                DUPLICATE_KEY_META.to_owned(),
+                json!(format!("{duplicate} (at {})", duplicate.pointer())),
+            );
+        }
+    }
+    Value::Object(message).to_string().into()
+}
+
 /// What every tool's description ends with: how calls are admitted.
 const ADMISSION: &str = "Calls are admitted by intent, not by bytes: repeats of one call (retried, \
 spelled differently, or sent by another worker) make one execution, and the result says which \
@@ -267,6 +299,17 @@ impl ServerHandler for LedgerTools {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
+        if let Some(duplicate) = context.meta.get(DUPLICATE_KEY_META).and_then(Value::as_str) {
+            let mut result = CallToolResult::error(vec![ContentBlock::text(format!(
+                "refused (400 /problems/invalid-body): {duplicate}; nothing was recorded"
+            ))]);
+            result.structured_content = Some(json!({
+                "type": "/problems/invalid-body",
+                "status": 400,
+                "detail": duplicate,
+            }));
+            return Ok(result.into());
+        }
         let client = self.client(&context)?;
         let run_id = run_id(&context.meta, &self.run_id).to_owned();
         let name = request.name.as_ref();

@@ -58,7 +58,7 @@ pub(super) async fn run(args: McpArgs) -> anyhow::Result<()> {
             )?;
             let tools = LedgerTools::new(Client::new(&args.url, token), args.run_id);
             let running = tools
-                .serve(rmcp::transport::stdio())
+                .serve((checked_stdin(), tokio::io::stdout()))
                 .await
                 .context("starting the MCP session on stdio")?;
             running.waiting().await.context("the MCP session")?;
@@ -142,6 +142,27 @@ async fn require_token(
         }
     }
     next.run(request).await
+}
+
+/// Standard input as the MCP library reads it: line by line, each tool
+/// call that names a key twice marked so that it is refused
+/// (`crate::mcp::marked_duplicate`).
+fn checked_stdin() -> tokio::io::DuplexStream {
+    use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
+    let (reader, mut writer) = tokio::io::duplex(64 * 1024);
+    tokio::spawn(async move {
+        let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            let line = crate::mcp::marked_duplicate(&line);
+            if writer.write_all(line.as_bytes()).await.is_err()
+                || writer.write_all(b"\n").await.is_err()
+            {
+                break;
+            }
+        }
+        let _ = writer.shutdown().await;
+    });
+    reader
 }
 
 /// Most a JSON-RPC message read here may be (a tool call's arguments are

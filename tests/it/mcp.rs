@@ -436,3 +436,44 @@ async fn over_http_a_message_naming_a_key_twice_is_refused_and_calls_nothing() {
     );
     assert_eq!(app.command_count().await, 0);
 }
+
+/// Over stdio, a tool call whose JSON names a key twice (an argument given
+/// two values: the MCP library would keep the last) is refused as a tool
+/// error naming the key, and nothing is called; the session goes on.
+#[tokio::test]
+async fn over_stdio_a_tool_call_naming_a_key_twice_is_refused_and_calls_nothing() {
+    let (app, sink, token) = quickstart(Duration::from_secs(5)).await;
+    let mut session = Session::start(&app.base, &token).await;
+    let line = r#"{"jsonrpc":"2.0","id":31,"method":"tools/call","params":{"name":"refund","arguments":{"to":"ada@example.com","amount":"1.00 USD","amount":"900.00 USD"}}}"#;
+    session
+        .stdin
+        .write_all(format!("{line}\n").as_bytes())
+        .await
+        .unwrap();
+    let answer = session.answers(1).await.remove(&31).unwrap();
+    let result = &answer["result"];
+    assert_eq!(result["isError"], true, "{answer}");
+    let text = result["content"][0]["text"].as_str().unwrap();
+    assert!(
+        text.starts_with("refused (400 /problems/invalid-body)")
+            && text.contains("\"amount\"")
+            && text.contains("/params/arguments/amount"),
+        "{text}"
+    );
+    assert_eq!(app.command_count().await, 0);
+    assert_eq!(sink.requests(), 0);
+    // The same call spelled once runs.
+    session
+        .send(call(
+            32,
+            &json!({"to": "ada@example.com", "amount": "1.00 USD"}),
+        ))
+        .await;
+    let ran = session.answers(1).await.remove(&32).unwrap();
+    assert_eq!(
+        ran["result"]["structuredContent"]["state"], "applied",
+        "{ran}"
+    );
+    drop(session.stdin);
+    let _ = session.child.wait().await;
+}
