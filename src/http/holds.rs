@@ -70,30 +70,51 @@ pub(super) async fn list(
     Ok(Json(HoldList { items }).into_response())
 }
 
+/// The body of a rejection: an optional reason.
 #[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct Decision {
     #[schema(max_length = 1000)]
     reason: Option<String>,
-    /// On release only: the command that applied the hold's intent after
-    /// the hold opened (the hold's `intent.applied_since`), to run the
-    /// intent again knowingly. Without it such a release is refused (409
+}
+
+/// The body of a release: an optional reason, and the confirmation a
+/// release of a hold whose intent was applied since it opened needs.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ReleaseDecision {
+    #[schema(max_length = 1000)]
+    reason: Option<String>,
+    /// The command that applied the hold's intent after the hold opened
+    /// (the hold's `intent.applied_since`), to run the intent again
+    /// knowingly. Without it such a release is refused (409
     /// `/problems/hold-intent-applied`, naming the command); the hold keeps it.
     confirm_applied: Option<Uuid>,
 }
 
-/// An optional `{"reason": "..."}` body.
-fn decision(body: &Bytes) -> Result<Decision, ApiError> {
+/// An optional JSON object (or `null`, or nothing) as the body `T`; its
+/// reason, if any, within bounds.
+fn decision<T: serde::de::DeserializeOwned + Default>(
+    body: &Bytes,
+    reason: impl Fn(&T) -> Option<&String>,
+) -> Result<T, ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(Decision::default());
+        return Ok(T::default());
     }
-    let d: Decision = serde_json::from_slice::<Option<Decision>>(body)
-        .map_err(|e| ApiError::InvalidBody(format!("the decision is not valid: {e}")))?
-        .unwrap_or_default();
-    if d.reason
-        .as_ref()
-        .is_some_and(|r| r.chars().count() > 1000 || r.contains('\0'))
-    {
+    let invalid = |e: &dyn std::fmt::Display| {
+        ApiError::InvalidBody(format!("the decision is not valid: {e}"))
+    };
+    if let Some(duplicate) = crate::domain::json_keys::first_duplicate(body) {
+        return Err(ApiError::DuplicateKey(duplicate));
+    }
+    let d: T = match serde_json::from_slice::<serde_json::Value>(body).map_err(|e| invalid(&e))? {
+        serde_json::Value::Null => T::default(),
+        object @ serde_json::Value::Object(_) => {
+            serde_json::from_value(object).map_err(|e| invalid(&e))?
+        }
+        _ => return Err(invalid(&"it must be a JSON object")),
+    };
+    if reason(&d).is_some_and(|r| r.chars().count() > 1000 || r.contains('\0')) {
         return Err(ApiError::InvalidBody(
             "the reason is 0-1000 characters, without U+0000".into(),
         ));
@@ -103,15 +124,16 @@ fn decision(body: &Bytes) -> Result<Decision, ApiError> {
 
 /// What every decision starts with: an operator, a hold id, an optional
 /// reason; and who decides, as history names them.
-fn deciding(
+fn deciding<T: serde::de::DeserializeOwned + Default>(
     principal: &Principal,
     id: &str,
     body: &Bytes,
-) -> Result<(Uuid, Decision, String), ApiError> {
+    reason: impl Fn(&T) -> Option<&String>,
+) -> Result<(Uuid, T, String), ApiError> {
     operator(principal, OPERATORS_ONLY)?;
     Ok((
         parse_id(id, "a hold id")?,
-        decision(body)?,
+        decision(body, reason)?,
         principal.actor(),
     ))
 }
@@ -144,7 +166,7 @@ pub(super) async fn get_one(
 /// `POST /v1/holds/{id}/release`: records the held request as a command.
 #[utoipa::path(post, path = "/v1/holds/{id}/release", operation_id = "releaseHold", tag = "holds",
     params(("id" = Uuid, Path, description = "hold id")),
-    request_body(content = Option<Decision>, description = "optional {\"reason\", \"confirm_applied\"}"),
+    request_body(content = Option<ReleaseDecision>, description = "optional {\"reason\", \"confirm_applied\"}"),
     responses((status = 200, body = HoldAnswer<'static>), (status = 400, body = Problem), (status = 401, body = Problem),
               (status = 403, body = Problem), (status = 404, body = Problem),
               (status = 409, description = "the hold is decided already, or its intent was applied since it opened and the release did not confirm it", body = Problem)),
@@ -155,7 +177,9 @@ pub(super) async fn release(
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let (id, d, actor) = deciding(&principal, &id, &body)?;
+    let (id, d, actor) = deciding(&principal, &id, &body, |d: &ReleaseDecision| {
+        d.reason.as_ref()
+    })?;
     let (hold, command) = ledger::holds::release(
         &state.pool,
         state.backend,
@@ -183,12 +207,7 @@ pub(super) async fn reject(
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let (id, d, actor) = deciding(&principal, &id, &body)?;
-    if d.confirm_applied.is_some() {
-        return Err(ApiError::InvalidBody(
-            "confirm_applied is for a release; a rejection runs nothing".into(),
-        ));
-    }
+    let (id, d, actor) = deciding(&principal, &id, &body, |d: &Decision| d.reason.as_ref())?;
     let hold = ledger::holds::reject(&state.pool, id, &actor, d.reason.as_deref()).await?;
     Ok(Json(HoldAnswer::hold(&hold)).into_response())
 }

@@ -236,3 +236,38 @@ async fn the_command_line_shows_a_holds_intent_now_and_asks_for_the_confirmation
     let released: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(released["hold"]["confirmed_applied"], applied.as_str());
 }
+
+/// A decision's body is a JSON object (or nothing, or null): an array is
+/// not one (serde would read it as the struct's fields in order), and a
+/// rejection takes no confirmation.
+#[tokio::test]
+async fn a_decisions_body_is_an_object_and_a_rejection_takes_no_confirmation() {
+    let app = TestApp::spawn_with(refund_policy(Duration::ZERO, NearDuplicate::Hold)).await;
+    let agent = app.token("agent", Role::Device).await;
+    let operator = app.token("ops", Role::Operator).await;
+    let run = |run: &str| {
+        json!({"tool": "refund", "runId": run,
+               "args": {"customer": "max@example.com", "amount": "2.00 USD"}})
+    };
+    invoke_nowait(&app, &agent, &run("run-1")).await;
+    let (_, held) = invoke_nowait(&app, &agent, &run("run-2")).await;
+    let hold = held["hold_id"].as_str().unwrap().to_owned();
+    for (decision, body) in [
+        ("reject", json!([null, null])),
+        ("release", json!([null, null])),
+        ("reject", json!("no")),
+        ("reject", json!({"confirm_applied": uuid::Uuid::now_v7()})),
+    ] {
+        let (status, problem) = post(
+            &app,
+            &operator,
+            &format!("/v1/holds/{hold}/{decision}"),
+            body.clone(),
+        )
+        .await;
+        assert_eq!(status, 400, "{decision} {body}: {problem}");
+        assert_eq!(problem["type"], "/problems/invalid-body");
+    }
+    let shown = get(&app, &operator, &format!("/v1/holds/{hold}")).await;
+    assert_eq!(shown["hold"]["state"], "open", "nothing was decided");
+}

@@ -694,15 +694,8 @@ export interface components {
             /** Format: date-time */
             updated_at: string;
         };
+        /** @description The body of a rejection: an optional reason. */
         Decision: {
-            /**
-             * Format: uuid
-             * @description On release only: the command that applied the hold's intent after
-             *     the hold opened (the hold's `intent.applied_since`), to run the
-             *     intent again knowingly. Without it such a release is refused (409
-             *     `/problems/hold-intent-applied`, naming the command); the hold keeps it.
-             */
-            confirm_applied?: string | null;
             reason?: string | null;
         };
         /** @description What `GET /api/state` answers. */
@@ -1075,6 +1068,21 @@ export interface components {
              * @description The hold to release.
              */
             id: string;
+            reason?: string | null;
+        };
+        /**
+         * @description The body of a release: an optional reason, and the confirmation a
+         *     release of a hold whose intent was applied since it opened needs.
+         */
+        ReleaseDecision: {
+            /**
+             * Format: uuid
+             * @description The command that applied the hold's intent after the hold opened
+             *     (the hold's `intent.applied_since`), to run the intent again
+             *     knowingly. Without it such a release is refused (409
+             *     `/problems/hold-intent-applied`, naming the command); the hold keeps it.
+             */
+            confirm_applied?: string | null;
             reason?: string | null;
         };
         /** @description What an operator learned: `{"outcome", "evidence", "reference"?}`. */
@@ -2707,7 +2715,7 @@ export interface operations {
         /** @description optional {"reason", "confirm_applied"} */
         requestBody?: {
             content: {
-                "application/json": components["schemas"]["Decision"] | null;
+                "application/json": components["schemas"]["ReleaseDecision"] | null;
             };
         };
         responses: {
