@@ -735,3 +735,97 @@ fn the_configuration_table_names_the_flags_variables_and_defaults_of_the_binary(
         "docs/operate/configuration.md: {wrong:#?}"
     );
 }
+
+/// Whether the Citus backend has a capability `lacks!` names.
+fn citus_has(capability: &str) -> bool {
+    let citus = command_ledger::db::Backend::CITUS;
+    match capability {
+        "local_tables" => citus.local_tables,
+        "outcome_notify_in_transaction" => citus.outcome_notify_in_transaction,
+        "generic_plans" => citus.generic_plans,
+        "statement_triggers" => citus.statement_triggers,
+        "engine_steps" => citus.engine_steps,
+        other => panic!("a capability this test does not know: {other}"),
+    }
+}
+
+/// SCALING.md's list of the tests that say `not run` on Citus names exactly
+/// the tests that return at once when the backend lacks a capability Citus
+/// lacks (a `lacks!` at the top of their body), and its count is theirs.
+#[test]
+fn scaling_md_lists_exactly_the_tests_that_do_not_run_on_citus() {
+    let mut skipping = std::collections::BTreeSet::new();
+    let dir = root().join("tests/it");
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let Some(module) = path.file_stem().and_then(|s| s.to_str()) else {
+            continue;
+        };
+        if path.extension().is_none_or(|e| e != "rs") || module == "harness" {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            let Some(name) = line
+                .trim_start()
+                .strip_prefix("async fn ")
+                .and_then(|rest| rest.split('(').next())
+            else {
+                continue;
+            };
+            // The capability named on the line after `lacks!(`, if the
+            // test's body opens with one; only those Citus lacks count.
+            let top = &lines[i + 1..(i + 5).min(lines.len())];
+            let Some(at) = top.iter().position(|l| l.contains("lacks!(")) else {
+                continue;
+            };
+            let capability = top
+                .get(at + 1)
+                .map(|l| l.trim().trim_end_matches(','))
+                .unwrap_or_default();
+            if !citus_has(capability) {
+                skipping.insert(format!("{module}::{name}"));
+            }
+        }
+    }
+    let scaling = read("docs/SCALING.md");
+    let start = scaling
+        .find("tests say `not run: the backend lacks")
+        .expect("SCALING.md lists the tests that do not run on Citus");
+    let end = scaling[start..]
+        .find("\n- ")
+        .map_or(scaling.len(), |e| start + e);
+    let section = &scaling[start..end];
+    let listed: std::collections::BTreeSet<String> = section
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|t| {
+            t.split_once("::").is_some_and(|(m, n)| {
+                !m.is_empty()
+                    && m.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+                    && !n.is_empty()
+                    && n.chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+            })
+        })
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(
+        listed, skipping,
+        "SCALING.md's list against the tests' own lacks!"
+    );
+    let words = [
+        "", "One", "Two", "Three", "Four", "Five", "Six", "Seven", "Eight", "Nine", "Ten",
+        "Eleven", "Twelve", "Thirteen", "Fourteen", "Fifteen",
+    ];
+    let said = scaling[..start]
+        .rsplit(|c: char| c.is_whitespace())
+        .find(|w| !w.is_empty());
+    assert_eq!(
+        said,
+        words.get(skipping.len()).copied(),
+        "the count SCALING.md gives"
+    );
+}
