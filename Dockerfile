@@ -9,7 +9,8 @@ RUN cargo build --release --locked --bin command-ledger
 FROM debian:bookworm-slim
 RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates curl \
     && rm -rf /var/lib/apt/lists/* \
-    && useradd --system --uid 10001 ledger
+    && useradd --system --uid 10001 ledger \
+    && mkdir -p /var/lib/command-ledger && chown ledger /var/lib/command-ledger
 COPY --from=build /src/target/release/command-ledger /usr/local/bin/command-ledger
 USER ledger
 EXPOSE 8080

@@ -341,6 +341,7 @@ fn check_health(
             let (flag, routes): (&str, Vec<String>) = match run.path.as_slice() {
                 [s] if s == "serve" => ("--listen", binary.api_routes.clone()),
                 [s] if s == "custodian" => ("--metrics-listen", vec!["/metrics".to_owned()]),
+                [s] if s == "demo-sink" => ("--listen", vec!["/stats".to_owned()]),
                 _ => continue,
             };
             let listen = run
@@ -543,4 +544,21 @@ fn a_broken_compose_file_is_caught() {
             "{from:?} -> {to:?} went unnoticed: {found:#?}"
         );
     }
+}
+
+/// The compose stack's catalog (deploy/ledger.toml, which its API and
+/// custodian read) loads, runs `refund` with a probe, and admits it as
+/// `serve` does on its private cluster: the README's session works there.
+#[test]
+fn the_compose_catalog_is_the_quickstarts_refund() {
+    let catalog = command_ledger::catalog::Catalog::load(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/ledger.toml"),
+    )
+    .unwrap();
+    let effects = catalog.effects().unwrap();
+    assert!(effects.get("refund").is_some());
+    let policies = catalog.policies().unwrap();
+    let mut quickstart = command_ledger::domain::admission::Policies::default();
+    command_ledger::catalog::quickstart_refund(&mut quickstart);
+    assert_eq!(policies.get("refund"), quickstart.get("refund"));
 }
