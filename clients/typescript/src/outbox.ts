@@ -16,7 +16,10 @@
 // outbox and `command-ledger outbox` use, so any of them can flush it.
 //
 // SQLite is Node's own `node:sqlite` where the Node in use has it (22.5 and
-// later), else the `better-sqlite3` package (an optional dependency).
+// later, in WAL mode), else the `node-sqlite3-wasm` package: SQLite compiled
+// to WebAssembly, which needs no compiler to install and writes through
+// Node's file system, fsyncing as SQLite asks (it has no WAL: a rollback
+// journal, with synchronous = FULL).
 
 import { createRequire } from "node:module";
 
@@ -60,7 +63,7 @@ export interface FlushOptions {
   observe?: (step: FlushStep, key: string) => void;
 }
 
-/** The part of node:sqlite's DatabaseSync and better-sqlite3's Database used here. */
+/** The part of node:sqlite's DatabaseSync used here (node-sqlite3-wasm is adapted to it). */
 interface Db {
   exec(sql: string): unknown;
   prepare(sql: string): {
@@ -102,14 +105,34 @@ async function openDb(path: string): Promise<Db> {
   } catch (e) {
     if ((e as { code?: string }).code !== "ERR_UNKNOWN_BUILTIN_MODULE") throw e;
   }
+  // Older Node: SQLite compiled to WebAssembly, writing through Node's file
+  // system (each sync an fsync), installed from the registry alone.
   const require = createRequire(import.meta.url);
-  let Database: new (p: string) => Db;
+  let Wasm: { Database: new (p: string) => WasmDb };
   try {
-    Database = require("better-sqlite3");
+    Wasm = require("node-sqlite3-wasm");
   } catch (e) {
-    throw new LedgerError(`the outbox needs node:sqlite (Node 22.5+) or the better-sqlite3 package: ${e}`);
+    throw new LedgerError(`the outbox needs node:sqlite (Node 22.5+) or the node-sqlite3-wasm package: ${e}`);
   }
-  return new Database(path);
+  const db = new Wasm.Database(path);
+  return {
+    exec: (sql) => db.exec(sql),
+    prepare: (sql) => ({
+      run: (...params) => db.run(sql, params),
+      get: (...params) => db.get(sql, params) ?? undefined,
+      all: (...params) => db.all(sql, params),
+    }),
+    close: () => db.close(),
+  };
+}
+
+/** The part of node-sqlite3-wasm's Database used here. */
+interface WasmDb {
+  exec(sql: string): unknown;
+  run(sql: string, params: unknown[]): unknown;
+  get(sql: string, params: unknown[]): unknown;
+  all(sql: string, params: unknown[]): unknown[];
+  close(): unknown;
 }
 
 /** A durable outbox in one SQLite file. */
