@@ -8,15 +8,15 @@ use serde_json::json;
 use sqlx::PgPool;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 use uuid::Uuid;
 
 use super::effects::{EffectCall, Effects};
 use crate::db::txn::{Isolation, Retrying, TxError};
 use crate::db::{self, recovery::Candidate};
-use crate::domain::recovery::{Decision, EffectWindow, Facts, ProbeAnswer, Verdict, decide, weigh};
+use crate::domain::recovery::{Decision, Facts, ProbeAnswer, Verdict, decide};
 use crate::domain::{CommandState, EffectOutcome};
 use crate::ledger::OutcomeWake;
+use crate::ledger::probe::weigh_by_database_clock;
 
 /// Most candidates read per page.
 pub const PAGE: i64 = 200;
@@ -312,16 +312,10 @@ impl Recovery {
             Some(probe) => probe.await,
             None => ProbeAnswer::Unknown("no reconcile probe for this kind".to_owned()),
         };
-        let window = EffectWindow {
-            // A row read without its start (it cannot be, as effect_started)
-            // is weighed as started when read: the whole window ahead.
-            started_at: c.effect_started_at.unwrap_or(c.read_at),
-            lasts: registered.map_or(Duration::MAX, |r| r.window()),
-        };
-        // The read's clock plus the probe's own time: the database's clock,
-        // never this process's, decides when the window has closed.
-        let now = c.read_at + chrono::Duration::from_std(asked.elapsed()).unwrap_or_default();
-        match weigh(answer, window, now) {
+        let lasts = registered.map(super::effects::Registered::window);
+        let (verdict, _) =
+            weigh_by_database_clock(answer, c.effect_started_at, lasts, c.read_at, asked);
+        match verdict {
             Verdict::Applied(result) => Some(EffectOutcome::Applied(result)),
             Verdict::NotApplied => Some(EffectOutcome::Failed {
                 reason: "not_applied",

@@ -237,12 +237,8 @@ pub async fn intent_now(ex: impl PgExecutor<'_>, hold: &HoldRow) -> Result<Inten
         select r.state as "resembles?",
                (select s.outcome from command_resolutions s
                 where s.authority_id = $1 and s.command_id = r.id) as "resolution?",
-               (select c.id from commands c
-                where c.authority_id = $1 and c.scope = $2 and c.intent_digest = $3
-                order by c.created_at desc limit 1) as "latest_id?",
-               (select c.state from commands c
-                where c.authority_id = $1 and c.scope = $2 and c.intent_digest = $3
-                order by c.created_at desc limit 1) as "latest_state?",
+               l.id as "latest_id?",
+               l.state as "latest_state?",
                (select c.id from commands c
                 where c.authority_id = $1 and c.scope = $2 and c.intent_digest = $3
                   and c.created_at > $4 and c.state = 'applied'
@@ -250,6 +246,11 @@ pub async fn intent_now(ex: impl PgExecutor<'_>, hold: &HoldRow) -> Result<Inten
                 order by c.created_at desc limit 1) as "applied_since?"
         from holds h
         left join commands r on r.authority_id = h.authority_id and r.id = h.resembles
+        left join lateral (
+            select c.id, c.state from commands c
+            where c.authority_id = $1 and c.scope = $2 and c.intent_digest = $3
+            order by c.created_at desc limit 1
+        ) l on true
         where h.authority_id = $1 and h.id = $5
         "#,
         hold.authority_id,

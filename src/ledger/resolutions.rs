@@ -10,14 +10,13 @@
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use sqlx::PgPool;
-use std::time::Duration;
 use uuid::Uuid;
 
 use super::LedgerError;
-use super::probe::Prober;
+use super::probe::{Prober, weigh_by_database_clock};
 use crate::db::resolutions::{NewResolution, ResolutionRow, ResolveError};
 use crate::db::{self, CommandRow};
-use crate::domain::recovery::{EffectWindow, ProbeAnswer, Verdict, weigh};
+use crate::domain::recovery::{ProbeAnswer, Verdict};
 use crate::domain::{AuthorityId, CommandState};
 
 /// Most commands one authority-wide probe asks about.
@@ -184,15 +183,9 @@ async fn probe_one(
         Some(probe) => probe.await,
         None => ProbeAnswer::Unknown("no reconcile probe for this kind in this process".to_owned()),
     };
-    let window = EffectWindow {
-        started_at: started_at.unwrap_or(read_at),
-        lasts: prober
-            .and_then(|p| p.window(&row.kind))
-            .unwrap_or(Duration::MAX),
-    };
-    // The database's clock at the read, plus the probe's own time.
-    let now = read_at + chrono::Duration::from_std(asked.elapsed()).unwrap_or_default();
-    let (outcome, evidence, detail) = match weigh(answer, window, now) {
+    let lasts = prober.and_then(|p| p.window(&row.kind));
+    let (verdict, window) = weigh_by_database_clock(answer, started_at, lasts, read_at, asked);
+    let (outcome, evidence, detail) = match verdict {
         Verdict::NotYet { ask_again_at } => {
             return Ok(Probed {
                 command_id: row.id,
