@@ -3286,6 +3286,47 @@ COMMENT ON COLUMN public.ledger_distribution.colocate_with IS 'For a distributed
 COMMENT ON COLUMN public.ledger_distribution.rekey IS 'Statements run on the coordinator just before the table is distributed: a unique key or a foreign key on Citus must contain the distribution column.';
 
 --
+-- Name: ledger_function_sources; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.ledger_function_sources (
+    name text NOT NULL,
+    file text NOT NULL,
+    checksum bytea NOT NULL,
+    applied_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+--
+-- Name: TABLE ledger_function_sources; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.ledger_function_sources IS 'The files of migrations/functions applied to this database: for each function or view, the file (by layout: <name>.sql, or <name>.citus.sql on Citus) whose text it now holds, that text''s SHA-256, and when `command-ledger migrate` applied it. Written by migrate only.';
+
+--
+-- Name: COLUMN ledger_function_sources.name; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ledger_function_sources.name IS 'The function''s or view''s name (the file''s name without its layout and extension).';
+
+--
+-- Name: COLUMN ledger_function_sources.file; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ledger_function_sources.file IS 'The file applied, migrations/functions/<file>.';
+
+--
+-- Name: COLUMN ledger_function_sources.checksum; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ledger_function_sources.checksum IS 'SHA-256 of the file''s text as applied: a file whose text differs is applied again.';
+
+--
+-- Name: COLUMN ledger_function_sources.applied_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ledger_function_sources.applied_at IS 'When the file was last applied.';
+
+--
 -- Name: pruned_commands; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -3720,6 +3761,13 @@ ALTER TABLE ONLY public.ledger_distribution
 
 ALTER TABLE ONLY public.ledger_distribution
     ADD CONSTRAINT ledger_distribution_table_name_key UNIQUE (table_name);
+
+--
+-- Name: ledger_function_sources ledger_function_sources_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.ledger_function_sources
+    ADD CONSTRAINT ledger_function_sources_pkey PRIMARY KEY (name);
 
 --
 -- Name: principals principals_name_unique; Type: CONSTRAINT; Schema: public; Owner: -
@@ -4613,6 +4661,15 @@ GRANT SELECT ON TABLE public.ledger_counts_by_authority TO ledger_retention;
 --
 
 GRANT SELECT ON TABLE public.ledger_distribution TO ledger_inspector;
+
+--
+-- Name: TABLE ledger_function_sources; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT SELECT ON TABLE public.ledger_function_sources TO ledger_api;
+GRANT SELECT ON TABLE public.ledger_function_sources TO ledger_custodian;
+GRANT SELECT ON TABLE public.ledger_function_sources TO ledger_inspector;
+GRANT SELECT ON TABLE public.ledger_function_sources TO ledger_retention;
 
 --
 -- Name: TABLE pruned_commands; Type: ACL; Schema: public; Owner: -

@@ -106,13 +106,13 @@ async fn migrate_once(pool: &PgPool) -> Result<(), DbError> {
     let legacy = applied.iter().any(|(v, _)| known(&LEGACY_MIGRATOR, *v));
     let baseline_recorded = applied.iter().any(|(v, _)| *v == BASELINE);
     if legacy && !baseline_recorded {
-        run_chain(&mut conn, &LEGACY_MIGRATOR, LEGACY_ROLES_MIGRATION).await?;
+        run_chain(&mut conn, &LEGACY_MIGRATOR, LEGACY_ROLES_MIGRATION, false).await?;
         record_baseline(&mut conn).await?;
     }
     // The legacy rows stay on record; this chain does not know them.
     let mut current = Migrator::with_migrations(MIGRATOR.iter().cloned().collect());
     current.set_ignore_missing(legacy);
-    run_chain(&mut conn, &current, ROLES_MIGRATION).await?;
+    run_chain(&mut conn, &current, ROLES_MIGRATION, true).await?;
     conn.close().await?;
     Ok(())
 }
@@ -123,7 +123,10 @@ async fn migrate_once(pool: &PgPool) -> Result<(), DbError> {
 /// (roles are the cluster's, and every process migrates as it starts, so a
 /// process migrating another database may be granting the same one).
 async fn settled(conn: &mut PgConnection, applied: &[(i64, Vec<u8>)]) -> Result<bool, DbError> {
-    if applied.is_empty() || !migrations_current(&mut *conn).await? {
+    if applied.is_empty()
+        || !versioned_current(&mut *conn).await?
+        || !super::functions::current(&mut *conn).await?
+    {
         return Ok(false);
     }
     if Backend::detect(&mut *conn).await?.local_tables {
@@ -170,11 +173,19 @@ select not exists (
            where d.datname = current_database() and s.setrole = 0
              and 'citus.propagate_set_commands=local' = any (s.setconfig))";
 
+/// True when every embedded migration is applied with the same checksum,
+/// and the database holds every function's file as embedded
+/// ([`super::functions::current`]).
+pub async fn migrations_current(pool: &PgPool) -> Result<bool, sqlx::Error> {
+    let mut conn = pool.acquire().await?;
+    Ok(versioned_current(&mut conn).await? && super::functions::current(&mut conn).await?)
+}
+
 /// True when every embedded migration is applied with the same checksum.
-pub async fn migrations_current(ex: impl sqlx::PgExecutor<'_>) -> Result<bool, sqlx::Error> {
+async fn versioned_current(conn: &mut PgConnection) -> Result<bool, sqlx::Error> {
     let applied: Vec<(i64, Vec<u8>)> =
         sqlx::query_as("select version, checksum from _sqlx_migrations where success")
-            .fetch_all(ex)
+            .fetch_all(&mut *conn)
             .await?;
     Ok(MIGRATOR
         .iter()
@@ -202,7 +213,7 @@ pub async fn migrate_legacy_to(pool: &PgPool, version: i64) -> Result<(), DbErro
         // Before the roles, everything ran as the login.
         chain.run(&mut conn).await?;
     } else {
-        run_chain(&mut conn, &chain, LEGACY_ROLES_MIGRATION).await?;
+        run_chain(&mut conn, &chain, LEGACY_ROLES_MIGRATION, false).await?;
     }
     conn.close().await?;
     Ok(())
@@ -272,12 +283,14 @@ async fn record_baseline(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
 }
 
 /// Runs `migrator` to its end: up to `roles_version` as the login, the rest
-/// as the owner (with the engine's role granted meanwhile), then distributes
-/// on Citus.
+/// as the owner (with the engine's role granted meanwhile), then, when
+/// `with_functions`, the functions' files ([`super::functions::apply`]),
+/// then distributes on Citus.
 async fn run_chain(
     conn: &mut PgConnection,
     migrator: &Migrator,
     roles_version: i64,
+    with_functions: bool,
 ) -> Result<(), DbError> {
     migrator.run_to(roles_version, &mut *conn).await?;
     let may_act_as_owner: bool = sqlx::query_scalar(
@@ -316,7 +329,17 @@ async fn run_chain(
     sqlx::raw_sql("set client_min_messages = error")
         .execute(&mut *conn)
         .await?;
+    let before = applied(&mut *conn).await?.len();
     let mut ran = migrator.run(&mut *conn).await.map_err(DbError::from);
+    if ran.is_ok() && with_functions {
+        // Every file again after a versioned migration ran (it may have
+        // replaced a function its file holds); otherwise the changed ones.
+        let all = applied(&mut *conn).await?.len() != before;
+        ran = super::functions::apply(&mut *conn, all)
+            .await
+            .map(|_| ())
+            .map_err(DbError::from);
+    }
     sqlx::raw_sql("reset client_min_messages; reset role")
         .execute(&mut *conn)
         .await?;

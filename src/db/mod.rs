@@ -45,6 +45,7 @@ pub mod authorities;
 pub mod backend;
 pub mod commands;
 pub mod counts;
+pub mod functions;
 pub mod group_commit;
 pub mod holds;
 pub mod inspector;

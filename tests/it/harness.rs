@@ -256,6 +256,7 @@ async fn template() -> &'static str {
             let checksum: Vec<u8> = db::MIGRATOR
                 .iter()
                 .flat_map(|m| m.checksum.iter().copied())
+                .chain(db::functions::fingerprint())
                 .collect();
             let name = format!(
                 "cl_template_{}{}",

@@ -20,6 +20,7 @@ mod crash;
 mod custodian;
 mod docs;
 mod fleets;
+mod functions;
 mod harness;
 mod holds;
 mod inspect;

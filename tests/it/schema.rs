@@ -656,6 +656,10 @@ const TRUNCATE_ALLOWED: &[(&str, &str)] = &[
         "how ledger_distribute() lays the tables out on Citus, configuration rather than ledger data: emptying it distributes nothing more, and tables already distributed stay so",
     ),
     (
+        "ledger_function_sources",
+        "migrate's bookkeeping of the function files applied (0041), not ledger data: emptying it makes the next migrate apply every file again",
+    ),
+    (
         "_sqlx_migrations",
         "sqlx's bookkeeping of applied migrations, not ledger data",
     ),

@@ -1,0 +1,31 @@
+CREATE OR REPLACE FUNCTION public.commands_record_insert_row()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'public', 'pg_temp'
+AS $function$
+declare
+    entry_at timestamptz := now();
+    entry_actor text := coalesce((select a.actor from ledger_actors() a where a.command_id = new.id), ledger_actor());
+    entry_reason text := ledger_reason();
+    entry_digest bytea := ledger_row_digest(row(new.*)::commands);
+begin
+    insert into command_history (authority_id, command_id, from_state, to_state, at, actor, authority_generation,
+                                 reason, row_digest, prev_hash, hash, seq)
+    values (new.authority_id, new.id, null, new.state, entry_at, entry_actor, new.authority_generation,
+            entry_reason, entry_digest, null,
+            ledger_entry_hash(null, new.id, null, new.state, entry_at, entry_actor, new.authority_generation,
+                              entry_reason, entry_digest),
+            1);
+    insert into command_queue (authority_id, id, rank, ready_at, deadline_at)
+    values (new.authority_id, new.id, ledger_claim_rank(new.created_at, new.not_before, new.priority), new.not_before,
+            new.deadline_at);
+    return null;
+end;
+$function$
+;
+
+comment on function commands_record_insert_row() is
+    'Row-level form of commands_record_inserts() (used on Citus): the new command''s first history entry and its place in command_queue.';
+
+grant execute on function commands_record_insert_row() to public;

@@ -1,0 +1,2 @@
+-- Not on Citus: there the custodian claims one authority at a time,
+-- ledger_claim_start_authority (ledger_claim_start.sql holds the one-node step).

@@ -1,0 +1,155 @@
+CREATE OR REPLACE FUNCTION public.ledger_claim_start(p_authorities text[], p_holder text, p_limit integer)
+ RETURNS SETOF commands
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'public', 'pg_temp'
+ SET plan_cache_mode TO 'force_generic_plan'
+ SET enable_seqscan TO 'off'
+ SET enable_hashjoin TO 'off'
+ SET enable_mergejoin TO 'off'
+AS $function$
+declare
+    at timestamptz := now();
+    who text := ledger_actor();
+    why text := ledger_reason();
+begin
+    return query
+    with lease as materialized (
+        -- Shared lock: a takeover of the lease waits until this commits.
+        select a.id, a.generation from authorities a
+        where a.id = any(p_authorities) and a.lease_holder = p_holder and a.lease_expires_at > at
+        for share
+    ),
+    queued as materialized (
+        -- Per leased authority, its first claimable commands. The lease
+        -- admits one claimer per authority; the command rows are locked
+        -- below, skipping any another transaction holds (a cancel).
+        select l.id as authority_id, q.id, l.generation
+        from lease l
+        cross join lateral (
+            select q.id from command_queue q
+            where q.authority_id = l.id and (q.ready_at is null or q.ready_at <= at)
+            order by q.rank, q.id
+            limit p_limit
+        ) q
+        limit p_limit
+    ),
+    pending as materialized (
+        select c.authority_id, c.id, qd.generation,
+               case
+                   when c.deadline_at <= at then 'deadline_passed'
+                   when c.pinned_generation < qd.generation then 'authority_superseded'
+                   when c.pinned_generation > qd.generation then 'generation_not_current'
+               end as expiry,
+               coalesce(c.identity_digest,
+                        ledger_identity_digest(c.id, c.scope, c.idempotency_key, c.request_digest,
+                                               c.digest_version, c.kind, c.authority_id, c.run_id, c.args,
+                                               c.canonical, c.created_at, c.deadline_at, c.pinned_generation,
+                                               c.intent_digest, c.canonical_rules, c.intent_epoch)) as identity,
+               last.hash as prev, last.seq as prev_seq
+        from queued qd
+        join commands c on c.authority_id = qd.authority_id and c.id = qd.id
+        left join lateral (select h.hash, h.seq from command_history h where h.command_id = c.id
+                           order by h.command_id desc, h.seq desc limit 1) last on true
+        where c.state = 'pending'
+        for update of c skip locked
+    ),
+    dequeued as (
+        -- Each row reached by its key, whatever the queue's
+        -- statistics (migration 0035 says why).
+        delete from command_queue q
+        using pending p
+        where q.authority_id = p.authority_id and q.id = p.id
+        returning 1
+    ),
+    moved as (
+        update commands c
+        set state = case when v.expiry is null then 'effect_started' else 'expired' end,
+            authority_generation = case when v.expiry is null then v.generation else c.authority_generation end,
+            error = case when v.expiry is not null then
+                        jsonb_build_object('reason', v.expiry, 'pinned_generation', c.pinned_generation,
+                                           'authority_generation', v.generation)
+                    end,
+            finished_at = case when v.expiry is not null then at end,
+            identity_digest = v.identity,
+            updated_at = at
+        from pending v
+        where c.authority_id = v.authority_id and c.id = v.id
+        returning c as r, v.prev, v.prev_seq
+    ),
+    first as materialized (
+        -- The entry out of pending: to prepared, or to expired.
+        select (m.r).authority_id as authority_id, (m.r).id as id, (m.r).state as state,
+               (m.r).authority_generation as generation, (m.r).identity_digest as identity, m.prev, m.prev_seq,
+               case when (m.r).state = 'expired' then 'expired' else 'prepared' end as to_state,
+               coalesce(why, (m.r).error ->> 'reason') as reason,
+               ledger_row_digest_v2((m.r).identity_digest,
+                                    case when (m.r).state = 'expired' then 'expired' else 'prepared' end,
+                                    (m.r).authority_generation, null, (m.r).error, (m.r).finished_at) as digest
+        from moved m
+    ),
+    first_hashed as materialized (
+        select f.*, ledger_entry_hash(f.prev, f.id, 'pending', f.to_state, at, who, f.generation, f.reason,
+                                      f.digest) as hash
+        from first f
+    ),
+    second as materialized (
+        -- The entry out of prepared, for the started ones.
+        select f.authority_id, f.id, f.generation, why as reason, f.hash as prev, f.prev_seq + 1 as prev_seq,
+               ledger_row_digest_v2(f.identity, 'effect_started', f.generation, null, null, null) as digest
+        from first_hashed f
+        where f.state = 'effect_started'
+    ),
+    entries as (
+        insert into command_history (authority_id, command_id, from_state, to_state, at, actor,
+                                     authority_generation, reason, row_digest, prev_hash, hash, seq)
+        select e.authority_id, e.id, e.from_state, e.to_state, at, who, e.generation, e.reason,
+               e.digest, e.prev, e.hash, e.prev_seq + 1
+        from (
+            select f.authority_id, f.id, 1 as step, 'pending' as from_state, f.to_state, f.generation,
+                   f.reason, f.digest, f.prev, f.hash, f.prev_seq
+            from first_hashed f
+            union all
+            select s.authority_id, s.id, 2, 'prepared', 'effect_started', s.generation, s.reason, s.digest,
+                   s.prev,
+                   ledger_entry_hash(s.prev, s.id, 'prepared', 'effect_started', at, who, s.generation,
+                                     s.reason, s.digest),
+                   s.prev_seq
+            from second s
+        ) e
+        order by e.id, e.step
+        returning 1
+    ),
+    flying as (
+        insert into command_in_flight (authority_id, id)
+        select f.authority_id, f.id from first f where f.state = 'effect_started'
+        returning 1
+    ),
+    counted as (
+        -- What the history's counting trigger adds for other writers.
+        insert into ledger_counts (minute, counter, source, n)
+        select date_trunc('minute', at), 'executions', 'pg:' || pg_backend_pid(), count(*)
+        from first f
+        where f.state = 'effect_started'
+        having count(*) > 0
+        on conflict (minute, counter, source) do update set n = ledger_counts.n + excluded.n
+        returning 1
+    ),
+    finished as (
+        select pg_notify('command_ledger_outcome', f.id::text) from first f where f.state = 'expired'
+    )
+    select (m.r).* from moved m
+    where (select count(*) from dequeued) >= 0 and (select count(*) from entries) >= 0
+      and (select count(*) from flying) >= 0 and (select count(*) from counted) >= 0
+      and (select count(*) from finished) >= 0;
+end;
+$function$
+;
+
+alter function ledger_claim_start(p_authorities text[], p_holder text, p_limit integer) owner to ledger_engine;
+
+comment on function ledger_claim_start(p_authorities text[], p_holder text, p_limit integer) is
+    'Engine step (0030): up to p_limit queued commands of the authorities p_holder leases, lowest claim rank first, moved pending -> prepared -> effect_started under the lease''s generation (two history entries), or pending -> expired (deadline passed, pinned generation not the lease''s), with the queue and in-flight tables kept. Returns the rows as they now are. Fenced by the lease row held for share; no effect starts before it commits.';
+
+revoke all on function ledger_claim_start(p_authorities text[], p_holder text, p_limit integer) from public;
+grant execute on function ledger_claim_start(p_authorities text[], p_holder text, p_limit integer) to ledger_custodian;

@@ -1,0 +1,26 @@
+CREATE OR REPLACE FUNCTION public.ledger_shard_steps_current()
+ RETURNS boolean
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'public', 'pg_temp'
+AS $function$
+begin
+    -- Both copies of every group here, and no copy of a group elsewhere.
+    return not exists (
+               select 1 from ledger_shard_groups_here() g
+               where to_regprocedure(format('ledger_claim_start_authority_s%s(text,text,integer)', g.shardid)) is null
+                  or to_regprocedure(format('ledger_record_outcomes_s%s(text,bigint,jsonb)', g.shardid)) is null)
+       and not exists (
+               select 1 from pg_proc p
+               where p.pronamespace = 'public'::regnamespace
+                 and p.proname ~ '^ledger_(claim_start_authority|record_outcomes)_s[0-9]+$'
+                 and substring(p.proname from '_s([0-9]+)$')::bigint
+                     not in (select g.shardid from ledger_shard_groups_here() g));
+end;
+$function$
+;
+
+comment on function ledger_shard_steps_current() is
+    'On a node of a Citus cluster: whether it holds both copies of the engine steps for every shard group here and none for a group elsewhere (0039); `command-ledger migrate` makes them again when a node says no.';
+
+grant execute on function ledger_shard_steps_current() to public;
