@@ -1822,6 +1822,54 @@ $_$;
 COMMENT ON FUNCTION public.ledger_shard_steps_current() IS 'On a node of a Citus cluster: whether it holds both copies of the engine steps for every shard group here and none for a group elsewhere (0039); `command-ledger migrate` makes them again when a node says no.';
 
 --
+-- Name: ledger_start_prepared(text, text, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ledger_start_prepared(p_authority text, p_holder text, p_limit integer) RETURNS SETOF public.commands
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+begin
+    return query
+    with lease as materialized (
+        -- Shared lock: a takeover of the lease waits until this commits.
+        -- The clock is read once, here (Citus allows only immutable
+        -- functions inside CASE).
+        select a.id, a.generation, now() as at from authorities a
+        where a.id = p_authority and a.lease_holder = p_holder and a.lease_expires_at > now()
+        for share
+    ),
+    picked as (
+        -- From the in-flight table, which holds the authority's prepared
+        -- and started rows; skipping any another transaction holds (a
+        -- cancel, or a start of the same row).
+        select c.id
+        from lease l
+        join command_in_flight f on f.authority_id = l.id
+        join commands c on c.authority_id = f.authority_id and c.id = f.id
+        where f.authority_id = p_authority and c.authority_id = p_authority
+          and c.state = 'prepared' and c.authority_generation = l.generation
+        order by c.id
+        limit p_limit
+        for update of c skip locked
+    )
+    update commands c
+    set state = case when c.deadline_at <= l.at then 'expired' else 'effect_started' end,
+        error = case when c.deadline_at <= l.at then '{"reason": "deadline_passed"}'::jsonb end
+    from picked p, lease l
+    where c.authority_id = p_authority and c.id = p.id
+      and c.state = 'prepared' and c.authority_generation = l.generation
+    returning c.*;
+end
+$$;
+
+--
+-- Name: FUNCTION ledger_start_prepared(p_authority text, p_holder text, p_limit integer); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ledger_start_prepared(p_authority text, p_holder text, p_limit integer) IS 'Custodian step: up to p_limit prepared commands of p_authority bound to the generation p_holder leases (adopted, or left by another writer) moved to effect_started, or to expired when their deadline passed. Returns the rows as they now are. Fenced by the lease row held for share; no effect starts before it commits.';
+
+--
 -- Name: ledger_state_terminal(text); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -4420,6 +4468,13 @@ GRANT ALL ON FUNCTION public.ledger_remember_coalesced(p_authority_id text, p_sc
 --
 
 REVOKE ALL ON FUNCTION public.ledger_shard_groups_here(OUT shardid bigint, OUT lo integer, OUT hi integer, OUT shards jsonb) FROM PUBLIC;
+
+--
+-- Name: FUNCTION ledger_start_prepared(p_authority text, p_holder text, p_limit integer); Type: ACL; Schema: public; Owner: -
+--
+
+REVOKE ALL ON FUNCTION public.ledger_start_prepared(p_authority text, p_holder text, p_limit integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.ledger_start_prepared(p_authority text, p_holder text, p_limit integer) TO ledger_custodian;
 
 --
 -- Name: FUNCTION prune_authority(p_authority text, older_than interval, max_rows integer); Type: ACL; Schema: public; Owner: -

@@ -151,21 +151,6 @@ impl Ledger {
         custodian
     }
 
-    /// PostgreSQL's plan for the custodian's claim of up to `limit`
-    /// commands of `authority`, planned as the custodian runs it (once for
-    /// every authority), one line per row; claims nothing.
-    pub async fn claim_plan(&self, authority: &str, limit: i64) -> anyhow::Result<Vec<String>> {
-        Ok(
-            crate::db::lifecycle::explain_claim(
-                &self.db.pool,
-                &[authority.to_owned()],
-                limit,
-                true,
-            )
-            .await?,
-        )
-    }
-
     /// Closes the pool, then stops the private cluster if this opened it.
     pub async fn close(self) -> anyhow::Result<()> {
         self.db.close().await

@@ -12,7 +12,8 @@
 //! (CP0..CP4) is what the campaign and the docs use:
 //!
 //! - `AfterInsert` (CP0): API, after the submission's insert committed, before the response.
-//! - `AfterPrepared` (CP1): custodian, after the `prepared` commit.
+//! - `AfterPrepared` (CP1): custodian, after an adoption's commit left rows
+//!   `prepared` (the claim commits `effect_started` at once: CP2).
 //! - `AfterEffectStarted` (CP2): custodian, after the `effect_started` commit, before dispatch.
 //! - `AfterEffect` (CP3): custodian, after the effect returned, before the outcome commit.
 //! - `AfterOutcome` (CP4): custodian, after the outcome commit.
@@ -24,7 +25,7 @@ use std::sync::OnceLock;
 pub enum CrashPoint {
     /// CP0: API, after the submission's insert committed, before the response.
     AfterInsert,
-    /// CP1: custodian, after the `prepared` commit.
+    /// CP1: custodian, after an adoption's commit left rows `prepared`.
     AfterPrepared,
     /// CP2: custodian, after the `effect_started` commit, before dispatch.
     AfterEffectStarted,
@@ -97,15 +98,6 @@ fn armed() -> Option<&'static Armed> {
             })
         })
         .as_ref()
-}
-
-/// Whether this process was started to crash at `p`. The custodian asks it
-/// of [`CrashPoint::AfterPrepared`]: a `prepared` commit of its own exists
-/// only on the trigger path (claim, then start), so a process armed there
-/// takes that path; the engine's claim commits `effect_started` at once
-/// ([`CrashPoint::AfterEffectStarted`]).
-pub fn armed_at(p: CrashPoint) -> bool {
-    armed().is_some_and(|armed| armed.points.contains(&p))
 }
 
 /// Crashes the process here if this point is armed and the draw says so.

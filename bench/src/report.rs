@@ -539,16 +539,6 @@ pub(crate) fn markdown(r: &Value) -> String {
         n(&json!(f(&mem["rss_kib_late"]) / 1024.0)),
         f(&mem["change"]) * 100.0,
     );
-    if let Some(plan) = r["w4"]
-        .as_array()
-        .and_then(|a| a.last())
-        .and_then(|p| p["claim_plan"].as_str())
-    {
-        let _ = writeln!(
-            md,
-            "\nThe claim statement's plan at the largest size:\n\n```\n{plan}\n```"
-        );
-    }
     md
 }
 

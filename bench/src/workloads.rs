@@ -1046,7 +1046,6 @@ impl Bench {
             let e2e = self
                 .end_to_end(&format!("w4-{size}"), batch, Txns::service())
                 .await?;
-            let plan = self.claim_plan(&format!("w4-{size}"), batch).await?;
             out.push(json!({
                 "rows": size,
                 "submit_rps": r.rps(),
@@ -1059,7 +1058,6 @@ impl Bench {
                 "e2e_p99_ms": e2e["p99_ms"],
                 "e2e_wal_bytes_per_command": e2e["wal_bytes_per_command"],
                 "e2e_io_per_command": e2e["io_per_command"],
-                "claim_plan": plan,
             }));
         }
         Ok(Value::Array(out))
@@ -1109,12 +1107,6 @@ impl Bench {
         let seconds = started.elapsed().as_secs_f64();
         tracing::info!(rows = n, workers, seconds, "preloaded terminal commands");
         outcome
-    }
-
-    /// The plan of the custodian's claim statement, as PostgreSQL would run
-    /// it now for the custodian (a generic plan).
-    async fn claim_plan(&self, authority: &str, batch: i64) -> anyhow::Result<String> {
-        Ok(self.db.claim_plan(authority, batch).await?.join("\n"))
     }
 }
 

@@ -7,8 +7,8 @@
 //!
 //! - `config.rs`: the settings and their one copy of the defaults.
 //! - `leases.rs`: the leases held, renewed and lost.
-//! - `step.rs`: the fenced transitions (claim, start, record, adopt), one
-//!   small step each; tests may call them one by one.
+//! - `step.rs`: the fenced steps (claim and start, start prepared rows,
+//!   record, adopt), each one statement; tests may call them one by one.
 //! - `pipeline.rs`: the one driver. `run` is the long-lived loop (wake-ups,
 //!   bounded concurrency, a drain); `run_once` is one turn of the same loop.
 //! - `effects.rs`, `http_executor.rs`, `executors.rs`: what an effect is, the
@@ -25,11 +25,10 @@ pub mod recovery;
 mod step;
 
 use sqlx::PgPool;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use uuid::Uuid;
 
-use crate::db::CommandRow;
 pub use crate::db::txn::{Isolation, TxError};
 use crate::domain::EffectOutcome;
 /// The custodian's counters live with the metrics that expose them.
@@ -101,8 +100,10 @@ pub struct Custodian {
     effects: Arc<Effects>,
     /// The leases held now (renewed by the heartbeat).
     leases: leases::Leases,
-    /// Prepared rows adopted from an older generation, to start next.
-    adopted: Mutex<Vec<CommandRow>>,
+    /// Authorities with prepared rows of the lease's generation to start
+    /// next (adopted from an older generation, or left by a start whose
+    /// commit was unknown).
+    prepared_due: Mutex<BTreeSet<String>>,
     /// Batches whose `effect_started` commit had an unknown outcome and
     /// could not be re-read yet: never dispatched, to be closed as such.
     limbo: Mutex<Vec<(String, i64, Vec<Uuid>)>>,
@@ -117,7 +118,8 @@ pub struct Custodian {
     outcomes: crate::ledger::OutcomeWake,
     /// The periodic recovery pass, limited to this custodian's authorities.
     recovery: recovery::Recovery,
-    /// When a claim last looked for stale prepared rows (`None`: never).
+    /// When a turn last started the prepared rows of every leased authority
+    /// (`None`: never).
     last_stale_pass: Mutex<Option<std::time::Instant>>,
     /// What the database can do, detected when its pool was opened: whether
     /// a claim names one authority, whether the transitions use generic plans.
@@ -126,9 +128,6 @@ pub struct Custodian {
     /// round that reaches its limit early does not always favour the same
     /// authorities.
     claim_turn: std::sync::atomic::AtomicUsize,
-    /// Whether the engine steps (migration 0030) are installed, asked once:
-    /// claim and start are then one statement, and record another.
-    engine: tokio::sync::OnceCell<bool>,
     /// Where the shards live on other nodes, where each authority's engine
     /// steps go: the node holding its shards, straight (`db::placement`).
     placements: Option<crate::db::placement::Placements>,
@@ -163,7 +162,7 @@ impl Custodian {
             recovery,
             effects,
             leases: leases::Leases::default(),
-            adopted: Mutex::new(Vec::new()),
+            prepared_due: Mutex::new(BTreeSet::new()),
             limbo: Mutex::new(Vec::new()),
             unrecorded: Mutex::new(Vec::new()),
             stats: Arc::new(Stats::default()),
@@ -171,21 +170,11 @@ impl Custodian {
             last_stale_pass: Mutex::new(None),
             backend,
             claim_turn: std::sync::atomic::AtomicUsize::new(0),
-            engine: tokio::sync::OnceCell::new(),
         }
     }
 
     pub fn stats(&self) -> &Arc<Stats> {
         &self.stats
-    }
-
-    /// Whether the engine steps are installed (asked once, at the first
-    /// claim: after the migrations that install them).
-    async fn engine_steps(&self) -> Result<bool, CustodianError> {
-        Ok(*self
-            .engine
-            .get_or_try_init(|| crate::db::lifecycle::engine_steps(&self.pool, self.backend))
-            .await?)
     }
 
     /// Where `authority`'s engine steps run: where the shards live on other
@@ -209,12 +198,12 @@ impl Custodian {
     /// The `SET LOCAL`s of the claim, adopt, start and record transactions: who
     /// acts and, where the backend allows it, one plan for every authority
     /// ([`crate::db::Backend::generic_plans`]).
-    async fn transition_settings(&self) -> Result<Vec<(&'static str, &str)>, CustodianError> {
+    fn transition_settings(&self) -> Vec<(&'static str, &str)> {
         let mut settings = vec![(crate::db::txn::ACTOR, self.actor.as_str())];
         if self.backend.generic_plans {
             settings.push(crate::db::txn::GENERIC_PLANS);
         }
-        Ok(settings)
+        settings
     }
 
     /// The leases still valid by the local clock, by authority.
@@ -258,10 +247,10 @@ impl Custodian {
         Ok(())
     }
 
-    /// Whether this claim should also look for stale prepared rows: the
-    /// first time, then once per half lease TTL (a row is stale only after a
-    /// whole TTL, so it waits at most half a TTL more), not on every claim:
-    /// that scan walks the in-flight table.
+    /// Whether this turn should start the prepared rows of every leased
+    /// authority, not only those an adoption left: the first time, then once
+    /// per half lease TTL, not on every turn: that pass walks the in-flight
+    /// table.
     pub(crate) fn stale_pass_due(&self) -> bool {
         let mut last = self.last_stale_pass.lock().expect("stale pass lock");
         let now = std::time::Instant::now();

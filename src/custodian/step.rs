@@ -1,9 +1,20 @@
-//! The fenced transitions, one small step each: claim (`pending →
-//! prepared`), start (`prepared → effect_started`, committed before any
-//! effect), record (`→ applied | failed | ambiguous`), adopt a superseded
-//! generation's prepared rows, and close what an unknown commit left. Every
-//! write is a compare-and-set on state and generation; a refused one is
-//! counted as fenced, never taken for success.
+//! The custodian's steps, each one fenced statement in a transaction of
+//! its own, retried on conflicts ([`Custodian::step`]):
+//!
+//! - claim and start: `pending → effect_started` (or `expired`) in one
+//!   statement, the engine step `ledger_claim_start` (one authority at a
+//!   time where claims name one: `ledger_claim_start_authority`);
+//! - start prepared rows: `prepared → effect_started` (or `expired`),
+//!   `ledger_start_prepared`, for the rows an adoption rebound to the
+//!   lease's generation and, now and then, any other writer left prepared;
+//! - record: `effect_started → applied | failed | ambiguous`, the engine
+//!   step `ledger_record_outcomes`;
+//! - adopt a superseded generation's prepared rows, and close what an
+//!   unknown commit left.
+//!
+//! Every write is a compare-and-set on state and generation, fenced by the
+//! authority's row; a refused one is counted as fenced, never taken for
+//! success. docs/design/isolation.md argues the isolation of each.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -19,6 +30,24 @@ use crate::domain::{CommandState, EffectOutcome};
 
 /// Most prepared rows adopted per statement.
 const ADOPT_BATCH: i64 = 500;
+
+/// The two steps that commit `effect_started`.
+#[derive(Clone, Copy, Debug)]
+enum Start<'a> {
+    /// Claim and start queued commands of these authorities.
+    Queued(&'a [String]),
+    /// Start the prepared rows of this authority.
+    Prepared(&'a str),
+}
+
+impl Start<'_> {
+    fn label(self) -> &'static str {
+        match self {
+            Start::Queued(_) => "claim_start",
+            Start::Prepared(_) => "start_prepared",
+        }
+    }
+}
 
 /// What a step taken group by group (an authority, or an authority and a
 /// generation, per transaction) committed, and the first error of a group
@@ -105,43 +134,101 @@ pub(super) async fn timed_effect(
 }
 
 impl Custodian {
-    /// Claims up to `limit` commands and starts those it may: returns the
+    /// Starts up to `limit` commands: first the prepared rows due (adopted,
+    /// or, at the periodic pass, any of the leased authorities), then
+    /// queued commands claimed and started in one statement. Returns the
     /// commands whose `effect_started` is committed, and only those.
     pub async fn claim_and_start(
         &self,
         limit: i64,
         report: &mut StepReport,
     ) -> Result<Vec<Started>, CustodianError> {
-        // The engine claims and starts pending commands in one statement; the
-        // pass for stale prepared rows (now and then) takes the trigger path,
-        // which is told that the pass is due (asking again would say no).
-        let look_for_stale = self.stale_pass_due();
-        let engine = self.engine_steps().await? && !crash::armed_at(CrashPoint::AfterPrepared);
-        let mut prepared: Vec<CommandRow> =
-            std::mem::take(&mut *self.adopted.lock().expect("adopted lock"));
-        if !look_for_stale && engine {
-            let mut started = self.start_groups(&prepared, report).await;
-            let room = limit - started.done.len() as i64;
-            let claimed = self.claim_start(room, report).await;
-            started.done.extend(claimed.done);
-            started.also(claimed.failed);
-            return started.into_result();
-        }
-        let claimed = self.claim_looking(limit, look_for_stale, report).await;
-        prepared.extend(claimed.done);
-        let mut started = self.start_groups(&prepared, report).await;
+        let every = self.stale_pass_due();
+        let mut started = self.start_prepared_of(every, limit, report).await;
+        let room = limit - started.done.len() as i64;
+        let claimed = self.claim_start(room, report).await;
+        started.done.extend(claimed.done);
         started.also(claimed.failed);
         started.into_result()
     }
 
+    /// Starts up to `limit` prepared rows of every leased authority bound to
+    /// its lease's generation (the periodic pass, now): for tests that put
+    /// rows in `prepared` as another writer would.
+    pub async fn start_prepared(
+        &self,
+        limit: i64,
+        report: &mut StepReport,
+    ) -> Result<Vec<Started>, CustodianError> {
+        self.start_prepared_of(true, limit, report)
+            .await
+            .into_result()
+    }
+
+    /// [`Custodian::start_prepared`] over every leased authority when
+    /// `every`, else over those an adoption or an unknown commit left
+    /// prepared rows to.
+    async fn start_prepared_of(
+        &self,
+        every: bool,
+        limit: i64,
+        report: &mut StepReport,
+    ) -> Partly<Started> {
+        let held = self.held();
+        let due: Vec<String> = {
+            let mut due = self.prepared_due.lock().expect("prepared_due lock");
+            let picked: Vec<String> = if every {
+                held.keys().cloned().collect()
+            } else {
+                due.iter()
+                    .filter(|a| held.contains_key(*a))
+                    .cloned()
+                    .collect()
+            };
+            for authority in &picked {
+                due.remove(authority);
+            }
+            picked
+        };
+        let mut rows: Partly<CommandRow> = Partly::new();
+        for authority in &due {
+            let remaining = limit - rows.done.len() as i64;
+            if remaining <= 0 {
+                // Not reached this turn: the next one.
+                self.prepared_due
+                    .lock()
+                    .expect("prepared_due lock")
+                    .insert(authority.clone());
+                continue;
+            }
+            let step = self
+                .start(Start::Prepared(authority), remaining, report)
+                .await;
+            match &step {
+                // As many as asked: more may wait.
+                Ok(moved) if moved.len() as i64 == remaining => {
+                    self.prepared_due
+                        .lock()
+                        .expect("prepared_due lock")
+                        .insert(authority.clone());
+                }
+                Ok(_) => {}
+                Err(_) => {
+                    self.prepared_due
+                        .lock()
+                        .expect("prepared_due lock")
+                        .insert(authority.clone());
+                }
+            }
+            rows.add(step);
+        }
+        self.started_rows(rows, false, report).await
+    }
+
     /// Claims and starts up to `limit` pending commands of the authorities
-    /// leased now, in one transaction (the engine step, migrations 0030 and
-    /// 0033; where claims name one authority, one transaction each), at the
-    /// claim's isolation: the lease row it holds for share fences it, as
-    /// it fences the claim. (At SERIALIZABLE, a custodian paused with a
-    /// transaction open kept its successor's claims failing: the full zombie
-    /// campaign.) Returns those whose `effect_started` is committed; overdue
-    /// ones are expired, never started.
+    /// leased now (one statement per group of [`Custodian::claim_groups`]).
+    /// Returns those whose `effect_started` is committed; overdue ones are
+    /// expired, never started.
     #[tracing::instrument(name = "claim_start", skip(self, report), fields(holder = %self.config.holder))]
     async fn claim_start(&self, limit: i64, report: &mut StepReport) -> Partly<Started> {
         let mut claimed: Partly<CommandRow> = Partly::new();
@@ -153,43 +240,62 @@ impl Custodian {
             if remaining <= 0 {
                 break;
             }
-            claimed.add(self.claim_start_in(&authorities, remaining, report).await);
+            claimed.add(
+                self.start(Start::Queued(&authorities), remaining, report)
+                    .await,
+            );
         }
-        let rows = claimed.done;
-        if !rows.is_empty() {
+        self.started_rows(claimed, true, report).await
+    }
+
+    /// What the starts committed, counted (claimed when `claimed`), their
+    /// expired rows' waiters woken, and the `effect_started` rows as calls.
+    async fn started_rows(
+        &self,
+        rows: Partly<CommandRow>,
+        claimed: bool,
+        report: &mut StepReport,
+    ) -> Partly<Started> {
+        let Partly { done, failed } = rows;
+        if !done.is_empty() {
             crash::point(CrashPoint::AfterEffectStarted);
         }
-        report.claimed += rows.len();
-        self.stats
-            .claimed
-            .fetch_add(rows.len() as u64, Ordering::Relaxed);
-        let started = self.started_from(rows, report).await;
+        if claimed {
+            report.claimed += done.len();
+            self.stats
+                .claimed
+                .fetch_add(done.len() as u64, Ordering::Relaxed);
+        }
+        let started = self.started_from(done, report).await;
         report.started += started.len();
         self.stats
             .started
             .fetch_add(started.len() as u64, Ordering::Relaxed);
         Partly {
             done: started,
-            failed: claimed.failed,
+            failed,
         }
     }
 
-    /// One claim-and-start over `authorities`, in a transaction of its own,
-    /// retried on conflicts: the rows it moved, once their commit is known
-    /// (after a commit whose outcome is unknown, none: they are closed
-    /// without dispatching). On a backend that claims per authority the
-    /// group is one authority, and the step is the one delegated to its
-    /// shard ([`db::lifecycle::claim_start_authority`]).
-    async fn claim_start_in(
+    /// One start step, in a transaction of its own at the claim's isolation
+    /// (the lease row it holds for share fences it; at SERIALIZABLE, a
+    /// custodian paused with a transaction open kept its successor's claims
+    /// failing: the full zombie campaign), retried on conflicts: the rows
+    /// it moved, once their commit is known (after a commit whose outcome
+    /// is unknown, none: they are closed without dispatching). A claim of
+    /// one authority on a backend that claims per authority goes to the
+    /// node holding its shards ([`db::lifecycle::claim_start_authority`]).
+    async fn start(
         &self,
-        authorities: &[String],
+        step: Start<'_>,
         limit: i64,
         report: &mut StepReport,
     ) -> Result<Vec<CommandRow>, CustodianError> {
-        let settings = self.transition_settings().await?;
-        // One authority's step goes to the node holding its shards.
-        let routed = match authorities {
-            [authority] if self.backend.claims_per_authority => Some(authority.as_str()),
+        let settings = self.transition_settings();
+        let routed = match step {
+            Start::Queued([authority]) if self.backend.claims_per_authority => {
+                Some(authority.as_str())
+            }
             _ => None,
         };
         let route = match routed {
@@ -200,7 +306,7 @@ impl Custodian {
             &route.pool,
             route.backend(self.backend),
             &self.stats.serialization_retries,
-            "claim_start",
+            step.label(),
             self.config.claim_isolation,
             &settings,
         );
@@ -212,20 +318,19 @@ impl Custodian {
                 Ok(tx) => tx,
                 Err(e) => break Err(e),
             };
-            let attempt = match routed {
-                Some(authority) => {
+            let holder = &self.config.holder;
+            let attempt = match (step, routed) {
+                (_, Some(authority)) => {
                     db::lifecycle::claim_start_authority(
-                        &mut *tx,
-                        route.copy,
-                        authority,
-                        &self.config.holder,
-                        limit,
+                        &mut *tx, route.copy, authority, holder, limit,
                     )
                     .await
                 }
-                None => {
-                    db::lifecycle::claim_start(&mut *tx, authorities, &self.config.holder, limit)
-                        .await
+                (Start::Queued(authorities), None) => {
+                    db::lifecycle::claim_start(&mut *tx, authorities, holder, limit).await
+                }
+                (Start::Prepared(authority), None) => {
+                    db::lifecycle::start_prepared(&mut *tx, authority, holder, limit).await
                 }
             };
             if let Ok(rows) = &attempt {
@@ -250,7 +355,7 @@ impl Custodian {
         match result {
             Ok(rows) => Ok(rows),
             Err(TxError::CommitUnknown(e)) => {
-                tracing::warn!(error = %e, "claim and start commit outcome unknown; not dispatching");
+                tracing::warn!(error = %e, step = step.label(), "effect_started commit outcome unknown; not dispatching");
                 let mut groups: BTreeMap<(String, i64), Vec<Uuid>> = BTreeMap::new();
                 for (authority, generation, id) in moved {
                     groups.entry((authority, generation)).or_default().push(id);
@@ -296,19 +401,6 @@ impl Custodian {
         started
     }
 
-    /// Claims up to `limit` pending commands of the authorities leased now:
-    /// returns those now `prepared` (overdue ones are expired, never started).
-    pub async fn claim(
-        &self,
-        limit: i64,
-        report: &mut StepReport,
-    ) -> Result<Vec<CommandRow>, CustodianError> {
-        let look_for_stale = self.stale_pass_due();
-        self.claim_looking(limit, look_for_stale, report)
-            .await
-            .into_result()
-    }
-
     /// The authorities leased now, as the claims take them until their limit
     /// is reached: all in one statement, or one per statement (each on its
     /// own shard), starting one further along at each turn so that no
@@ -326,202 +418,6 @@ impl Custodian {
         let first = turn % ids.len();
         ids.rotate_left(first);
         ids.into_iter().map(|id| vec![id]).collect()
-    }
-
-    /// [`Custodian::claim`], looking for stale prepared rows when `look_for_stale`.
-    #[tracing::instrument(name = "claim", skip(self, report), fields(holder = %self.config.holder))]
-    async fn claim_looking(
-        &self,
-        limit: i64,
-        look_for_stale: bool,
-        report: &mut StepReport,
-    ) -> Partly<CommandRow> {
-        let mut groups = Partly::new();
-        if limit <= 0 {
-            return groups;
-        }
-        for authorities in self.claim_groups() {
-            let remaining = limit - groups.done.len() as i64;
-            if remaining <= 0 {
-                break;
-            }
-            groups.add(self.claim_in(&authorities, remaining, look_for_stale).await);
-        }
-        let claimed = groups.done;
-        if !claimed.is_empty() {
-            crash::point(CrashPoint::AfterPrepared);
-        }
-        report.claimed += claimed.len();
-        self.stats
-            .claimed
-            .fetch_add(claimed.len() as u64, Ordering::Relaxed);
-        let mut prepared = Vec::with_capacity(claimed.len());
-        let expired: Vec<Uuid> = claimed
-            .iter()
-            .filter(|row| row.state() == CommandState::Expired)
-            .map(|row| row.id)
-            .collect();
-        self.outcomes.finished(&expired).await;
-        for row in claimed {
-            match row.state() {
-                CommandState::Prepared => prepared.push(row),
-                CommandState::Expired => {
-                    report.expired += 1;
-                    self.stats.expired.fetch_add(1, Ordering::Relaxed);
-                    tracing::info!(command.id = %row.id, authority = %row.authority_id, error = ?row.error, "expired before any effect");
-                }
-                state => {
-                    tracing::error!(command.id = %row.id, %state, "claim returned an unexpected row");
-                }
-            }
-        }
-        Partly {
-            done: prepared,
-            failed: groups.failed,
-        }
-    }
-
-    /// One claim statement over `authorities`, in a transaction of its own
-    /// (READ COMMITTED unless configured otherwise), retried on conflicts.
-    async fn claim_in(
-        &self,
-        authorities: &[String],
-        limit: i64,
-        look_for_stale: bool,
-    ) -> Result<Vec<CommandRow>, CustodianError> {
-        let settings = self.transition_settings().await?;
-        let mut retry = txn::Retrying::with_settings(
-            &self.pool,
-            self.backend,
-            &self.stats.serialization_retries,
-            "claim",
-            self.config.claim_isolation,
-            &settings,
-        );
-        loop {
-            let mut tx = retry.next_attempt().await?;
-            let attempt = db::lifecycle::claim(
-                &mut *tx,
-                authorities,
-                &self.config.holder,
-                limit,
-                self.config.lease_ttl,
-                look_for_stale,
-            )
-            .await;
-            if let Some(rows) = retry.finish(tx, attempt).await? {
-                return Ok(rows);
-            }
-        }
-    }
-
-    /// Starts prepared commands, one fenced transaction per (authority,
-    /// generation). The rows of a group whose start failed are started again
-    /// at the next turn; the error is returned only when nothing started.
-    pub async fn start_prepared(
-        &self,
-        prepared: &[CommandRow],
-        report: &mut StepReport,
-    ) -> Result<Vec<Started>, CustodianError> {
-        self.start_groups(prepared, report).await.into_result()
-    }
-
-    /// [`Custodian::start_prepared`], with every group's error kept.
-    async fn start_groups(
-        &self,
-        prepared: &[CommandRow],
-        report: &mut StepReport,
-    ) -> Partly<Started> {
-        let mut groups: BTreeMap<(String, i64), Vec<&CommandRow>> = BTreeMap::new();
-        for row in prepared {
-            if let Some(generation) = row.authority_generation {
-                groups
-                    .entry((row.authority_id.clone(), generation))
-                    .or_default()
-                    .push(row);
-            }
-        }
-        let mut started = Partly::new();
-        for ((authority, generation), rows) in groups {
-            let ids: Vec<Uuid> = rows.iter().map(|row| row.id).collect();
-            let group = self.start(&authority, generation, &ids, report).await;
-            if group.is_err() {
-                // Not started (the start is one transaction, and an unknown
-                // commit is handled inside it): still prepared under this
-                // generation, unless fenced since, which the next start sees.
-                self.adopted
-                    .lock()
-                    .expect("adopted lock")
-                    .extend(rows.into_iter().cloned());
-            }
-            started.add(group);
-        }
-        started
-    }
-
-    /// Commits `effect_started` for prepared commands (SERIALIZABLE, fenced
-    /// on the lease). Only rows whose commit is certain are returned.
-    #[tracing::instrument(name = "start", skip(self, ids, report), fields(commands = ids.len()))]
-    async fn start(
-        &self,
-        authority: &str,
-        generation: i64,
-        ids: &[Uuid],
-        report: &mut StepReport,
-    ) -> Result<Vec<Started>, CustodianError> {
-        let holder = &self.config.holder;
-        let settings = self.transition_settings().await?;
-        let mut retry = txn::Retrying::with_settings(
-            &self.pool,
-            self.backend,
-            &self.stats.serialization_retries,
-            "start",
-            self.config.isolation,
-            &settings,
-        );
-        let result = loop {
-            let mut tx = match retry.next_attempt().await {
-                Ok(tx) => tx,
-                Err(e) => break Err(e),
-            };
-            let attempt = db::lifecycle::start(&mut *tx, ids, authority, holder, generation).await;
-            match retry.finish(tx, attempt).await {
-                Ok(Some(rows)) => break Ok(rows),
-                Ok(None) => continue,
-                Err(e) => break Err(e),
-            }
-        };
-        let rows = match result {
-            Ok(rows) => rows,
-            Err(TxError::CommitUnknown(e)) => {
-                // Never dispatch on uncertainty. Whatever did commit was not
-                // dispatched, so it can be closed as failed, not ambiguous.
-                tracing::warn!(authority, generation, error = %e, "effect_started commit outcome unknown; not dispatching");
-                self.close_undispatched(authority, generation, ids, report)
-                    .await;
-                return Ok(Vec::new());
-            }
-            Err(e) => return Err(e.into()),
-        };
-        if !rows.is_empty() {
-            crash::point(CrashPoint::AfterEffectStarted);
-        }
-        // Each row is of `authority` at `generation`: the start's own fence.
-        let started = self.started_from(rows, report).await;
-        if started.len() < ids.len() {
-            tracing::info!(
-                authority,
-                generation,
-                asked = ids.len(),
-                started = started.len(),
-                "some prepared commands were not started (cancelled, expired or fenced)"
-            );
-        }
-        report.started += started.len();
-        self.stats
-            .started
-            .fetch_add(started.len() as u64, Ordering::Relaxed);
-        Ok(started)
     }
 
     /// After an unknown `effect_started` commit: rows that did become
@@ -547,15 +443,18 @@ impl Custodian {
             }
         };
         let ours = |row: &CommandRow| row.authority_generation == Some(generation);
-        // Still prepared: the start did not commit for them (on a distributed
-        // backend, a serialization failure at the worker's commit reads as unknown).
-        // No effect was attempted; the next turn starts them.
-        let again: Vec<CommandRow> = rows
+        // Still prepared (adopted rows whose start did not commit): no
+        // effect was attempted; the next turn starts them. (Queued rows whose
+        // claim did not commit are still pending, in the queue.)
+        if rows
             .iter()
-            .filter(|row| row.state() == CommandState::Prepared && ours(row))
-            .cloned()
-            .collect();
-        self.adopted.lock().expect("adopted lock").extend(again);
+            .any(|row| row.state() == CommandState::Prepared && ours(row))
+        {
+            self.prepared_due
+                .lock()
+                .expect("prepared_due lock")
+                .insert(authority.to_owned());
+        }
         let done: Vec<Done> = rows
             .into_iter()
             .filter(|row| row.state() == CommandState::EffectStarted && ours(row))
@@ -587,9 +486,10 @@ impl Custodian {
         }
     }
 
-    /// Records outcomes, one SERIALIZABLE transaction per (authority,
-    /// generation). A refused write (fenced) is counted and logged, never
-    /// taken for success.
+    /// Records outcomes, one transaction per (authority, generation), each
+    /// the engine step `ledger_record_outcomes` at the record's isolation
+    /// (SERIALIZABLE unless configured otherwise). A refused write (fenced)
+    /// is counted and logged, never taken for success.
     pub async fn record_outcomes(&self, done: Vec<Done>, report: &mut StepReport) {
         let mut groups: BTreeMap<(String, i64), Vec<(Uuid, EffectOutcome)>> = BTreeMap::new();
         for d in done {
@@ -642,7 +542,7 @@ impl Custodian {
         }
     }
 
-    /// One fenced SERIALIZABLE transaction for one (authority, generation);
+    /// One fenced transaction for one (authority, generation);
     /// returns the ids it recorded. After a commit whose outcome is unknown,
     /// the rows are re-read: those already in the intended state count as
     /// recorded.
@@ -653,14 +553,9 @@ impl Custodian {
         generation: i64,
         outcomes: &[(Uuid, EffectOutcome)],
     ) -> Result<Vec<Uuid>, CustodianError> {
-        let settings = self.transition_settings().await?;
-        // The engine step goes to the node holding the authority's shards.
-        let engine = self.engine_steps().await?;
-        let route = if engine {
-            self.steps_route(authority).await
-        } else {
-            db::placement::StepRoute::here(&self.pool)
-        };
+        let settings = self.transition_settings();
+        // The step goes to the node holding the authority's shards.
+        let route = self.steps_route(authority).await;
         let mut retry = txn::Retrying::with_settings(
             &route.pool,
             route.backend(self.backend),
@@ -669,18 +564,15 @@ impl Custodian {
             self.config.isolation,
             &settings,
         );
-        self.record_in(
-            &mut retry, engine, route.copy, authority, generation, outcomes,
-        )
-        .await
-        .inspect_err(|_| self.step_failed(authority))
+        self.record_in(&mut retry, route.copy, authority, generation, outcomes)
+            .await
+            .inspect_err(|_| self.step_failed(authority))
     }
 
     /// [`Custodian::record_group_outcomes`]'s transaction, retried by `retry`.
     async fn record_in(
         &self,
         retry: &mut txn::Retrying<'_>,
-        engine: bool,
         copy: Option<i64>,
         authority: &str,
         generation: i64,
@@ -688,14 +580,9 @@ impl Custodian {
     ) -> Result<Vec<Uuid>, CustodianError> {
         loop {
             let mut tx = retry.next_attempt().await?;
-            let attempt = if engine {
-                db::lifecycle::engine_record_outcomes(
-                    &mut *tx, copy, outcomes, authority, generation,
-                )
-                .await
-            } else {
-                db::lifecycle::record_outcomes(&mut *tx, outcomes, authority, generation).await
-            };
+            let attempt =
+                db::lifecycle::record_outcomes(&mut *tx, copy, outcomes, authority, generation)
+                    .await;
             match retry.finish(tx, attempt).await {
                 Ok(Some(ids)) => return Ok(ids),
                 Ok(None) => {}
@@ -749,16 +636,18 @@ impl Custodian {
     }
 
     /// Rebinds the authority's prepared rows of older generations to ours,
-    /// a batch per SERIALIZABLE transaction (the start's and record's
-    /// isolation), fenced on the lease just taken and retried on conflicts.
-    /// An unknown commit is an error: rows it did rebind are ours and still
-    /// `prepared`, so the claim's pass for stale prepared rows starts them.
+    /// a batch per transaction at the record's isolation (SERIALIZABLE
+    /// unless configured otherwise), fenced on the lease just taken and
+    /// retried on conflicts; the next turn starts them
+    /// ([`Custodian::claim_and_start`]). An unknown commit is an error: rows
+    /// it did rebind are ours and still `prepared`, so the periodic pass
+    /// starts them.
     pub(super) async fn adopt(
         &self,
         authority: &str,
         generation: i64,
     ) -> Result<(), CustodianError> {
-        let settings = self.transition_settings().await?;
+        let settings = self.transition_settings();
         loop {
             let mut retry = txn::Retrying::with_settings(
                 &self.pool,
@@ -801,10 +690,15 @@ impl Custodian {
                     "adopted prepared commands of an older generation"
                 );
             }
-            self.adopted.lock().expect("adopted lock").extend(
-                rows.into_iter()
-                    .filter(|r| r.state() == CommandState::Prepared),
-            );
+            if rows.iter().any(|r| r.state() == CommandState::Prepared) {
+                // Prepared under our generation and committed, not started:
+                // a crash here leaves them to the next generation's adoption.
+                crash::point(CrashPoint::AfterPrepared);
+                self.prepared_due
+                    .lock()
+                    .expect("prepared_due lock")
+                    .insert(authority.to_owned());
+            }
             if (count as i64) < ADOPT_BATCH {
                 return Ok(());
             }

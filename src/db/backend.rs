@@ -40,14 +40,6 @@ pub struct Backend {
     /// distributed table takes no statement-level trigger with transition
     /// tables), which makes a statement moving many rows cost more per row.
     pub statement_triggers: bool,
-    /// The custodian's steps are the engine's functions, owned by the role
-    /// `ledger_engine` (migrations 0030 and 0033: `ledger_claim_start`,
-    /// `ledger_claim_start_authority`, `ledger_record_outcomes`); when false,
-    /// its transitions are updates that the triggers keep the history of.
-    /// On Citus each step takes one authority and the coordinator hands the
-    /// call to the worker holding its shards. The custodian still checks that
-    /// the functions are there ([`super::lifecycle::engine_steps`]).
-    pub engine_steps: bool,
     /// The tables' shards live on other nodes, each authority's on one, and
     /// every node can run the engine's steps: a custodian sends each
     /// authority's steps straight to the node holding its shards
@@ -78,7 +70,6 @@ impl Backend {
         claims_per_authority: false,
         generic_plans: true,
         statement_triggers: true,
-        engine_steps: true,
         steps_on_shard_nodes: false,
         reads_on_shard_nodes: false,
         set_local_in_begin: true,
@@ -94,7 +85,6 @@ impl Backend {
         claims_per_authority: true,
         generic_plans: false,
         statement_triggers: false,
-        engine_steps: true,
         steps_on_shard_nodes: true,
         reads_on_shard_nodes: true,
         set_local_in_begin: false,

@@ -1,8 +1,12 @@
-//! The custodian's statements: claim, adopt, start, record outcomes. Each is one
-//! statement and a compare-and-set: it names the state it expects and, from
-//! `prepared` on, the generation, and joins the authority row so the check
-//! against the authority's current generation happens in the same statement
-//! (and, for start and record, in the same SERIALIZABLE transaction).
+//! The custodian's steps: claim and start, start prepared rows, record
+//! outcomes (each a call of a function of the schema,
+//! `migrations/functions/`), and adopt a superseded generation's prepared
+//! rows. Each is one statement and a compare-and-set: it names the state it
+//! expects and, from `prepared` on, the generation, and is fenced by the
+//! authority's row in the same statement: held for share by the claim and
+//! the starts (a takeover waits until they commit), matched on the
+//! generation by the record and the adoption. docs/design/isolation.md
+//! argues what that rules out at each step's isolation.
 
 use serde_json::Value;
 use sqlx::PgExecutor;
@@ -10,38 +14,6 @@ use uuid::Uuid;
 
 use super::CommandRow;
 use crate::domain::EffectOutcome;
-
-/// Claims up to `limit` pending commands of the authorities `holder` leases,
-/// oldest first, skipping rows other custodians hold. Each becomes
-/// `prepared` under the lease's generation, or `expired` when its deadline
-/// passed or its pinned generation is not the current one. Also returns (up
-/// to `limit`) prepared rows of the current generation untouched for
-/// `stale_after`, when `look_for_stale`: adopted by recovery, or left by a
-/// start that failed. A second start of the same row is harmless: starting
-/// is a compare-and-set. Run in a transaction acting as the custodian
-/// ([`super::txn`]); on Citus, with one authority (a single-shard statement).
-pub async fn claim(
-    ex: impl PgExecutor<'_>,
-    authorities: &[String],
-    holder: &str,
-    limit: i64,
-    stale_after: std::time::Duration,
-    look_for_stale: bool,
-) -> Result<Vec<CommandRow>, sqlx::Error> {
-    // The statement lives in sql/claim.sql so that `explain_claim` plans
-    // exactly the text that runs here.
-    sqlx::query_file_as!(
-        CommandRow,
-        "src/db/sql/claim.sql",
-        authorities,
-        holder,
-        limit,
-        stale_after.as_secs_f64(),
-        look_for_stale,
-    )
-    .fetch_all(ex)
-    .await
-}
 
 /// When the next command of `authorities` that waits for its `not_before`
 /// falls due (`None`: none waits). From the queue's index of scheduled
@@ -60,55 +32,6 @@ pub async fn next_due(
     )
     .fetch_one(ex)
     .await
-}
-
-/// The claim statement's text, as [`claim`] runs it.
-const CLAIM_SQL: &str = include_str!("sql/claim.sql");
-
-/// PostgreSQL's plan for [`claim`] with these arguments, as it would run
-/// it now (`explain (costs off)`, one line per row), without claiming
-/// anything: the benchmark reports it to show the claim does not scan
-/// finished rows. `generic` plans it as the custodian runs it, once for
-/// every authority ([`super::txn::GENERIC_PLANS`]); without it, the plan
-/// PostgreSQL would choose for these authorities' statistics.
-pub async fn explain_claim(
-    pool: &sqlx::PgPool,
-    authorities: &[String],
-    limit: i64,
-    generic: bool,
-) -> Result<Vec<String>, sqlx::Error> {
-    let mut tx = pool.begin().await?;
-    if generic {
-        let (name, value) = super::txn::GENERIC_PLANS;
-        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("set local {name} = {value}")))
-            .execute(&mut *tx)
-            .await?;
-    }
-    // A named prepared statement, planned the way `plan_cache_mode` says,
-    // as the custodian's statement is; the arguments become literals. A
-    // prepared statement outlives the transaction: it is deallocated here,
-    // and its name is this call's own.
-    let name = format!("ledger_explain_claim_{}", Uuid::now_v7().simple());
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "prepare {name}(text[], text, bigint, float8, boolean) as {CLAIM_SQL}"
-    )))
-    .execute(&mut *tx)
-    .await?;
-    let list = authorities
-        .iter()
-        .map(|a| super::roles::literal(a))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let plan = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-        "explain (costs off) execute {name}(array[{list}]::text[], 'explain:nobody', {limit}, 10.0, true)"
-    )))
-    .fetch_all(&mut *tx)
-    .await?;
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("deallocate {name}")))
-        .execute(&mut *tx)
-        .await?;
-    tx.rollback().await?;
-    Ok(plan)
 }
 
 /// The current generation of `authority` adopts its `prepared` rows bound to
@@ -167,96 +90,28 @@ pub async fn adopt_prepared(
     .await
 }
 
-/// Moves prepared rows to `effect_started` (or `expired`, when their deadline
-/// passed meanwhile), only while `holder` holds a live lease at `generation`.
-/// Run inside a SERIALIZABLE transaction acting as the custodian; no effect
-/// may start before it commits.
-pub async fn start(
+/// Starts up to `limit` prepared commands of `authority` bound to the
+/// generation `holder` leases (`ledger_start_prepared`,
+/// `migrations/functions/ledger_start_prepared.sql`): rows an adoption
+/// rebound, or another writer left prepared. Each becomes `effect_started`,
+/// or `expired` when its deadline passed. Returns them as they now are. Run
+/// in a transaction acting as the custodian, at the claim's isolation: the
+/// lease row held for share fences it. No effect may start before it
+/// commits.
+pub async fn start_prepared(
     ex: impl PgExecutor<'_>,
-    ids: &[Uuid],
     authority: &str,
     holder: &str,
-    generation: i64,
+    limit: i64,
 ) -> Result<Vec<CommandRow>, sqlx::Error> {
-    sqlx::query_as!(
-        CommandRow,
-        r#"
-        with a as materialized (
-            -- The lease, and the clock read once: Citus allows only immutable
-            -- functions inside CASE, so the CASE compares with a column.
-            select now() as at from authorities
-            where id = $2 and generation = $4 and lease_holder = $3 and lease_expires_at > now()
-        )
-        update commands c
-        set state = case when c.deadline_at <= a.at then 'expired' else 'effect_started' end,
-            error = case when c.deadline_at <= a.at then '{"reason": "deadline_passed"}'::jsonb end
-        from a
-        where c.id = any($1) and c.state = 'prepared' and c.authority_generation = $4
-          and c.authority_id = $2
-        returning c.*
-        "#,
-        ids,
+    sqlx::query_scalar!(
+        r#"select ledger_start_prepared($1, $2, $3::bigint::integer) as "row!: CommandRow""#,
         authority,
         holder,
-        generation,
+        limit,
     )
     .fetch_all(ex)
     .await
-}
-
-/// Records terminal outcomes of started commands, only while the authority
-/// is still at `generation`. Returns the ids recorded; a missing id was fenced
-/// out (the authority moved on) or is no longer `effect_started`. Run inside
-/// a SERIALIZABLE transaction acting as the custodian.
-pub async fn record_outcomes(
-    ex: impl PgExecutor<'_>,
-    outcomes: &[(Uuid, EffectOutcome)],
-    authority: &str,
-    generation: i64,
-) -> Result<Vec<Uuid>, sqlx::Error> {
-    sqlx::query_scalar!(
-        r#"
-        update commands c
-        set state = o.state, result = o.result, error = o.error
-        from jsonb_to_recordset($1::jsonb) as o(id uuid, state text, result jsonb, error jsonb),
-             authorities a
-        where c.id = o.id and c.state = 'effect_started' and c.authority_generation = $3
-          and c.authority_id = $2 and a.id = $2 and a.generation = $3
-        returning c.id
-        "#,
-        outcomes_json(outcomes),
-        authority,
-        generation,
-    )
-    .fetch_all(ex)
-    .await
-}
-
-/// Whether the engine steps are installed and usable on `backend`: the
-/// functions owned by [`super::roles::ENGINE`] (migrations 0030 and 0033),
-/// and on a distributed backend delegated to the worker holding the
-/// authority (`ledger_delegate_engine_steps()`), without which a step would
-/// run on the coordinator as a role that may not log in on the workers.
-/// Without them the custodian takes the trigger path ([`claim`], [`start`],
-/// [`record_outcomes`]).
-pub async fn engine_steps(
-    ex: impl PgExecutor<'_>,
-    backend: super::Backend,
-) -> Result<bool, sqlx::Error> {
-    let steps = "select count(*) = 2 from pg_proc p join pg_roles r on r.oid = p.proowner
-         where p.proname in ('ledger_claim_start_authority', 'ledger_record_outcomes') and r.rolname = $1";
-    let delegated = " and exists (select 1 from pg_dist_object o
-                     where o.classid = 'pg_proc'::regclass and o.objid = p.oid
-                       and o.distribution_argument_index is not null)";
-    let sql = if backend.local_tables {
-        steps.to_owned()
-    } else {
-        format!("{steps}{delegated}")
-    };
-    sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
-        .bind(super::roles::ENGINE)
-        .fetch_one(ex)
-        .await
 }
 
 /// Claims and starts, in one statement (`ledger_claim_start`, migration
@@ -334,11 +189,13 @@ pub async fn claim_start_authority(
     }
 }
 
-/// [`record_outcomes`] through the engine step `ledger_record_outcomes` (migration
-/// 0030), or with `copy` its copy that names the authority's shards
-/// (`ledger_record_outcomes_s<copy>`, migration 0039): the same fence and
-/// the same answer.
-pub async fn engine_record_outcomes(
+/// Records terminal outcomes of started commands through the engine step
+/// `ledger_record_outcomes`, or with `copy` its copy that names the
+/// authority's shards (`ledger_record_outcomes_s<copy>`, migration 0039),
+/// only while the authority is still at `generation`. Returns the ids
+/// recorded; a missing id was fenced out (the authority moved on) or is no
+/// longer `effect_started`. Run in a transaction acting as the custodian.
+pub async fn record_outcomes(
     ex: impl PgExecutor<'_>,
     copy: Option<i64>,
     outcomes: &[(Uuid, EffectOutcome)],
@@ -370,7 +227,7 @@ pub async fn engine_record_outcomes(
     }
 }
 
-/// Outcomes as the recordset both record paths read.
+/// Outcomes as the recordset the record step reads.
 fn outcomes_json(outcomes: &[(Uuid, EffectOutcome)]) -> Value {
     Value::Array(
         outcomes

@@ -14,14 +14,13 @@
 //! on, the generation); the `commands_guard` trigger refuses any edge not in
 //! `command_transitions`, and `command_history` records every change.
 //!
-//! | function | from → to | called by |
+//! | function (the schema's, in `migrations/functions/`) | from → to | called by |
 //! |---|---|---|
 //! | [`submissions::insert_pending`], [`submissions::insert_pending_many`] | (new row) → `pending` | admission (`ledger::submit`, through [`group_commit`]), the batch endpoint, hold release ([`holds::release`]) |
-//! | [`lifecycle::claim`] (`sql/claim.sql`) | `pending` → `prepared` \| `expired` | custodian: claim |
+//! | [`lifecycle::claim_start`], [`lifecycle::claim_start_authority`] (`ledger_claim_start`, `ledger_claim_start_authority`) | `pending` → `effect_started` \| `expired` | custodian: claim and start in one statement (READ COMMITTED, fenced by the lease row) |
+//! | [`lifecycle::start_prepared`] (`ledger_start_prepared`) | `prepared` → `effect_started` \| `expired` | custodian: rows an adoption (or another writer) left prepared |
 //! | [`lifecycle::adopt_prepared`] | `prepared` (older generation) → `prepared` (rebound) \| `expired` | custodian: a newly taken lease (SERIALIZABLE) |
-//! | [`lifecycle::start`] | `prepared` → `effect_started` \| `expired` | custodian: start (SERIALIZABLE) |
-//! | [`lifecycle::claim_start`] (engine step, migration 0030) | `pending` → `prepared` → `effect_started` \| `expired` | custodian: claim and start in one statement (one node) |
-//! | [`lifecycle::record_outcomes`], or [`lifecycle::engine_record_outcomes`] (engine step, migration 0030) | `effect_started` → `applied` \| `failed` \| `ambiguous` | custodian: record outcomes (SERIALIZABLE) |
+//! | [`lifecycle::record_outcomes`] (`ledger_record_outcomes`) | `effect_started` → `applied` \| `failed` \| `ambiguous` | custodian: record outcomes (SERIALIZABLE) |
 //! | [`recovery::expire`] | `pending` \| `prepared` → `expired` | recovery |
 //! | [`recovery::adopt`] | `prepared` → `prepared` (rebound to the current generation) | recovery |
 //! | [`recovery::resolve`] | `effect_started` → `applied` \| `failed` \| `ambiguous` | recovery |

@@ -194,7 +194,7 @@ fn jitter(attempt: u32) -> Duration {
 /// let mut retry = Retrying::new(pool, backend, &stats.serialization_retries, "start", Isolation::Serializable, actor);
 /// let rows = loop {
 ///     let mut tx = retry.next_attempt().await?;
-///     let result = db::lifecycle::start(&mut *tx, ...).await;
+///     let result = db::lifecycle::start_prepared(&mut *tx, ...).await;
 ///     if let Some(rows) = retry.finish(tx, result).await? { break rows; }
 /// };
 /// ```

@@ -1,7 +1,7 @@
 //! The custodian against a real PostgreSQL and a real HTTP sink: honest
 //! outcomes, fencing, expiry, cancellation, waiting, retries.
 
-use crate::harness::{TestApp, TestSink, custodian, problem, refund, refund_effects};
+use crate::harness::{TestApp, TestSink, custodian, prepare, problem, refund, refund_effects};
 use command_ledger::custodian::StepReport;
 use command_ledger::db::Role;
 use command_ledger::demo_sink::Mode;
@@ -215,10 +215,9 @@ async fn alter_triggers(app: &TestApp, statements: &[String]) {
 /// the same turn. On Citus a claim failed while its shard moved, and a
 /// command started beside it was never dispatched, its `effect_started`
 /// left under a live lease (the rebalance trial). Here one node claims an
-/// authority per statement, as Citus does, and `beta`'s starts fail: the
-/// first turn claims with the stale pass (then starts per authority), the
-/// next two claim and start in one step per authority, `beta` first and
-/// then last.
+/// authority per statement, as Citus does, and `beta`'s starts fail: each
+/// turn claims and starts in one step per authority, `beta` first, then
+/// last, then first again.
 #[tokio::test]
 async fn a_step_failing_for_one_authority_dispatches_what_the_others_started() {
     let app = TestApp::spawn().await;
@@ -270,15 +269,16 @@ async fn a_step_failing_for_one_authority_dispatches_what_the_others_started() {
             "applied",
             "turn {turn}"
         );
-        let state = command(&app, &token, &b).await["state"].clone();
-        let expected = if turn == 0 { "prepared" } else { "pending" };
-        assert_eq!(state, expected, "turn {turn}");
+        assert_eq!(
+            command(&app, &token, &b).await["state"],
+            "pending",
+            "turn {turn}"
+        );
         held.push(b);
     }
     assert_eq!(sink.count("applied"), 3);
 
-    // Allowed again, the next turn starts what waited: the prepared one
-    // kept for it, the pending ones claimed.
+    // Allowed again, the next turn claims and starts what waited.
     allow_updates(&app, "commands", "test_refuse_start").await;
     let report = c.run_once().await.unwrap();
     assert_eq!(report.applied, 3, "{report:?}");
@@ -498,15 +498,15 @@ async fn a_cancel_between_prepare_and_start_wins_and_the_effect_never_runs() {
 
     c.heartbeat().await.unwrap();
     let mut report = StepReport::default();
-    let prepared = c.claim(10, &mut report).await.unwrap();
-    assert_eq!(prepared.len(), 1);
+    // Prepared by another writer (the custodian's claim starts at once).
+    assert_eq!(prepare(&app.pool, &[&id]).await, 1);
     assert_eq!(
         app.post(&token, &format!("/v1/commands/{id}/cancel"))
             .await
             .status(),
         200
     );
-    let started = c.start_prepared(&prepared, &mut report).await.unwrap();
+    let started = c.start_prepared(10, &mut report).await.unwrap();
     assert!(started.is_empty(), "a cancelled row is never started");
     assert_eq!(
         history(&app, &token, &id).await,
@@ -516,8 +516,8 @@ async fn a_cancel_between_prepare_and_start_wins_and_the_effect_never_runs() {
 
     // Once started, cancel is too late.
     let id = app.create(&token, "r2", &refund(2)).await;
-    let prepared = c.claim(10, &mut report).await.unwrap();
-    let started = c.start_prepared(&prepared, &mut report).await.unwrap();
+    assert_eq!(prepare(&app.pool, &[&id]).await, 1);
+    let started = c.start_prepared(10, &mut report).await.unwrap();
     assert_eq!(started.len(), 1);
     let body = problem(
         app.post(&token, &format!("/v1/commands/{id}/cancel")).await,
@@ -560,12 +560,10 @@ async fn a_paused_custodian_is_fenced_out_after_another_takes_over() {
     let mut ra = StepReport::default();
     let a_started = a.claim_and_start(1, &mut ra).await.unwrap();
     assert_eq!(a_started.len(), 1);
+    // A row left prepared under A's generation (by another writer: A's
+    // own claim starts at once).
     let prepared_by_a = app.create(&token, "r2", &refund(2)).await;
-    // Renewed (the same generation), so that a slow machine does not let
-    // the lease lapse before the second claim.
-    a.heartbeat().await.unwrap();
-    let a_prepared = a.claim(1, &mut ra).await.unwrap();
-    assert_eq!(a_prepared.len(), 1);
+    assert_eq!(prepare(&app.pool, &[&prepared_by_a]).await, 1);
 
     // B cannot take a live lease; after it lapses, B takes generation 2.
     b.heartbeat().await.unwrap();
@@ -596,12 +594,7 @@ async fn a_paused_custodian_is_fenced_out_after_another_takes_over() {
     // A wakes up: it cannot start what it prepared, its stale dispatch is
     // refused by the sink, and its outcome write is fenced out.
     let mut ra = StepReport::default();
-    assert!(
-        a.start_prepared(&a_prepared, &mut ra)
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    assert!(a.start_prepared(10, &mut ra).await.unwrap().is_empty());
     let done = a.execute(a_started).await;
     assert_eq!(
         done[0].outcome.state(),
@@ -621,7 +614,7 @@ async fn a_paused_custodian_is_fenced_out_after_another_takes_over() {
     a.heartbeat().await.unwrap();
     let _ = app.create(&token, "r4", &refund(4)).await;
     let mut ra = StepReport::default();
-    assert!(a.claim(10, &mut ra).await.unwrap().is_empty());
+    assert!(a.claim_and_start(10, &mut ra).await.unwrap().is_empty());
     assert_eq!(sink.count("applied"), 2);
 }
 
@@ -807,8 +800,8 @@ async fn a_running_custodian_is_woken_by_a_submission_and_the_submitter_gets_the
     assert_eq!(sink.count("applied"), 3);
 }
 
-/// A concurrent writer makes the SERIALIZABLE start conflict; the custodian
-/// retries, counts the retry, and starts the command exactly once.
+/// A concurrent writer makes the SERIALIZABLE record conflict; the
+/// custodian retries, counts the retry, and records the outcome once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn serialization_conflicts_are_retried_and_counted() {
     let app = TestApp::spawn().await;
@@ -823,30 +816,33 @@ async fn serialization_conflicts_are_retried_and_counted() {
     let id = app.create(&token, "r1", &refund(1)).await;
     c.heartbeat().await.unwrap();
     let mut report = StepReport::default();
-    let prepared = c.claim(10, &mut report).await.unwrap();
+    let started = c.claim_and_start(10, &mut report).await.unwrap();
+    assert_eq!(started.len(), 1);
+    let done = c.execute(started).await;
 
     // Another transaction holds the row with an update it has not committed.
     let mut other = app.pool.begin().await.unwrap();
-    sqlx::query("update commands set deadline_at = now() + interval '1 hour' where id = $1::uuid")
+    sqlx::query("update commands set deadline_at = deadline_at where id = $1::uuid")
         .bind(&id)
         .execute(&mut *other)
         .await
         .unwrap();
-    let starter = {
+    let recorder = {
         let c = std::sync::Arc::clone(&c);
         tokio::spawn(async move {
             let mut report = StepReport::default();
-            c.start_prepared(&prepared, &mut report).await.unwrap()
+            c.record_outcomes(done, &mut report).await;
+            report
         })
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
     other.commit().await.unwrap();
-    let started = starter.await.unwrap();
-    assert_eq!(started.len(), 1);
+    let recorded = recorder.await.unwrap();
+    assert_eq!(recorded.applied, 1, "{recorded:?}");
     assert!(c.stats().serialization_retries.load(Ordering::Relaxed) >= 1);
     assert_eq!(
         history(&app, &token, &id).await,
-        ["pending", "prepared", "effect_started"]
+        ["pending", "prepared", "effect_started", "applied"]
     );
 }
 
@@ -990,11 +986,12 @@ async fn a_full_backlog_starves_neither_the_heartbeat_nor_the_shutdown() {
     );
 }
 
-/// A row a claim prepared and no start followed (the start's connection
-/// was cut) is started by a later turn's pass for stale prepared rows,
-/// on the engine's path too.
+/// A row another writer left prepared under the lease's generation (an
+/// operator's SQL, an older release's claim that died before its start) is
+/// started by a later turn's pass over every leased authority, which runs
+/// once per half lease, not on every turn.
 #[tokio::test]
-async fn a_prepared_row_whose_start_never_came_is_started_by_the_stale_pass() {
+async fn a_prepared_row_whose_start_never_came_is_started_by_the_periodic_pass() {
     let app = TestApp::spawn().await;
     let token = app.token("dev", Role::Device).await;
     let sink = TestSink::start(Mode::Ok).await;
@@ -1004,19 +1001,19 @@ async fn a_prepared_row_whose_start_never_came_is_started_by_the_stale_pass() {
         refund_effects(&sink.url, 5 * SECOND),
         2 * SECOND,
     );
-    let id = app.create(&token, "r1", &refund(1)).await;
     c.heartbeat().await.unwrap();
     let mut report = StepReport::default();
-    // The first claim of a custodian looks for stale rows, so it takes the
-    // trigger path: the row is prepared, and its start never comes.
-    assert_eq!(c.claim(10, &mut report).await.unwrap().len(), 1);
-    // Past the stale age (the lease's length), the lease kept alive.
-    for _ in 0..2 {
-        tokio::time::sleep(Duration::from_millis(1_200)).await;
-        c.heartbeat().await.unwrap();
-    }
+    // The first turn makes the pass (nothing to start yet).
+    assert!(c.claim_and_start(10, &mut report).await.unwrap().is_empty());
+    let id = app.create(&token, "r1", &refund(1)).await;
+    assert_eq!(prepare(&app.pool, &[&id]).await, 1);
+    // Not on every turn: the next turn claims from the queue only.
+    assert!(c.claim_and_start(10, &mut report).await.unwrap().is_empty());
+    // Half a lease later, the lease kept alive, the pass starts it.
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    c.heartbeat().await.unwrap();
     let started = c.claim_and_start(10, &mut report).await.unwrap();
-    assert_eq!(started.len(), 1, "the stale prepared row was not started");
+    assert_eq!(started.len(), 1, "the prepared row was not started");
     let done = c.execute(started).await;
     c.record_outcomes(done, &mut report).await;
     assert_eq!(command(&app, &token, &id).await["state"], "applied");

@@ -744,7 +744,6 @@ fn citus_has(capability: &str) -> bool {
         "outcome_notify_in_transaction" => citus.outcome_notify_in_transaction,
         "generic_plans" => citus.generic_plans,
         "statement_triggers" => citus.statement_triggers,
-        "engine_steps" => citus.engine_steps,
         other => panic!("a capability this test does not know: {other}"),
     }
 }

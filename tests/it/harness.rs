@@ -388,6 +388,25 @@ fn hex_digest(bytes: &[u8]) -> String {
     hex::encode(sha2::Sha256::digest(bytes))
 }
 
+/// Moves pending commands to `prepared` under their authority's current
+/// generation, as a writer other than the custodian could (an operator's
+/// SQL, or an older release's claim that died before its start): the
+/// triggers write the history and the in-flight rows. Returns how many
+/// moved. The custodian's own claim never leaves a row prepared.
+pub(crate) async fn prepare(pool: &PgPool, ids: &[&str]) -> u64 {
+    let ids: Vec<uuid::Uuid> = ids.iter().map(|id| id.parse().expect("a uuid")).collect();
+    sqlx::query(
+        "update commands c set state = 'prepared', authority_generation = a.generation \
+         from authorities a \
+         where a.id = c.authority_id and c.id = any($1) and c.state = 'pending'",
+    )
+    .bind(&ids)
+    .execute(pool)
+    .await
+    .expect("preparing commands")
+    .rows_affected()
+}
+
 /// A fresh, migrated database of its own.
 pub(crate) async fn fresh_pool() -> PgPool {
     fresh_database().await.1

@@ -93,17 +93,15 @@ async fn overdue_pending_and_prepared_commands_expire_across_pages() {
     let mut body = refund(1);
     let deadline = chrono::Utc::now() + chrono::Duration::hours(1);
     body["deadline"] = json!(deadline.to_rfc3339());
+    let mut ids = Vec::new();
     for i in 0..230 {
-        app.create(&token, &format!("k{i}"), &body).await;
+        ids.push(app.create(&token, &format!("k{i}"), &body).await);
     }
-    // One of them is prepared by a custodian that then stops.
+    // One of them is left prepared under a custodian's lease, never started.
     let sink = TestSink::start(Mode::Ok).await;
     let c = custodian(&app.pool, &["payments"], effects(&sink, false), 10 * SECOND);
     c.heartbeat().await.unwrap();
-    assert_eq!(
-        c.claim(1, &mut StepReport::default()).await.unwrap().len(),
-        1
-    );
+    assert_eq!(crate::harness::prepare(&app.pool, &[&ids[0]]).await, 1);
     // Time passes: every deadline is now behind us (a live row's deadline may
     // change; its identity may not).
     sqlx::query("update commands set deadline_at = now() - interval '1 second'")
@@ -135,10 +133,9 @@ async fn a_prepared_command_of_a_dead_generation_is_adopted_and_run_once() {
     let a = custodian(&app.pool, &["payments"], effects(&sink, true), ttl);
     let id = app.create(&token, "k", &refund(1)).await;
     a.heartbeat().await.unwrap();
-    assert_eq!(
-        a.claim(1, &mut StepReport::default()).await.unwrap().len(),
-        1
-    );
+    // Left prepared under A's generation (by another writer: A's own claim
+    // starts at once).
+    assert_eq!(crate::harness::prepare(&app.pool, &[&id]).await, 1);
 
     // A dies; B takes the lease (generation 2), and recovery (not B's own
     // adoption) rebinds the row in this test: B's adoption is switched off

@@ -528,12 +528,6 @@ async fn assert_steps_refused_but_to_the_custodian(
 
 #[tokio::test]
 async fn nobody_can_act_as_the_engine_and_its_steps_move_commands_only_along_the_state_machine() {
-    if crate::harness::lacks!(
-        engine_steps,
-        "the custodian's steps are updates under the triggers there"
-    ) {
-        return;
-    }
     let (_url, admin) = fresh_database().await;
     let (_principal, live, _done) = seed(&admin).await;
     // The role the steps run as cannot log in and has no member once the

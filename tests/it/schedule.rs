@@ -236,8 +236,11 @@ async fn higher_priorities_are_claimed_first_and_equal_ones_in_order_of_arrival(
     // Three claims of two: each takes the best two left.
     for _ in 0..3 {
         let mut report = StepReport::default();
-        let batch = c.claim(2, &mut report).await.unwrap();
-        let mut batch: Vec<String> = batch.iter().map(|r| r.id.to_string()).collect();
+        let batch = c.claim_and_start(2, &mut report).await.unwrap();
+        let mut batch: Vec<String> = batch
+            .iter()
+            .map(|s| s.call.command_id.to_string())
+            .collect();
         batch.sort_by_key(|id| ids.iter().position(|x| x == id));
         order.push(batch);
     }
@@ -269,8 +272,8 @@ async fn a_steady_stream_of_high_priorities_does_not_hold_a_low_one_back_past_it
     // A priority-0 command recorded just before is overtaken by priority 10.
     let fresh = app.create(&token, "low-fresh", &refund(1)).await;
     let first_high = high(&app, &token, 1).await;
-    let got = c.claim(1, &mut report).await.unwrap();
-    assert_eq!(got[0].id.to_string(), first_high);
+    let got = c.claim_and_start(1, &mut report).await.unwrap();
+    assert_eq!(got[0].call.command_id.to_string(), first_high);
 
     // One recorded 101 s ago has waited past the gap (10 levels x 10 s): it
     // goes before every priority-10 command that keeps arriving. (Recorded
@@ -290,17 +293,17 @@ async fn a_steady_stream_of_high_priorities_does_not_hold_a_low_one_back_past_it
     for n in 2..7 {
         high(&app, &token, n).await;
     }
-    let got = c.claim(1, &mut report).await.unwrap();
+    let got = c.claim_and_start(1, &mut report).await.unwrap();
     assert_eq!(
-        got[0].id.to_string(),
+        got[0].call.command_id.to_string(),
         waited,
         "the one that waited past the gap"
     );
     // The fresh one still waits behind the stream's five.
-    let got = c.claim(5, &mut report).await.unwrap();
-    assert!(got.iter().all(|r| r.id.to_string() != fresh));
-    let got = c.claim(1, &mut report).await.unwrap();
-    assert_eq!(got[0].id.to_string(), fresh);
+    let got = c.claim_and_start(5, &mut report).await.unwrap();
+    assert!(got.iter().all(|s| s.call.command_id.to_string() != fresh));
+    let got = c.claim_and_start(1, &mut report).await.unwrap();
+    assert_eq!(got[0].call.command_id.to_string(), fresh);
 }
 
 #[tokio::test]

@@ -48,6 +48,28 @@ async fn update(pool: &PgPool, ids: &[Uuid], state: &str) {
     .unwrap();
 }
 
+/// The custodian's claim-and-start step for one authority, as it runs it:
+/// in a transaction of its own, acting as `holder`.
+async fn claim_start(
+    pool: &PgPool,
+    authority: &str,
+    holder: &str,
+    limit: i64,
+) -> Vec<db::CommandRow> {
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::query("select set_config($1, $2, true)")
+        .bind(db::txn::ACTOR)
+        .bind(format!("custodian:{holder}"))
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let rows = db::lifecycle::claim_start_authority(&mut *tx, None, authority, holder, limit)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    rows
+}
+
 async fn ids_in(pool: &PgPool, table: &str) -> BTreeSet<Uuid> {
     sqlx::query_scalar::<_, Uuid>(sqlx::AssertSqlSafe(format!("select id from {table}")))
         .fetch_all(pool)
@@ -241,7 +263,6 @@ async fn the_claim_takes_from_the_queue_oldest_first_and_skips_rows_another_clai
         .await
         .unwrap()
         .unwrap();
-    let authorities = vec!["payments".to_owned()];
 
     // Another transaction holds the oldest command's row (a cancel in progress).
     let mut other = pool.begin().await.unwrap();
@@ -250,16 +271,7 @@ async fn the_claim_takes_from_the_queue_oldest_first_and_skips_rows_another_clai
         .execute(&mut *other)
         .await
         .unwrap();
-    let claimed = db::lifecycle::claim(
-        &pool,
-        &authorities,
-        "holder-a",
-        2,
-        Duration::from_secs(60),
-        true,
-    )
-    .await
-    .unwrap();
+    let claimed = claim_start(&pool, "payments", "holder-a", 2).await;
     let got: Vec<Uuid> = claimed.iter().map(|c| c.id).collect();
     assert_eq!(
         got.len(),
@@ -268,22 +280,13 @@ async fn the_claim_takes_from_the_queue_oldest_first_and_skips_rows_another_clai
     );
     assert_eq!(got[0], sorted[1]);
     assert!(
-        claimed
-            .iter()
-            .all(|c| c.state == "prepared" && c.authority_generation == Some(lease.generation))
+        claimed.iter().all(
+            |c| c.state == "effect_started" && c.authority_generation == Some(lease.generation)
+        )
     );
     other.rollback().await.unwrap();
 
-    let claimed = db::lifecycle::claim(
-        &pool,
-        &authorities,
-        "holder-a",
-        10,
-        Duration::from_secs(60),
-        true,
-    )
-    .await
-    .unwrap();
+    let claimed = claim_start(&pool, "payments", "holder-a", 10).await;
     let mut got: Vec<Uuid> = claimed.iter().map(|c| c.id).collect();
     got.sort();
     assert_eq!(
@@ -293,67 +296,6 @@ async fn the_claim_takes_from_the_queue_oldest_first_and_skips_rows_another_clai
     );
     assert!(ids_in(&pool, "command_queue").await.is_empty());
     assert_eq!(ids_in(&pool, "command_in_flight").await, set(&ids));
-}
-
-/// Whether `plan` reaches `commands` through the authority index with the
-/// authority alone as its condition: a scan of all the authority's commands.
-fn scans_an_authority(plan: &[String]) -> bool {
-    plan.windows(2).any(|w| {
-        w[0].contains("using commands_authority_id_idx on commands") && !w[1].contains("(id = ")
-    })
-}
-
-/// An authority whose backlog came after the last ANALYZE is planned, for
-/// its own statistics, as a handful of rows: PostgreSQL then reaches the
-/// claimed commands by scanning all the authority's commands once per
-/// claimed row (a claim of 128 took seconds behind a backlog of 10^4). The
-/// custodian plans its claim once for every authority, and that plan reaches
-/// each command by its key.
-#[tokio::test]
-async fn the_claim_reaches_each_command_by_its_key_whatever_the_authority_s_statistics() {
-    if crate::harness::lacks!(
-        generic_plans,
-        "the claim's one plan for every authority is what keeps it off the authority's statistics"
-    ) {
-        return;
-    }
-    let pool = fresh_pool().await;
-    sqlx::query("alter table commands set (autovacuum_enabled = false)")
-        .execute(&pool)
-        .await
-        .unwrap();
-    insert_commands(&pool, "busy", 5_000).await;
-    sqlx::query("analyze commands")
-        .execute(&pool)
-        .await
-        .unwrap();
-    insert_commands(&pool, "backlog", 5_000).await;
-    let authorities = ["backlog".to_owned()];
-
-    let custom = db::lifecycle::explain_claim(&pool, &authorities, 128, false)
-        .await
-        .unwrap();
-    assert!(
-        scans_an_authority(&custom),
-        "the plan for these statistics scans the authority (the case the generic plan is for):\n{}",
-        custom.join("\n")
-    );
-    let generic = db::lifecycle::explain_claim(&pool, &authorities, 128, true)
-        .await
-        .unwrap();
-    // Asked again on the same connections (its prepared statement does not
-    // outlive the call), the plan is the same.
-    for _ in 0..3 {
-        let again = db::lifecycle::explain_claim(&pool, &authorities, 128, true)
-            .await
-            .unwrap();
-        assert_eq!(again, generic);
-    }
-    assert!(
-        !scans_an_authority(&generic),
-        "the custodian's plan reaches each command by its key:\n{}",
-        generic.join("\n")
-    );
 }
 
 /// Index entries of `command_queue` this transaction has read so far, in
@@ -599,16 +541,7 @@ async fn a_populated_v1_database_migrates_to_v2_without_losing_a_row_or_an_entry
         .await
         .unwrap()
         .unwrap();
-    let claimed = db::lifecycle::claim(
-        &pool,
-        &["payments".to_owned()],
-        "holder-v2",
-        100,
-        Duration::from_secs(3600),
-        true,
-    )
-    .await
-    .unwrap();
+    let claimed = claim_start(&pool, "payments", "holder-v2", 100).await;
     assert_eq!(claimed.len(), 3, "the three pending payments");
 }
 

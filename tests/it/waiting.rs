@@ -96,11 +96,14 @@ async fn every_way_a_custodian_ends_a_command_wakes_its_waiters() {
         .expect(&expired_at_claim, "expired by the claim")
         .await;
 
-    // Expired by the start: claimed, then its deadline passed.
+    // Expired by the start: prepared (by another writer: the claim starts
+    // at once), then its deadline passed.
     let expired_at_start = app.create(&token, "late-start", &refund(3)).await;
     let mut report = StepReport::default();
-    let prepared = c.claim(10, &mut report).await.unwrap();
-    assert_eq!(prepared.len(), 1);
+    assert_eq!(
+        crate::harness::prepare(&app.pool, &[&expired_at_start]).await,
+        1
+    );
     sqlx::query(
         "update commands set deadline_at = now() - interval '1 second' where id = $1::uuid",
     )
@@ -108,12 +111,7 @@ async fn every_way_a_custodian_ends_a_command_wakes_its_waiters() {
     .execute(&app.pool)
     .await
     .unwrap();
-    assert!(
-        c.start_prepared(&prepared, &mut report)
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    assert!(c.start_prepared(10, &mut report).await.unwrap().is_empty());
     assert_eq!(state_of(&app, &expired_at_start).await, "expired");
     heard
         .expect(&expired_at_start, "expired by the start")

@@ -35,9 +35,17 @@ pub(super) async fn kill_campaign(
         let kills_before = target.kills();
         target.arm(Some(crash_vars(point, 0.25, "kill")), true);
         let clients = Clients::start(&world, 6, point, &acked, &counter);
+        // CP1 follows a commit that leaves rows prepared and unstarted: an
+        // adoption's. The custodian's own claim starts what it claims at
+        // once, so prepared rows of a lapsed generation are made here.
+        let leaving = (*point == "CP1").then(|| leave_prepared(world.pool.clone()));
         let started = Instant::now();
         while target.kills() - kills_before < kills_per_point && started.elapsed() < budget {
             tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        if let Some((stop, task)) = leaving {
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            task.await.unwrap();
         }
         target.arm(None, true);
         clients.stop().await;
@@ -61,6 +69,45 @@ pub(super) async fn kill_campaign(
     custodian.shutdown();
     world.cleanup();
     (results, report)
+}
+
+/// Every 300 ms until stopped: up to two pending commands left `prepared`
+/// under the current generation, and that generation's lease lapsed, in one
+/// transaction: what a custodian of an earlier release that died between its
+/// claim and its start left. The custodian's next heartbeat takes the next
+/// generation and adopts them (crossing CP1), and starts them once.
+fn leave_prepared(
+    pool: sqlx::PgPool,
+) -> (
+    Arc<std::sync::atomic::AtomicBool>,
+    tokio::task::JoinHandle<()>,
+) {
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stopping = Arc::clone(&stop);
+    let task = tokio::spawn(async move {
+        while !stopping.load(std::sync::atomic::Ordering::Relaxed) {
+            let _ = leave_two_prepared(&pool).await;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    });
+    (stop, task)
+}
+
+async fn leave_two_prepared(pool: &sqlx::PgPool) -> Result<(), sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    sqlx::query(
+        "update commands c set state = 'prepared', authority_generation = a.generation
+         from authorities a
+         where a.id = 'payments' and c.authority_id = 'payments' and c.id in (
+             select id from commands where authority_id = 'payments' and state = 'pending'
+             order by id limit 2 for update skip locked)",
+    )
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query("update authorities set lease_expires_at = now() where id = 'payments'")
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await
 }
 
 pub(super) fn print_table(results: &[PointResult], check: &Check) {
