@@ -7,8 +7,9 @@
 //!
 //! - `config.rs`: the settings and their one copy of the defaults.
 //! - `leases.rs`: the leases held, renewed and lost.
-//! - `step.rs`: the fenced steps (claim and start, start prepared rows,
-//!   record, adopt), each one statement; tests may call them one by one.
+//! - `step.rs`: the fenced start steps (claim and start, start prepared
+//!   rows, adopt) and what an unknown commit left; `record.rs`: the effects
+//!   and the record step. Tests may call each step on its own.
 //! - `pipeline.rs`: the one driver. `run` is the long-lived loop (wake-ups,
 //!   bounded concurrency, a drain); `run_once` is one turn of the same loop.
 //! - `effects.rs`, `http_executor.rs`, `executors.rs`: what an effect is, the
@@ -21,6 +22,7 @@ mod executors;
 pub mod http_executor;
 mod leases;
 mod pipeline;
+mod record;
 pub mod recovery;
 mod step;
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc};
 use uuid::Uuid;
 
-use super::step::timed_effect;
+use super::record::timed_effect;
 use super::{Custodian, CustodianError, Done, Started, StepReport};
 use crate::db::notify::{self, PENDING_CHANNEL};
 use crate::domain::EffectOutcome;

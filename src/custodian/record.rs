@@ -1,0 +1,211 @@
+//! The record step and the effects: running started commands' effects
+//! ([`timed_effect`], [`Custodian::execute`]), recording their outcomes
+//! through the engine step `ledger_record_outcomes`, one fenced transaction
+//! per (authority, generation), and retrying what a database outage left
+//! unrecorded.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use uuid::Uuid;
+
+use super::effects::{self, EffectCall, Effects};
+use super::{Custodian, CustodianError, Done, Started, Stats, StepReport};
+use crate::crash::{self, CrashPoint};
+use crate::db;
+use crate::db::txn::{self, TxError};
+use crate::domain::{CommandState, EffectOutcome};
+
+/// Runs one effect and records how long it took, by kind and outcome.
+pub(super) async fn timed_effect(
+    effects: &Effects,
+    call: &EffectCall,
+    stats: &Stats,
+) -> EffectOutcome {
+    use tracing::Instrument as _;
+    let span = tracing::info_span!(
+        "effect",
+        command.id = %call.command_id,
+        kind = %call.kind,
+        authority = %call.authority,
+        generation = call.generation,
+    );
+    let began = std::time::Instant::now();
+    let outcome = effects::run_effect(effects, call).instrument(span).await;
+    let label = match &outcome {
+        EffectOutcome::Applied(_) => "applied",
+        EffectOutcome::Failed { .. } => "failed",
+        EffectOutcome::Ambiguous { .. } => "ambiguous",
+    };
+    stats
+        .effect_latency
+        .observe(&call.kind, label, began.elapsed());
+    outcome
+}
+
+impl Custodian {
+    /// Retries what a database outage left behind: batches whose start
+    /// commit is unknown, and outcomes not yet recorded.
+    pub(super) async fn retry_leftovers(&self) {
+        let limbo: Vec<_> = std::mem::take(&mut *self.limbo.lock().expect("limbo lock"));
+        let unrecorded: Vec<Done> =
+            std::mem::take(&mut *self.unrecorded.lock().expect("unrecorded lock"));
+        let mut report = StepReport::default();
+        for (authority, generation, ids) in limbo {
+            self.close_undispatched(&authority, generation, &ids, &mut report)
+                .await;
+        }
+        if !unrecorded.is_empty() {
+            self.record_outcomes(unrecorded, &mut report).await;
+        }
+    }
+
+    /// Records outcomes, one transaction per (authority, generation), each
+    /// the engine step `ledger_record_outcomes` at the record's isolation
+    /// (SERIALIZABLE unless configured otherwise). A refused write (fenced)
+    /// is counted and logged, never taken for success.
+    pub async fn record_outcomes(&self, done: Vec<Done>, report: &mut StepReport) {
+        let mut groups: BTreeMap<(String, i64), Vec<(Uuid, EffectOutcome)>> = BTreeMap::new();
+        for d in done {
+            groups
+                .entry((d.authority, d.generation))
+                .or_default()
+                .push((d.id, d.outcome));
+        }
+        for ((authority, generation), outcomes) in groups {
+            crash::point(CrashPoint::AfterEffect);
+            let recorded = match self
+                .record_group_outcomes(&authority, generation, &outcomes)
+                .await
+            {
+                Ok(recorded) => recorded,
+                Err(e) => {
+                    // Known outcomes are never dropped: kept and retried on
+                    // the next heartbeat (recovery leaves rows of a live
+                    // lease alone, so this is the only way they finish).
+                    tracing::warn!(authority, generation, error = %e, count = outcomes.len(), "recording outcomes failed; will retry");
+                    self.unrecorded.lock().expect("unrecorded lock").extend(
+                        outcomes.into_iter().map(|(id, outcome)| Done {
+                            authority: authority.clone(),
+                            generation,
+                            id,
+                            outcome,
+                        }),
+                    );
+                    continue;
+                }
+            };
+            crash::point(CrashPoint::AfterOutcome);
+            self.outcomes.finished(&recorded).await;
+            for (id, outcome) in &outcomes {
+                if !recorded.contains(id) {
+                    report.fenced += 1;
+                    self.stats.fenced.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(command.id = %id, authority, generation, outcome = ?outcome, "outcome refused: the authority moved on or the row changed; recovery decides");
+                    continue;
+                }
+                let (counter, tally) = match outcome.state() {
+                    CommandState::Applied => (&self.stats.applied, &mut report.applied),
+                    CommandState::Failed => (&self.stats.failed, &mut report.failed),
+                    _ => (&self.stats.ambiguous, &mut report.ambiguous),
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
+                *tally += 1;
+                tracing::info!(command.id = %id, authority, generation, state = %outcome.state(), "outcome recorded");
+            }
+        }
+    }
+
+    /// One fenced transaction for one (authority, generation);
+    /// returns the ids it recorded. After a commit whose outcome is unknown,
+    /// the rows are re-read: those already in the intended state count as
+    /// recorded.
+    #[tracing::instrument(name = "record", skip(self, outcomes), fields(commands = outcomes.len()))]
+    async fn record_group_outcomes(
+        &self,
+        authority: &str,
+        generation: i64,
+        outcomes: &[(Uuid, EffectOutcome)],
+    ) -> Result<Vec<Uuid>, CustodianError> {
+        let settings = self.transition_settings();
+        // The step goes to the node holding the authority's shards.
+        let route = self.steps_route(authority).await;
+        let mut retry = txn::Retrying::with_settings(
+            &route.pool,
+            route.backend(self.backend),
+            &self.stats.serialization_retries,
+            "record",
+            self.config.isolation,
+            &settings,
+        );
+        self.record_in(&mut retry, route.copy, authority, generation, outcomes)
+            .await
+            .inspect_err(|_| self.step_failed(authority))
+    }
+
+    /// [`Custodian::record_group_outcomes`]'s transaction, retried by `retry`.
+    async fn record_in(
+        &self,
+        retry: &mut txn::Retrying<'_>,
+        copy: Option<i64>,
+        authority: &str,
+        generation: i64,
+        outcomes: &[(Uuid, EffectOutcome)],
+    ) -> Result<Vec<Uuid>, CustodianError> {
+        loop {
+            let mut tx = retry.next_attempt().await?;
+            let attempt =
+                db::lifecycle::record_outcomes(&mut *tx, copy, outcomes, authority, generation)
+                    .await;
+            match retry.finish(tx, attempt).await {
+                Ok(Some(ids)) => return Ok(ids),
+                Ok(None) => {}
+                Err(TxError::CommitUnknown(e)) => {
+                    tracing::warn!(authority, generation, error = %e, "outcome commit unknown; re-reading");
+                    let ids: Vec<Uuid> = outcomes.iter().map(|(id, _)| *id).collect();
+                    let rows = db::lifecycle::reread(&self.pool, &ids, authority).await?;
+                    let done: Vec<Uuid> = rows
+                        .into_iter()
+                        .filter(|row| {
+                            outcomes
+                                .iter()
+                                .any(|(o, outcome)| *o == row.id && outcome.state() == row.state())
+                        })
+                        .map(|row| row.id)
+                        .collect();
+                    if done.len() == outcomes.len() {
+                        return Ok(done);
+                    }
+                    // Some did not commit: write them again (still guarded).
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Runs the effects of started commands concurrently, each under its
+    /// deadline, and returns their outcomes unrecorded: for tests that act
+    /// between an effect and its record. The pipeline runs each effect the
+    /// same way ([`timed_effect`]), in a task of its own.
+    pub async fn execute(&self, started: Vec<Started>) -> Vec<Done> {
+        let mut tasks = Vec::with_capacity(started.len());
+        for s in started {
+            let effects = Arc::clone(&self.effects);
+            let stats = Arc::clone(&self.stats);
+            tasks.push(tokio::spawn(async move {
+                let outcome = timed_effect(&effects, &s.call, &stats).await;
+                Done {
+                    authority: s.authority,
+                    generation: s.generation,
+                    id: s.call.command_id,
+                    outcome,
+                }
+            }));
+        }
+        let mut done = Vec::with_capacity(tasks.len());
+        for t in tasks {
+            done.push(t.await.expect("effect tasks do not panic"));
+        }
+        done
+    }
+}
