@@ -94,8 +94,10 @@ pub struct Done {
 /// what is here is what this process holds or owes.
 #[derive(Debug)]
 pub struct Custodian {
-    /// Every statement goes through it.
-    pool: PgPool,
+    /// The database: the pool every statement goes through, what it can do
+    /// (whether a claim names one authority, whether the transitions use
+    /// generic plans), and where each authority's steps run.
+    cluster: crate::db::Cluster,
     /// Fixed at start.
     config: CustodianConfig,
     /// The executors, by kind; shared with the effect tasks and recovery.
@@ -123,16 +125,10 @@ pub struct Custodian {
     /// When a turn last started the prepared rows of every leased authority
     /// (`None`: never).
     last_stale_pass: Mutex<Option<std::time::Instant>>,
-    /// What the database can do, detected when its pool was opened: whether
-    /// a claim names one authority, whether the transitions use generic plans.
-    backend: crate::db::Backend,
     /// Where the next per-authority claim round starts, so that a
     /// round that reaches its limit early does not always favour the same
     /// authorities.
     claim_turn: std::sync::atomic::AtomicUsize,
-    /// Where the shards live on other nodes, where each authority's engine
-    /// steps go: the node holding its shards, straight (`db::placement`).
-    placements: Option<crate::db::placement::Placements>,
 }
 
 impl Custodian {
@@ -153,13 +149,9 @@ impl Custodian {
             format!("recovery:{}", config.holder),
         )
         .for_authorities(config.authorities.clone());
-        let placements = backend
-            .steps_on_shard_nodes
-            .then(|| crate::db::placement::Placements::new(pool.clone()));
         Custodian {
-            placements,
             outcomes: crate::ledger::OutcomeWake::new(pool.clone(), backend),
-            pool,
+            cluster: crate::db::Cluster::for_steps(pool, backend),
             config,
             recovery,
             effects,
@@ -170,7 +162,6 @@ impl Custodian {
             stats: Arc::new(Stats::default()),
             actor,
             last_stale_pass: Mutex::new(None),
-            backend,
             claim_turn: std::sync::atomic::AtomicUsize::new(0),
         }
     }
@@ -179,30 +170,12 @@ impl Custodian {
         &self.stats
     }
 
-    /// Where `authority`'s engine steps run: where the shards live on other
-    /// nodes, the node holding its shards (the custodian's pool when that
-    /// node cannot be reached), with the copies of the steps that name its
-    /// shards when that node has them; else the custodian's pool.
-    async fn steps_route(&self, authority: &str) -> crate::db::placement::StepRoute {
-        match &self.placements {
-            Some(placements) => placements.route_for(authority).await,
-            None => crate::db::placement::StepRoute::here(&self.pool),
-        }
-    }
-
-    /// After a step for `authority` failed: its route is asked again.
-    fn step_failed(&self, authority: &str) {
-        if let Some(placements) = &self.placements {
-            placements.forget(authority);
-        }
-    }
-
     /// The `SET LOCAL`s of the claim, adopt, start and record transactions: who
     /// acts and, where the backend allows it, one plan for every authority
     /// ([`crate::db::Backend::generic_plans`]).
     fn transition_settings(&self) -> Vec<(&'static str, &str)> {
         let mut settings = vec![(crate::db::txn::ACTOR, self.actor.as_str())];
-        if self.backend.generic_plans {
+        if self.cluster.backend().generic_plans {
             settings.push(crate::db::txn::GENERIC_PLANS);
         }
         settings
@@ -236,7 +209,7 @@ impl Custodian {
         let taken = self
             .leases
             .beat(
-                &self.pool,
+                self.cluster.pool(),
                 authority,
                 &self.config.holder,
                 self.config.lease_ttl,
@@ -267,10 +240,8 @@ impl Custodian {
     /// shutdown).
     pub async fn release_leases(&self) {
         self.leases
-            .release_all(&self.pool, &self.config.holder)
+            .release_all(self.cluster.pool(), &self.config.holder)
             .await;
-        if let Some(placements) = &self.placements {
-            placements.close().await;
-        }
+        self.cluster.close().await;
     }
 }

@@ -113,7 +113,7 @@ impl Custodian {
         };
 
         // Woken by submissions (and, after a gap in listening, once more).
-        let mut listener = notify::Listener::new(self.pool.clone(), PENDING_CHANNEL);
+        let mut listener = notify::Listener::new(self.cluster.pool().clone(), PENDING_CHANNEL);
         let mut heartbeat = tokio::time::interval(self.config.heartbeat);
         heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut poll = tokio::time::interval(self.config.poll_interval);
@@ -239,7 +239,7 @@ impl Custodian {
     /// falls due, as an instant of the runtime's clock; `None` when none
     /// waits or the question failed (the poll still finds it then).
     async fn next_due(&self) -> Option<tokio::time::Instant> {
-        match crate::db::lifecycle::next_due(&self.pool, &self.config.authorities).await {
+        match crate::db::lifecycle::next_due(self.cluster.pool(), &self.config.authorities).await {
             Ok(Some(at)) => {
                 let ahead = (at - chrono::Utc::now()).to_std().unwrap_or(Duration::ZERO);
                 Some(tokio::time::Instant::now() + ahead)

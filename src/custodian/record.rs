@@ -129,41 +129,39 @@ impl Custodian {
     ) -> Result<Vec<Uuid>, CustodianError> {
         let settings = self.transition_settings();
         // The step goes to the node holding the authority's shards.
-        let route = self.steps_route(authority).await;
-        let mut retry = txn::Retrying::with_settings(
-            &route.pool,
-            route.backend(self.backend),
+        let route = self.cluster.route(authority).await;
+        let mut retry = route.retrying(
             &self.stats.serialization_retries,
             "record",
             self.config.isolation,
             &settings,
         );
-        self.record_in(&mut retry, route.copy, authority, generation, outcomes)
+        self.record_in(&mut retry, &route, authority, generation, outcomes)
             .await
-            .inspect_err(|_| self.step_failed(authority))
+            .inspect_err(|_| self.cluster.failed(authority))
     }
 
     /// [`Custodian::record_group_outcomes`]'s transaction, retried by `retry`.
     async fn record_in(
         &self,
         retry: &mut txn::Retrying<'_>,
-        copy: Option<i64>,
+        route: &db::Route,
         authority: &str,
         generation: i64,
         outcomes: &[(Uuid, EffectOutcome)],
     ) -> Result<Vec<Uuid>, CustodianError> {
         loop {
             let mut tx = retry.next_attempt().await?;
-            let attempt =
-                db::lifecycle::record_outcomes(&mut *tx, copy, outcomes, authority, generation)
-                    .await;
+            let attempt = route
+                .record_outcomes(&mut *tx, outcomes, authority, generation)
+                .await;
             match retry.finish(tx, attempt).await {
                 Ok(Some(ids)) => return Ok(ids),
                 Ok(None) => {}
                 Err(TxError::CommitUnknown(e)) => {
                     tracing::warn!(authority, generation, error = %e, "outcome commit unknown; re-reading");
                     let ids: Vec<Uuid> = outcomes.iter().map(|(id, _)| *id).collect();
-                    let rows = db::lifecycle::reread(&self.pool, &ids, authority).await?;
+                    let rows = db::lifecycle::reread(self.cluster.pool(), &ids, authority).await?;
                     let done: Vec<Uuid> = rows
                         .into_iter()
                         .filter(|row| {

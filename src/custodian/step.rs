@@ -265,18 +265,16 @@ impl Custodian {
     ) -> Result<Vec<CommandRow>, CustodianError> {
         let settings = self.transition_settings();
         let routed = match step {
-            Start::Queued([authority]) if self.backend.claims_per_authority => {
+            Start::Queued([authority]) if self.cluster.backend().claims_per_authority => {
                 Some(authority.as_str())
             }
             _ => None,
         };
         let route = match routed {
-            Some(authority) => self.steps_route(authority).await,
-            None => db::placement::StepRoute::here(&self.pool),
+            Some(authority) => self.cluster.route(authority).await,
+            None => self.cluster.here(),
         };
-        let mut retry = txn::Retrying::with_settings(
-            &route.pool,
-            route.backend(self.backend),
+        let mut retry = route.retrying(
             &self.stats.serialization_retries,
             step.label(),
             self.config.claim_isolation,
@@ -293,10 +291,9 @@ impl Custodian {
             let holder = &self.config.holder;
             let attempt = match (step, routed) {
                 (_, Some(authority)) => {
-                    db::lifecycle::claim_start_authority(
-                        &mut *tx, route.copy, authority, holder, limit,
-                    )
-                    .await
+                    route
+                        .claim_start_authority(&mut *tx, authority, holder, limit)
+                        .await
                 }
                 (Start::Queued(authorities), None) => {
                     db::lifecycle::claim_start(&mut *tx, authorities, holder, limit).await
@@ -322,7 +319,7 @@ impl Custodian {
             }
         };
         if let (Err(_), Some(authority)) = (&result, routed) {
-            self.step_failed(authority);
+            self.cluster.failed(authority);
         }
         match result {
             Ok(rows) => Ok(rows),
@@ -382,7 +379,7 @@ impl Custodian {
         if ids.is_empty() {
             return Vec::new();
         }
-        if !self.backend.claims_per_authority {
+        if !self.cluster.backend().claims_per_authority {
             return vec![ids];
         }
         ids.sort();
@@ -402,7 +399,7 @@ impl Custodian {
         ids: &[Uuid],
         report: &mut StepReport,
     ) {
-        let rows = match db::lifecycle::reread(&self.pool, ids, authority).await {
+        let rows = match db::lifecycle::reread(self.cluster.pool(), ids, authority).await {
             Ok(rows) => rows,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot re-read after an unknown commit; will retry");
@@ -457,8 +454,8 @@ impl Custodian {
         let settings = self.transition_settings();
         loop {
             let mut retry = txn::Retrying::with_settings(
-                &self.pool,
-                self.backend,
+                self.cluster.pool(),
+                self.cluster.backend(),
                 &self.stats.serialization_retries,
                 "adopt",
                 self.config.isolation,

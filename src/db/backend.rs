@@ -35,11 +35,6 @@ pub struct Backend {
     /// run these statements from a generic plan, and plans each for its
     /// shard anyway.
     pub generic_plans: bool,
-    /// The bookkeeping triggers on `commands` run once per statement, over
-    /// its transition tables; when false, once per row (migration 0019: a
-    /// distributed table takes no statement-level trigger with transition
-    /// tables), which makes a statement moving many rows cost more per row.
-    pub statement_triggers: bool,
     /// The tables' shards live on other nodes, each authority's on one, and
     /// every node can run the engine's steps: a custodian sends each
     /// authority's steps straight to the node holding its shards
@@ -69,7 +64,6 @@ impl Backend {
         key_table_first: false,
         claims_per_authority: false,
         generic_plans: true,
-        statement_triggers: true,
         steps_on_shard_nodes: false,
         reads_on_shard_nodes: false,
         set_local_in_begin: true,
@@ -84,7 +78,6 @@ impl Backend {
         key_table_first: true,
         claims_per_authority: true,
         generic_plans: false,
-        statement_triggers: false,
         steps_on_shard_nodes: true,
         reads_on_shard_nodes: true,
         set_local_in_begin: false,

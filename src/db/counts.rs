@@ -131,3 +131,33 @@ pub async fn backlog(ex: impl PgExecutor<'_>) -> Result<Vec<Backlog>, sqlx::Erro
     .fetch_all(ex)
     .await
 }
+
+/// What the events endpoint shows, read in one snapshot (REPEATABLE READ,
+/// read only) so that the minutes, the totals and the backlog agree: read
+/// one after another, an outcome committed between two reads was in the
+/// totals and missing from its minute.
+#[derive(Debug)]
+pub struct Snapshot {
+    pub recent: Vec<MinuteCount>,
+    pub totals: BTreeMap<String, i64>,
+    pub backlog: Vec<Backlog>,
+    pub authorities: Vec<super::authorities::AuthorityRow>,
+}
+
+/// [`Snapshot`] of the last `minutes` minutes.
+pub async fn snapshot(pool: &PgPool, minutes: i32) -> Result<Snapshot, sqlx::Error> {
+    let mut tx = pool
+        .begin_with("begin isolation level repeatable read, read only")
+        .await?;
+    let recent = recent(&mut *tx, minutes).await?;
+    let totals = totals(&mut *tx).await?;
+    let backlog = backlog(&mut *tx).await?;
+    let authorities = super::authorities::list(&mut *tx).await?;
+    tx.commit().await?;
+    Ok(Snapshot {
+        recent,
+        totals,
+        backlog,
+        authorities,
+    })
+}

@@ -42,6 +42,7 @@
 
 pub mod authorities;
 pub mod backend;
+pub mod cluster;
 pub mod commands;
 pub mod counts;
 pub mod functions;
@@ -67,6 +68,7 @@ use std::str::FromStr as _;
 use std::time::Duration;
 
 pub use backend::Backend;
+pub use cluster::{Cluster, Route};
 pub use commands::{CancelOutcome, CommandRow, HistoryRow, ListFilter, NewCommand, Request};
 pub use migrations::{MIGRATOR, migrate, migrations_current};
 pub use principals::{Principal, Role, TokenRow};

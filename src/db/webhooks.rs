@@ -501,6 +501,25 @@ pub async fn finish(
     Ok(done.rows_affected() == 1)
 }
 
+/// Makes event `id` of a disabled endpoint pending again and expires the
+/// endpoint's pending events at once (`reason`), in one transaction: no
+/// deliverer sees it pending. Returns how many expired.
+pub async fn redeliver_to_disabled(
+    pool: &sqlx::PgPool,
+    authority_id: &str,
+    id: Uuid,
+    endpoint_id: Uuid,
+    now: DateTime<Utc>,
+    expires_at: DateTime<Utc>,
+    reason: &str,
+) -> Result<u64, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    redeliver(&mut *tx, authority_id, id, now, expires_at).await?;
+    let expired = expire_events_of_endpoint(&mut *tx, endpoint_id, reason).await?;
+    tx.commit().await?;
+    Ok(expired)
+}
+
 /// Expires the pending events of a disabled endpoint (a read and write on
 /// every shard on Citus: the endpoint's events are spread over authorities).
 pub async fn expire_events_of_endpoint(

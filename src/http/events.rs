@@ -137,17 +137,13 @@ async fn snapshot(state: &AppState) -> Result<Value, sqlx::Error> {
         tracing::warn!(error = %e, "request counts not added to the ledger before a snapshot");
     }
     // One snapshot for every read, so the minutes, the totals and the
-    // backlog agree: read one after another, an outcome committed between
-    // two reads was in the totals and missing from its minute.
-    let mut tx = state
-        .pool
-        .begin_with("begin isolation level repeatable read, read only")
-        .await?;
-    let recent = db::counts::recent(&mut *tx, MINUTES).await?;
-    let totals = db::counts::totals(&mut *tx).await?;
-    let backlog = db::counts::backlog(&mut *tx).await?;
-    let authorities = db::authorities::list(&mut *tx).await?;
-    tx.commit().await?;
+    // backlog agree.
+    let db::counts::Snapshot {
+        recent,
+        totals,
+        backlog,
+        authorities,
+    } = db::counts::snapshot(&state.pool, MINUTES).await?;
     let now = chrono::Utc::now();
 
     let mut minutes: std::collections::BTreeMap<String, serde_json::Map<String, Value>> =

@@ -105,10 +105,10 @@ pub struct AppState {
     /// private addresses (registration), and how long a redelivered event
     /// is tried (the deliverers' expiry).
     pub webhooks: crate::webhooks::DelivererConfig,
-    /// Where the shards live on other nodes
-    /// ([`crate::db::Backend::reads_on_shard_nodes`]): the node holding each
-    /// authority's shards, where a waiter re-reads its command.
-    pub shard_reads: Option<Arc<crate::db::placement::Placements>>,
+    /// The database as the waiters re-read it: where the shards live on
+    /// other nodes ([`crate::db::Backend::reads_on_shard_nodes`]), on the
+    /// node holding each authority's shards.
+    pub reads: Arc<crate::db::Cluster>,
 }
 
 impl AppState {
@@ -127,9 +127,7 @@ impl AppState {
             crate::db::group_commit::FLUSHERS,
             crate::db::group_commit::MAX_ROWS,
         );
-        let shard_reads = backend
-            .reads_on_shard_nodes
-            .then(|| Arc::new(crate::db::placement::Placements::for_reads(pool.clone())));
+        let reads = Arc::new(crate::db::Cluster::for_reads(pool.clone(), backend));
         AppState {
             pool,
             backend,
@@ -150,7 +148,7 @@ impl AppState {
             api_reset: false,
             serialization_retries: Arc::default(),
             webhooks: crate::webhooks::DelivererConfig::default(),
-            shard_reads,
+            reads,
         }
     }
 }

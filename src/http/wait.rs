@@ -22,7 +22,7 @@ use uuid::Uuid;
 
 use super::error::ApiError;
 use crate::db::Backend;
-use crate::db::commands::{self, CommandRow};
+use crate::db::commands::CommandRow;
 use crate::db::notify::{self, Heard, OUTCOME_CHANNEL};
 
 /// How often waiters re-read without a notification where the commit does
@@ -190,21 +190,11 @@ pub(super) async fn settle(
 /// nodes, read on the node holding them (a hop fewer than through the
 /// coordinator: 0.1 ms against 0.45 ms with `pgbench`,
 /// docs/SCALING.md, Waiting), and through the coordinator when that
-/// read fails (the route is then asked again).
+/// read fails (the route is then asked again): [`crate::db::Cluster::reread_command`].
 async fn reread(
     state: &super::AppState,
     authority: &str,
     id: Uuid,
 ) -> Result<Option<CommandRow>, sqlx::Error> {
-    if let Some(placements) = &state.shard_reads {
-        let route = placements.route_for(authority).await;
-        match commands::get_in(&route.pool, authority, id).await {
-            Ok(row) => return Ok(row),
-            Err(e) => {
-                tracing::debug!(authority, error = %e, "re-read on the node holding the shards failed; reading through the coordinator");
-                placements.forget(authority);
-            }
-        }
-    }
-    commands::get_in(&state.pool, authority, id).await
+    state.reads.reread_command(authority, id).await
 }

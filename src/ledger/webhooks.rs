@@ -30,10 +30,16 @@ pub async fn redeliver(
     // A disabled endpoint is sent nothing: the event, made pending again,
     // expires at once, saying why, in one transaction (no deliverer sees it
     // pending).
-    let mut tx = pool.begin().await?;
-    db::redeliver(&mut *tx, &event.authority_id, id, now, later(now, expiry)).await?;
-    db::expire_events_of_endpoint(&mut *tx, event.endpoint_id, DISABLED).await?;
-    tx.commit().await?;
+    db::redeliver_to_disabled(
+        pool,
+        &event.authority_id,
+        id,
+        event.endpoint_id,
+        now,
+        later(now, expiry),
+        DISABLED,
+    )
+    .await?;
     db::get_event(pool, id).await
 }
 

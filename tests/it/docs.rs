@@ -743,7 +743,6 @@ fn citus_has(capability: &str) -> bool {
         "local_tables" => citus.local_tables,
         "outcome_notify_in_transaction" => citus.outcome_notify_in_transaction,
         "generic_plans" => citus.generic_plans,
-        "statement_triggers" => citus.statement_triggers,
         other => panic!("a capability this test does not know: {other}"),
     }
 }

@@ -349,7 +349,7 @@ pub(crate) async fn backlog_after_analyze(pool: &PgPool) -> Vec<Uuid> {
 #[tokio::test]
 async fn rows_leave_the_queue_by_their_key_whatever_the_authority_s_statistics() {
     if crate::harness::lacks!(
-        statement_triggers,
+        local_tables,
         "on a distributed backend the queue is kept by the engine steps of 0033 and a row-level trigger"
     ) {
         return;
@@ -582,7 +582,7 @@ async fn the_guard_s_compiled_rules_are_the_frozen_tables() {
 #[tokio::test]
 async fn a_statement_moving_thousands_of_commands_keeps_its_bookkeeping_linear() {
     if crate::harness::lacks!(
-        statement_triggers,
+        local_tables,
         "row-level bookkeeping works one row at a time (0019)"
     ) {
         return;
@@ -654,7 +654,7 @@ async fn a_statement_moving_thousands_of_commands_keeps_its_bookkeeping_linear()
 #[tokio::test]
 async fn a_transition_looks_up_each_commands_last_entry_once() {
     if crate::harness::lacks!(
-        statement_triggers,
+        local_tables,
         "the row-level trigger looks the entry up once into a variable (0019)"
     ) {
         return;

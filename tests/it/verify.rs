@@ -437,7 +437,7 @@ async fn a_published_digest_catches_a_chain_rewritten_end_to_end_and_survives_pr
 #[tokio::test]
 async fn a_hundred_thousand_untouched_commands_verify_clean() {
     if crate::harness::lacks!(
-        statement_triggers,
+        local_tables,
         "preparing 10^5 commands through row-level triggers takes over ten minutes on a 2-core machine; \
          the statement that checks them is the one the other verify tests run there"
     ) {
