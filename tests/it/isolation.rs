@@ -336,7 +336,8 @@ async fn a_takeover_waits_for_a_claim_in_flight() {
     let app = TestApp::spawn().await;
     let token = app.token("dev", Role::Device).await;
     let custodian_pool = as_role(&app.pool, ServiceRole::Custodian);
-    let ttl = Duration::from_millis(600);
+    // Long enough that a loaded machine claims before it lapses.
+    let ttl = 2 * SECOND;
     let granted = db::authorities::acquire(&custodian_pool, "payments", "holder-a", ttl)
         .await
         .unwrap()
@@ -397,8 +398,7 @@ async fn a_zombie_claims_starts_and_records_nothing() {
     let app = TestApp::spawn().await;
     let token = app.token("dev", Role::Device).await;
     let custodian_pool = as_role(&app.pool, ServiceRole::Custodian);
-    let ttl = Duration::from_millis(300);
-    db::authorities::acquire(&custodian_pool, "payments", "zombie", ttl)
+    db::authorities::acquire(&custodian_pool, "payments", "zombie", 30 * SECOND)
         .await
         .unwrap()
         .unwrap();
@@ -408,7 +408,11 @@ async fn a_zombie_claims_starts_and_records_nothing() {
     assert_eq!(started[0].id.to_string(), before);
 
     // Paused past its lease; another takes it over (generation 2).
-    tokio::time::sleep(ttl + Duration::from_millis(100)).await;
+    sql(
+        &app,
+        "update authorities set lease_expires_at = now() - interval '1 second' where id = 'payments'",
+    )
+    .await;
     let taken = db::authorities::acquire(&custodian_pool, "payments", "successor", 10 * SECOND)
         .await
         .unwrap()
