@@ -999,7 +999,7 @@ async fn a_prepared_row_whose_start_never_came_is_started_by_the_periodic_pass()
         &app.pool,
         &["payments"],
         refund_effects(&sink.url, 5 * SECOND),
-        2 * SECOND,
+        4 * SECOND,
     );
     c.heartbeat().await.unwrap();
     let mut report = StepReport::default();
@@ -1010,7 +1010,7 @@ async fn a_prepared_row_whose_start_never_came_is_started_by_the_periodic_pass()
     // Not on every turn: the next turn claims from the queue only.
     assert!(c.claim_and_start(10, &mut report).await.unwrap().is_empty());
     // Half a lease later, the lease kept alive, the pass starts it.
-    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    tokio::time::sleep(Duration::from_millis(2_100)).await;
     c.heartbeat().await.unwrap();
     let started = c.claim_and_start(10, &mut report).await.unwrap();
     assert_eq!(started.len(), 1, "the prepared row was not started");
