@@ -1,8 +1,12 @@
-//! The baseline (migrations 0031-0032) against the legacy chain it replaced
-//! (migrations/legacy/0001-0030): a fresh database and one that ran the
-//! chain end with the same schema; a populated database from before the
-//! baseline upgrades without losing a row; one migrated by a newer version
-//! is refused, untouched.
+//! The baseline (migrations 0042-0043) against the legacy chain it replaced
+//! (migrations/legacy/0001-0041: 0001-0030, then from the earlier baseline
+//! 0031-0032 on): a fresh database and ones that ran the chain, from its
+//! start or from the earlier baseline, end with one schema; populated
+//! databases from before each baseline (at 0026 and at 0039) upgrade
+//! without losing a row or a history entry, and their hash chains still
+//! verify; one migrated by a newer version is refused, untouched. With
+//! `TEST_CITUS=1` every database here is a Citus one, distributed as
+//! `migrate` left it at its version.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -11,7 +15,7 @@ use command_ledger::db;
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::harness::empty_database;
+use crate::harness::empty_ledger_database;
 use crate::schema_file::{normalise, pg_dump};
 
 /// The schema as pg_dump prints it, owners and rights included, and the
@@ -79,6 +83,24 @@ fn since_baseline() -> Vec<i64> {
     db::migrations::MIGRATOR.iter().map(|m| m.version).collect()
 }
 
+/// What a database made at legacy migration `start` holds once `migrate`
+/// upgraded it: the legacy chain from the first migration of `start`'s
+/// stretch (the earlier baselines recorded), then [`since_baseline`].
+fn upgraded_from(start: i64) -> Vec<i64> {
+    let first = db::migrations::STRETCHES
+        .iter()
+        .find(|s| (s.first..=s.last).contains(&start))
+        .unwrap()
+        .first;
+    let mut versions: Vec<i64> = db::migrations::LEGACY_MIGRATOR
+        .iter()
+        .map(|m| m.version)
+        .filter(|v| *v >= first)
+        .collect();
+    versions.extend(since_baseline());
+    versions
+}
+
 async fn versions(pool: &PgPool) -> Vec<i64> {
     sqlx::query_scalar("select version from _sqlx_migrations where success order by version")
         .fetch_all(pool)
@@ -88,35 +110,47 @@ async fn versions(pool: &PgPool) -> Vec<i64> {
 
 /// A fresh database: the baseline.
 async fn baseline_database() -> (String, PgPool) {
-    let (url, pool) = empty_database().await;
+    let (url, pool) = empty_ledger_database().await;
     db::migrate(&pool).await.unwrap();
     assert_eq!(versions(&pool).await, since_baseline());
     (url, pool)
 }
 
+/// A database made when legacy migration `version` was the last, as
+/// `migrate` made it then.
+async fn legacy_database(version: i64) -> (String, PgPool) {
+    let (url, pool) = empty_ledger_database().await;
+    db::migrations::migrate_legacy_to(&pool, version)
+        .await
+        .unwrap();
+    let held = versions(&pool).await;
+    assert_eq!(held.last(), Some(&version));
+    assert!(!held.contains(&db::migrations::ROLES_MIGRATION));
+    (url, pool)
+}
+
 #[tokio::test]
-async fn a_fresh_database_and_one_that_ran_the_legacy_chain_have_one_schema() {
+async fn a_fresh_database_and_ones_that_ran_the_legacy_chain_have_one_schema() {
     let Some(pg_dump) = pg_dump() else {
         return;
     };
     let (fresh_url, _fresh) = baseline_database().await;
 
-    // Made when only the first legacy migration existed, then migrated by
-    // this version: the rest of the chain, and the baseline recorded.
-    let (old_url, old) = empty_database().await;
-    db::migrations::migrate_legacy_to(&old, 1).await.unwrap();
-    assert_eq!(versions(&old).await, [1]);
-    db::migrate(&old).await.unwrap();
-    let mut expected: Vec<i64> = (1..=30).collect();
-    expected.extend(since_baseline());
-    assert_eq!(versions(&old).await, expected);
-    assert!(db::migrations_current(&old).await.unwrap());
+    // Made when only the first legacy migration existed, and when the
+    // earlier baseline was new; then migrated by this version: the rest of
+    // the chain, and the baselines recorded.
+    for start in [1, db::migrations::STRETCHES[0].replaced_by] {
+        let (old_url, old) = legacy_database(start).await;
+        db::migrate(&old).await.unwrap();
+        assert_eq!(versions(&old).await, upgraded_from(start), "from {start}");
+        assert!(db::migrations_current(&old).await.unwrap());
 
-    let old_schema = assert_same_schema(&pg_dump, &fresh_url, &old_url);
-    // Migrating again changes nothing.
-    db::migrate(&old).await.unwrap();
-    assert_eq!(versions(&old).await, expected);
-    assert_eq!(schema_of(&pg_dump, &old_url), old_schema);
+        let old_schema = assert_same_schema(&pg_dump, &fresh_url, &old_url);
+        // Migrating again changes nothing.
+        db::migrate(&old).await.unwrap();
+        assert_eq!(versions(&old).await, upgraded_from(start));
+        assert_eq!(schema_of(&pg_dump, &old_url), old_schema);
+    }
 }
 
 /// The tables and their columns.
@@ -160,26 +194,35 @@ async fn every_row(
     rows
 }
 
-/// At 0026: commands in every state on two authorities, with their history,
-/// queue and in-flight rows; a lease; a hold; a resolution; a coalesced
-/// request.
-async fn populate_0026(pool: &PgPool) {
+/// The paths the populated commands take from `pending`, one batch each.
+const PATHS: &[&[&str]] = &[
+    &[],
+    &["prepared"],
+    &["prepared", "effect_started"],
+    &["prepared", "effect_started", "applied"],
+    &["prepared", "effect_started", "failed"],
+    &["prepared", "effect_started", "ambiguous"],
+    &["cancelled"],
+    &["prepared", "expired"],
+];
+
+/// Populates a database at legacy migration `version` (0026 or later)
+/// through SQL of that version: on two authorities (one leased), three
+/// commands down each of [`PATHS`], with their history, queue and
+/// in-flight rows; an open hold and a coalesced request; an ambiguous
+/// command resolved. From 0029 on also: webhook endpoints (one disabled),
+/// the events of the commands that finished, attempts (one event delivered
+/// at its second, one waiting for its next), and two holds decided (one
+/// released into a command, one rejected), each resolution of the other
+/// kind too. Returns how many commands and history entries it made.
+async fn populate(pool: &PgPool, version: i64) -> (usize, usize) {
     let run = |sql: String| async move {
         sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
             .execute(pool)
             .await
             .unwrap()
     };
-    let paths: &[&[&str]] = &[
-        &[],
-        &["prepared"],
-        &["prepared", "effect_started"],
-        &["prepared", "effect_started", "applied"],
-        &["prepared", "effect_started", "failed"],
-        &["prepared", "effect_started", "ambiguous"],
-        &["cancelled"],
-        &["prepared", "expired"],
-    ];
+    let webhooks = version >= 29;
     let principal: Uuid = sqlx::query_scalar(
         "insert into principals (id, name, role) values (gen_random_uuid(), 'kiosk', 'device') returning id",
     )
@@ -190,7 +233,20 @@ async fn populate_0026(pool: &PgPool) {
          values ('payments', 1, 'custodian-a', now() + interval '1 hour'), ('steering', 1, null, null)"
         .to_owned())
     .await;
-    for (n, path) in paths.iter().enumerate() {
+    if webhooks {
+        run(format!(
+            "insert into webhook_endpoints (id, scope, url, kinds, states, secret, created_by, disabled_at) values \
+             (gen_random_uuid(), '{principal}', 'https://hooks.example/outcomes', array['refund'], null, \
+              repeat('s', 32), 'operator:ops', null), \
+             (gen_random_uuid(), '{principal}', 'https://hooks.example/failures', null, array['failed'], \
+              repeat('t', 32), 'operator:ops', null), \
+             (gen_random_uuid(), '{principal}', 'https://hooks.example/gone', null, null, \
+              repeat('u', 32), 'operator:ops', now())"
+        ))
+        .await;
+    }
+    let mut entries = 0;
+    for (n, path) in PATHS.iter().enumerate() {
         for authority in ["payments", "steering"] {
             let ids: Vec<Uuid> = sqlx::query_scalar(
                 "insert into commands (id, scope, idempotency_key, request_digest, digest_version, kind, \
@@ -206,80 +262,158 @@ async fn populate_0026(pool: &PgPool) {
             .fetch_all(pool)
             .await
             .unwrap();
+            entries += ids.len() * (1 + path.len());
             for step in *path {
                 sqlx::query(
-                    "update commands set state = $2, authority_generation = 1, \
-                     result = case when $2 = 'applied' then '{\"ok\": true}'::jsonb end, \
-                     error = case when $2 in ('failed', 'ambiguous') then '{\"why\": \"no\"}'::jsonb end \
-                     where id = any($1)",
+                    "update commands set state = $3, authority_generation = 1, \
+                     result = case when $3 = 'applied' then '{\"ok\": true}'::jsonb end, \
+                     error = case when $3 in ('failed', 'ambiguous') then '{\"why\": \"no\"}'::jsonb end \
+                     where authority_id = $1 and id = any($2)",
                 )
+                .bind(authority)
                 .bind(&ids)
                 .bind(step)
                 .execute(pool)
                 .await
                 .unwrap();
             }
-            if path.last() == Some(&"ambiguous") && authority == "payments" {
-                run(format!(
-                    "insert into command_resolutions (command_id, authority_id, outcome, evidence, source, \
-                     actor, anchor_hash, hash) values ('{}', 'payments', 'applied', 'the bank says so', \
-                     'operator', 'operator:ops', '', '')",
-                    ids[0]
-                ))
-                .await;
+            if path.last() == Some(&"ambiguous") {
+                let (outcome, source) = if authority == "payments" {
+                    ("applied", "operator")
+                } else {
+                    ("not_applied", "probe")
+                };
+                if authority == "payments" || webhooks {
+                    run(format!(
+                        "insert into command_resolutions (command_id, authority_id, outcome, evidence, source, \
+                         actor, anchor_hash, hash) values ('{}', '{authority}', '{outcome}', 'the bank says so', \
+                         '{source}', '{source}:ops', '', '')",
+                        ids[0]
+                    ))
+                    .await;
+                }
             }
             if path.is_empty() && authority == "payments" {
-                run(format!(
-                    "insert into holds (id, scope, kind, authority_id, args, canonical, request_digest, \
-                     intent_digest, digest_version, resembles) values (gen_random_uuid(), '{principal}', \
-                     'refund', 'payments', '{{}}', '{{}}', sha256('h'), sha256('h'), 2, '{}')",
-                    ids[0]
-                ))
-                .await;
+                // A hold of its own request each (one open hold a request).
+                let hold = |request: &str| {
+                    format!(
+                        "insert into holds (id, scope, kind, authority_id, args, canonical, request_digest, \
+                         intent_digest, digest_version, resembles) values (gen_random_uuid(), '{principal}', \
+                         'refund', 'payments', '{{}}', '{{}}', sha256('{request}'), sha256('h'), 2, '{}') \
+                         returning id",
+                        ids[0]
+                    )
+                };
+                run(hold("h")).await;
                 run(format!(
                     "select ledger_remember_coalesced('payments', '{principal}', sha256('again'), '{}', null)",
                     ids[1]
                 ))
                 .await;
+                if webhooks {
+                    for (decision, command) in [("released", Some(ids[2])), ("rejected", None)] {
+                        let held: Uuid = sqlx::query_scalar(sqlx::AssertSqlSafe(hold(decision)))
+                            .fetch_one(pool)
+                            .await
+                            .unwrap();
+                        sqlx::query(
+                            "update holds set state = $2, decided_at = now(), decided_by = 'operator:ops', \
+                             decision_reason = 'looked at it', command_id = $3 where id = $1",
+                        )
+                        .bind(held)
+                        .bind(decision)
+                        .bind(command)
+                        .execute(pool)
+                        .await
+                        .unwrap();
+                    }
+                }
             }
         }
     }
+    if webhooks {
+        let events: Vec<(Uuid, String)> =
+            sqlx::query_as("select id, authority_id from webhook_events order by id limit 2")
+                .fetch_all(pool)
+                .await
+                .unwrap();
+        assert_eq!(events.len(), 2, "the finished commands' events");
+        for (n, (event, authority)) in events.iter().enumerate() {
+            sqlx::query(
+                "insert into webhook_attempts (authority_id, event_id, n, at, status, error, duration_ms) \
+                 values ($1, $2, 1, now(), 503, 'unavailable', 40)",
+            )
+            .bind(authority)
+            .bind(event)
+            .execute(pool)
+            .await
+            .unwrap();
+            if n == 0 {
+                sqlx::query(
+                    "insert into webhook_attempts (authority_id, event_id, n, at, status, error, duration_ms) \
+                     values ($1, $2, 2, now(), 204, null, 12)",
+                )
+                .bind(authority)
+                .bind(event)
+                .execute(pool)
+                .await
+                .unwrap();
+            }
+            sqlx::query(
+                "update webhook_events set attempts = $3, \
+                 state = case when $3 = 2 then 'delivered' else 'pending' end, \
+                 delivered_at = case when $3 = 2 then now() end, \
+                 next_attempt_at = case when $3 = 2 then null else now() + interval '1 minute' end, \
+                 last_error = case when $3 = 1 then 'unavailable' end \
+                 where authority_id = $1 and id = $2",
+            )
+            .bind(authority)
+            .bind(event)
+            .bind(if n == 0 { 2 } else { 1 })
+            .execute(pool)
+            .await
+            .unwrap();
+        }
+    }
+    (2 * 3 * PATHS.len(), entries)
 }
 
-#[tokio::test]
-async fn a_populated_0026_database_upgrades_without_losing_a_row_or_an_entry() {
-    let (url, pool) = empty_database().await;
-    db::migrations::migrate_legacy_to(&pool, 26).await.unwrap();
-    populate_0026(&pool).await;
+/// Upgrades the populated database at `version` and checks that every row
+/// of every table it had is as it was (in the columns it had), that the
+/// history's hash chains and the resolutions verify, and that the schema is
+/// a fresh database's.
+async fn upgrades_without_losing_a_row_or_an_entry(version: i64) {
+    let (url, pool) = legacy_database(version).await;
+    let (commands, entries) = populate(&pool, version).await;
     let tables = columns(&pool).await;
     let before = every_row(&pool, &tables).await;
-    assert_eq!(before["commands"].len(), 48);
-    assert_eq!(before["command_history"].len(), 48 + 6 * (2 * 3 + 3 * 3));
-    for table in [
+    assert_eq!(before["commands"].len(), commands);
+    assert_eq!(before["command_history"].len(), entries);
+    let mut populated = vec![
         "command_queue",
         "command_in_flight",
         "holds",
         "command_resolutions",
         "coalesced_requests",
         "authorities",
-    ] {
+        "principals",
+    ];
+    if version >= 29 {
+        populated.extend(["webhook_endpoints", "webhook_events", "webhook_attempts"]);
+    }
+    for table in populated {
         assert!(!before[table].is_empty(), "{table} is populated");
     }
 
     db::migrate(&pool).await.unwrap();
-    let mut expected: Vec<i64> = (1..=30).collect();
-    expected.extend(since_baseline());
-    assert_eq!(versions(&pool).await, expected);
+    assert_eq!(versions(&pool).await, upgraded_from(version));
     let after = every_row(&pool, &tables).await;
     for (table, rows) in &before {
         assert_eq!(&after[table], rows, "{table}: every row as it was");
     }
-    let breaks: Vec<_> = db::verify::chains(&pool, None, None)
-        .await
-        .unwrap()
-        .into_iter()
-        .flat_map(|c| c.breaks)
-        .collect();
+    let chains = db::verify::chains(&pool, None, None).await.unwrap();
+    assert_eq!(chains.len(), commands);
+    let breaks: Vec<_> = chains.into_iter().flat_map(|c| c.breaks).collect();
     assert!(breaks.is_empty(), "{breaks:?}");
     assert!(
         db::verify::resolutions(&pool, None, None)
@@ -293,6 +427,18 @@ async fn a_populated_0026_database_upgrades_without_losing_a_row_or_an_entry() {
         let (fresh_url, _fresh) = baseline_database().await;
         assert_same_schema(&pg_dump, &fresh_url, &url);
     }
+}
+
+#[tokio::test]
+async fn a_populated_0026_database_upgrades_without_losing_a_row_or_an_entry() {
+    upgrades_without_losing_a_row_or_an_entry(26).await;
+}
+
+/// At 0039 the upgrade runs 0040 (a column and a check on holds, decided
+/// ones among them) and 0041 before it records the baseline.
+#[tokio::test]
+async fn a_populated_0039_database_upgrades_without_losing_a_row_or_an_entry() {
+    upgrades_without_losing_a_row_or_an_entry(39).await;
 }
 
 #[tokio::test]
