@@ -13,10 +13,10 @@
 //! database that holds a migration this binary does not know was migrated
 //! by a newer version, and is refused.
 
-use sqlx::migrate::Migrator;
-use sqlx::{Connection as _, PgConnection, PgPool};
+use sqlx::migrate::{Migration, Migrator};
+use sqlx::{Connection as _, PgConnection, PgPool, SqlSafeStr as _};
 
-use super::{Backend, DbError, roles};
+use super::{Backend, DbError, roles, statements};
 
 /// The baseline and every later migration, embedded in the binary.
 pub static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
@@ -67,24 +67,18 @@ const FUNCTION_SOURCES: i64 = 41;
 
 impl Stretch {
     /// The stretch's migrations, up to `to` (a version of it, or its last).
-    fn migrator(self, to: i64) -> Migrator {
-        let mut chain = Migrator::with_migrations(
-            LEGACY_MIGRATOR
-                .iter()
-                .filter(|m| (self.first..=to.min(self.last)).contains(&m.version))
-                .cloned()
-                .collect(),
-        );
-        // What a database holds of the stretches before it stays on record;
-        // this stretch does not know it.
-        chain.set_ignore_missing(true);
-        chain
+    fn migrations(self, to: i64) -> Vec<Migration> {
+        LEGACY_MIGRATOR
+            .iter()
+            .filter(|m| (self.first..=to.min(self.last)).contains(&m.version))
+            .cloned()
+            .collect()
     }
 
     /// The baseline that replaced the stretch: its roles and schema
     /// migrations, as the chain (legacy, or current) that holds them
     /// embeds them.
-    fn baseline(self) -> Vec<sqlx::migrate::Migration> {
+    fn baseline(self) -> Vec<Migration> {
         let holder = if known(&MIGRATOR, self.replaced_by) {
             &MIGRATOR
         } else {
@@ -187,19 +181,15 @@ async fn migrate_once(pool: &PgPool) -> Result<(), DbError> {
         // Each stretch the database has not finished (it holds some of it,
         // or of a stretch before it), then the baseline that replaced it.
         for stretch in STRETCHES.iter().filter(|s| !holds(s.replaced_by)) {
-            run_chain(
-                &mut conn,
-                &stretch.migrator(stretch.last),
-                stretch.roles,
-                None,
-            )
-            .await?;
+            // What a database holds of the stretches before this one stays
+            // on record; this stretch does not know it.
+            let chain = migrator_for(&mut conn, stretch.migrations(stretch.last), true).await?;
+            run_chain(&mut conn, &chain, stretch.roles, None).await?;
             record(&mut conn, &stretch.baseline()).await?;
         }
     }
     // The legacy rows stay on record; this chain does not know them.
-    let mut current = Migrator::with_migrations(MIGRATOR.iter().cloned().collect());
-    current.set_ignore_missing(legacy);
+    let current = migrator_for(&mut conn, MIGRATOR.iter().cloned().collect(), legacy).await?;
     run_chain(&mut conn, &current, ROLES_MIGRATION, Some(applied.len())).await?;
     conn.close().await?;
     Ok(())
@@ -308,7 +298,7 @@ async fn migrate_legacy_once(pool: &PgPool, version: i64) -> Result<(), DbError>
         .find(|s| (s.first..=s.last).contains(&version))
         .unwrap_or_else(|| panic!("{version} is not a legacy migration"));
     let mut conn = pool.acquire().await?.detach();
-    let chain = stretch.migrator(version);
+    let chain = migrator_for(&mut conn, stretch.migrations(version), true).await?;
     if version < stretch.roles {
         // Before the roles, everything ran as the login.
         chain.run(&mut conn).await?;
@@ -318,6 +308,33 @@ async fn migrate_legacy_once(pool: &PgPool, version: i64) -> Result<(), DbError>
     }
     conn.close().await?;
     Ok(())
+}
+
+/// `migrations` to run on the database `conn` is connected to. On Citus
+/// each runs its statements one by one ([`statements::one_by_one`]): Citus
+/// sends a statement on a distributed table to the workers by its text,
+/// which must be that one statement, and 0034 and 0040 change distributed
+/// tables outside a block. Each is recorded under its file's checksum all
+/// the same.
+async fn migrator_for(
+    conn: &mut PgConnection,
+    migrations: Vec<Migration>,
+    ignore_missing: bool,
+) -> Result<Migrator, sqlx::Error> {
+    let citus = !Backend::detect(&mut *conn).await?.local_tables;
+    let mut migrator = Migrator::with_migrations(if citus {
+        migrations
+            .into_iter()
+            .map(|mut m| {
+                m.sql = sqlx::AssertSqlSafe(statements::one_by_one(m.sql.as_str())).into_sql_str();
+                m
+            })
+            .collect()
+    } else {
+        migrations
+    });
+    migrator.set_ignore_missing(ignore_missing);
+    Ok(migrator)
 }
 
 fn known(migrator: &Migrator, version: i64) -> bool {
@@ -383,10 +400,7 @@ async fn distribute(conn: &mut PgConnection) -> Result<(), DbError> {
 /// Records a baseline's migrations as applied to a database that finished
 /// the stretch of the legacy chain it replaced: it holds their schema
 /// already.
-async fn record(
-    conn: &mut PgConnection,
-    baseline: &[sqlx::migrate::Migration],
-) -> Result<(), sqlx::Error> {
+async fn record(conn: &mut PgConnection, baseline: &[Migration]) -> Result<(), sqlx::Error> {
     for m in baseline {
         sqlx::query(
             "insert into _sqlx_migrations (version, description, success, checksum, execution_time)
