@@ -5556,7 +5556,7 @@ CREATE POLICY commands_engine ON public.commands TO ledger_engine USING (true) W
 -- Name: commands commands_read; Type: POLICY; Schema: public; Owner: ledger_owner
 --
 
-CREATE POLICY commands_read ON public.commands FOR SELECT TO ledger_retention, ledger_api, ledger_custodian, ledger_inspector USING (true);
+CREATE POLICY commands_read ON public.commands FOR SELECT TO ledger_api, ledger_custodian, ledger_inspector, ledger_retention USING (true);
 
 --
 -- Name: commands commands_record; Type: POLICY; Schema: public; Owner: ledger_owner
