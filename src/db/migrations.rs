@@ -1,33 +1,96 @@
 //! The schema's migrations and how a database is brought to them.
 //!
-//! A fresh database runs the baseline: `0031_roles.sql` (as the login that
-//! migrates) and `0032_baseline.sql` (the schema the legacy chain made, as
-//! one file), then every later migration. A database migrated before the
-//! baseline holds some of the legacy chain (`migrations/legacy/0001-0030`):
-//! [`migrate`] finishes that chain, then records the baseline as applied
-//! (it holds the same schema; a test compares the two), so every later
-//! migration runs on both alike. A database that holds a migration this
-//! binary does not know was migrated by a newer version, and is refused.
+//! A fresh database runs the baseline: `0042_roles.sql` (as the login that
+//! migrates) and `0043_baseline.sql` (the schema the chain before it made,
+//! as one file, on either layout), then every later migration. A database
+//! migrated before the baseline holds some of the legacy chain
+//! (`migrations/legacy/0001-0041`), which ran in two stretches: 0001-0030,
+//! then 0031-0041 from an earlier baseline (0031 the roles, 0032 the
+//! schema of 0001-0030) on. [`migrate`] finishes each stretch the database
+//! has not finished, records the baseline that replaced it as applied (it
+//! holds the same schema; a test compares the two), and so reaches the
+//! current baseline, after which every migration runs on both alike. A
+//! database that holds a migration this binary does not know was migrated
+//! by a newer version, and is refused.
 
-use sqlx::migrate::Migrator;
-use sqlx::{Connection as _, PgConnection, PgPool};
+use sqlx::migrate::{Migration, Migrator};
+use sqlx::{Connection as _, PgConnection, PgPool, SqlSafeStr as _};
 
-use super::{Backend, DbError, roles};
+use super::{Backend, DbError, roles, statements};
 
 /// The baseline and every later migration, embedded in the binary.
 pub static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
 
-/// The chain of databases made before the baseline, frozen.
+/// The chain of databases made before the baseline, frozen: every
+/// migration of [`STRETCHES`].
 pub static LEGACY_MIGRATOR: Migrator = sqlx::migrate!("./migrations/legacy");
 
 /// The baseline's first migration: the roles, run as the login.
-pub const ROLES_MIGRATION: i64 = 31;
+pub const ROLES_MIGRATION: i64 = 42;
 
 /// The baseline's schema.
-pub const BASELINE: i64 = 32;
+pub const BASELINE: i64 = 43;
 
-/// The legacy chain's migration that made the roles (as [`ROLES_MIGRATION`]).
-const LEGACY_ROLES_MIGRATION: i64 = 16;
+/// A stretch of the legacy chain: the migrations `first..=last`, of which
+/// `roles` (and those before it) ran as the login and the rest as the
+/// owner, replaced for new databases by the baseline whose schema is
+/// migration `replaced_by` (the roles migration just before it, and it).
+#[derive(Clone, Copy, Debug)]
+pub struct Stretch {
+    pub first: i64,
+    pub roles: i64,
+    pub last: i64,
+    pub replaced_by: i64,
+}
+
+/// The legacy chain's stretches, oldest first: 0001-0030 (the roles made
+/// by 0016), replaced by the baseline 0031-0032; 0031-0041, from that
+/// baseline on, replaced by the current one.
+pub const STRETCHES: [Stretch; 2] = [
+    Stretch {
+        first: 1,
+        roles: 16,
+        last: 30,
+        replaced_by: 32,
+    },
+    Stretch {
+        first: 31,
+        roles: 31,
+        last: 41,
+        replaced_by: BASELINE,
+    },
+];
+
+/// The legacy migration that made `ledger_function_sources`: from it on,
+/// `migrate` applied the functions' files after the migrations.
+const FUNCTION_SOURCES: i64 = 41;
+
+impl Stretch {
+    /// The stretch's migrations, up to `to` (a version of it, or its last).
+    fn migrations(self, to: i64) -> Vec<Migration> {
+        LEGACY_MIGRATOR
+            .iter()
+            .filter(|m| (self.first..=to.min(self.last)).contains(&m.version))
+            .cloned()
+            .collect()
+    }
+
+    /// The baseline that replaced the stretch: its roles and schema
+    /// migrations, as the chain (legacy, or current) that holds them
+    /// embeds them.
+    fn baseline(self) -> Vec<Migration> {
+        let holder = if known(&MIGRATOR, self.replaced_by) {
+            &MIGRATOR
+        } else {
+            &LEGACY_MIGRATOR
+        };
+        holder
+            .iter()
+            .filter(|m| m.version == self.replaced_by - 1 || m.version == self.replaced_by)
+            .cloned()
+            .collect()
+    }
+}
 
 /// Applies pending migrations (serialised across processes by sqlx's advisory
 /// lock). The roles migration runs as the connecting user (the one that
@@ -37,9 +100,18 @@ const LEGACY_ROLES_MIGRATION: i64 = 16;
 /// by authority (`ledger_distribute()`; idempotent, so tables a later
 /// migration adds are distributed by the next run).
 pub async fn migrate(pool: &PgPool) -> Result<(), DbError> {
+    again_after_a_clash(pool, migrate_once).await
+}
+
+/// Runs `once`, and again (up to five times in all) while it fails on what
+/// a migration of another database of the cluster did at the same moment.
+async fn again_after_a_clash(
+    pool: &PgPool,
+    once: impl AsyncFn(&PgPool) -> Result<(), DbError>,
+) -> Result<(), DbError> {
     let mut attempt = 1;
     loop {
-        match migrate_once(pool).await {
+        match once(pool).await {
             Err(e) if attempt < 5 && clashed_with_another_database(&e) => {
                 tracing::info!(error = %e, attempt, "a migration met another database's, on the same cluster; running it again");
                 tokio::time::sleep(std::time::Duration::from_millis(100 * attempt)).await;
@@ -103,16 +175,22 @@ async fn migrate_once(pool: &PgPool) -> Result<(), DbError> {
         conn.close().await?;
         return Ok(());
     }
+    let holds = |version: i64| applied.iter().any(|(v, _)| *v == version);
     let legacy = applied.iter().any(|(v, _)| known(&LEGACY_MIGRATOR, *v));
-    let baseline_recorded = applied.iter().any(|(v, _)| *v == BASELINE);
-    if legacy && !baseline_recorded {
-        run_chain(&mut conn, &LEGACY_MIGRATOR, LEGACY_ROLES_MIGRATION, false).await?;
-        record_baseline(&mut conn).await?;
+    if legacy {
+        // Each stretch the database has not finished (it holds some of it,
+        // or of a stretch before it), then the baseline that replaced it.
+        for stretch in STRETCHES.iter().filter(|s| !holds(s.replaced_by)) {
+            // What a database holds of the stretches before this one stays
+            // on record; this stretch does not know it.
+            let chain = migrator_for(&mut conn, stretch.migrations(stretch.last), true).await?;
+            run_chain(&mut conn, &chain, stretch.roles, None).await?;
+            record(&mut conn, &stretch.baseline()).await?;
+        }
     }
     // The legacy rows stay on record; this chain does not know them.
-    let mut current = Migrator::with_migrations(MIGRATOR.iter().cloned().collect());
-    current.set_ignore_missing(legacy);
-    run_chain(&mut conn, &current, ROLES_MIGRATION, true).await?;
+    let current = migrator_for(&mut conn, MIGRATOR.iter().cloned().collect(), legacy).await?;
+    run_chain(&mut conn, &current, ROLES_MIGRATION, Some(applied.len())).await?;
     conn.close().await?;
     Ok(())
 }
@@ -197,26 +275,66 @@ async fn versioned_current(conn: &mut PgConnection) -> Result<bool, sqlx::Error>
         }))
 }
 
-/// Brings a database made before the baseline to legacy migration `version`
-/// (and no further), as `migrate` would have then: for tests of upgrades.
+/// Brings an empty database to legacy migration `version` (and no
+/// further) as `migrate` would have made a new database then: the stretch
+/// that holds `version` from its first migration (from 0031, the earlier
+/// baseline, for a version after it), the functions' files applied from
+/// 0041 on, and on Citus the tables distributed. For tests of upgrades.
+///
+/// # Panics
+///
+/// When `version` is not a legacy migration.
 #[doc(hidden)]
 pub async fn migrate_legacy_to(pool: &PgPool, version: i64) -> Result<(), DbError> {
+    again_after_a_clash(pool, async |pool: &PgPool| {
+        migrate_legacy_once(pool, version).await
+    })
+    .await
+}
+
+async fn migrate_legacy_once(pool: &PgPool, version: i64) -> Result<(), DbError> {
+    let stretch = STRETCHES
+        .into_iter()
+        .find(|s| (s.first..=s.last).contains(&version))
+        .unwrap_or_else(|| panic!("{version} is not a legacy migration"));
     let mut conn = pool.acquire().await?.detach();
-    let chain = Migrator::with_migrations(
-        LEGACY_MIGRATOR
-            .iter()
-            .filter(|m| m.version <= version)
-            .cloned()
-            .collect(),
-    );
-    if version < LEGACY_ROLES_MIGRATION {
+    let chain = migrator_for(&mut conn, stretch.migrations(version), true).await?;
+    if version < stretch.roles {
         // Before the roles, everything ran as the login.
         chain.run(&mut conn).await?;
     } else {
-        run_chain(&mut conn, &chain, LEGACY_ROLES_MIGRATION, false).await?;
+        let functions = (version >= FUNCTION_SOURCES).then_some(0);
+        run_chain(&mut conn, &chain, stretch.roles, functions).await?;
     }
     conn.close().await?;
     Ok(())
+}
+
+/// `migrations` to run on the database `conn` is connected to. On Citus
+/// each runs its statements one by one ([`statements::one_by_one`]): Citus
+/// sends a statement on a distributed table to the workers by its text,
+/// which must be that one statement, and 0034 and 0040 change distributed
+/// tables outside a block. Each is recorded under its file's checksum all
+/// the same.
+async fn migrator_for(
+    conn: &mut PgConnection,
+    migrations: Vec<Migration>,
+    ignore_missing: bool,
+) -> Result<Migrator, sqlx::Error> {
+    let citus = !Backend::detect(&mut *conn).await?.local_tables;
+    let mut migrator = Migrator::with_migrations(if citus {
+        migrations
+            .into_iter()
+            .map(|mut m| {
+                m.sql = sqlx::AssertSqlSafe(statements::one_by_one(m.sql.as_str())).into_sql_str();
+                m
+            })
+            .collect()
+    } else {
+        migrations
+    });
+    migrator.set_ignore_missing(ignore_missing);
+    Ok(migrator)
 }
 
 fn known(migrator: &Migrator, version: i64) -> bool {
@@ -239,13 +357,31 @@ async fn applied(conn: &mut PgConnection) -> Result<Vec<(i64, Vec<u8>)>, sqlx::E
 /// On Citus: the tables distributed by authority, the engine steps
 /// delegated to the worker holding each authority's shards (migration
 /// 0033), and each node's copies of the steps that name its shards (0039).
+/// A database on its way through the legacy chain is given what its
+/// migrations have made of these (as `migrate` did at its version): none
+/// before 0019, the tables from 0019, the delegation from 0033.
 async fn distribute(conn: &mut PgConnection) -> Result<(), DbError> {
+    let made = async |conn: &mut PgConnection, function: &str| {
+        sqlx::query_scalar::<_, bool>("select to_regproc($1) is not null")
+            .bind(function)
+            .fetch_one(conn)
+            .await
+    };
+    if !made(&mut *conn, "ledger_distribute").await? {
+        return Ok(());
+    }
     sqlx::query("select ledger_distribute()")
         .execute(&mut *conn)
         .await?;
+    if !made(&mut *conn, "ledger_delegate_engine_steps").await? {
+        return Ok(());
+    }
     sqlx::query("select ledger_delegate_engine_steps()")
         .execute(&mut *conn)
         .await?;
+    if !made(&mut *conn, "ledger_make_shard_steps_here").await? {
+        return Ok(());
+    }
     // Each node's copies of the steps that name its shards (0039). A node
     // that fails keeps what it had: its groups run the steps as they are
     // (or its old copies, which refuse where their shards have left) until
@@ -261,10 +397,11 @@ async fn distribute(conn: &mut PgConnection) -> Result<(), DbError> {
     Ok(())
 }
 
-/// Records the baseline's migrations as applied to a database that finished
-/// the legacy chain: it holds their schema already.
-async fn record_baseline(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
-    for m in MIGRATOR.iter().filter(|m| m.version <= BASELINE) {
+/// Records a baseline's migrations as applied to a database that finished
+/// the stretch of the legacy chain it replaced: it holds their schema
+/// already.
+async fn record(conn: &mut PgConnection, baseline: &[Migration]) -> Result<(), sqlx::Error> {
+    for m in baseline {
         sqlx::query(
             "insert into _sqlx_migrations (version, description, success, checksum, execution_time)
              values ($1, $2, true, $3, 0)
@@ -284,13 +421,16 @@ async fn record_baseline(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
 
 /// Runs `migrator` to its end: up to `roles_version` as the login, the rest
 /// as the owner (with the engine's role granted meanwhile), then, when
-/// `with_functions`, the functions' files ([`super::functions::apply`]),
-/// then distributes on Citus.
+/// `functions` is given, the functions' files ([`super::functions::apply`]):
+/// every file when the database now holds more migrations than that
+/// number (a migration ran, here or in an earlier chain of this migrate,
+/// and may have replaced a function a file holds), else those whose text
+/// it does not hold; then distributes on Citus.
 async fn run_chain(
     conn: &mut PgConnection,
     migrator: &Migrator,
     roles_version: i64,
-    with_functions: bool,
+    functions: Option<usize>,
 ) -> Result<(), DbError> {
     migrator.run_to(roles_version, &mut *conn).await?;
     let may_act_as_owner: bool = sqlx::query_scalar(
@@ -322,16 +462,15 @@ async fn run_chain(
             .execute(&mut *conn)
             .await?;
     }
-    // The migrations' own notices are not the operator's: the baseline
-    // (0032, never to be edited) grants the engine a usage on the schema
+    // The migrations' own notices are not the operator's: the earlier
+    // baseline (0032, never to be edited) grants the engine a usage on the schema
     // it already has, which every first start printed as a WARN ('no
     // privileges were granted for "public"'). Errors still stop it.
     sqlx::raw_sql("set client_min_messages = error")
         .execute(&mut *conn)
         .await?;
-    let before = applied(&mut *conn).await?.len();
     let mut ran = migrator.run(&mut *conn).await.map_err(DbError::from);
-    if ran.is_ok() && with_functions {
+    if let (true, Some(before)) = (ran.is_ok(), functions) {
         // Every file again after a versioned migration ran (it may have
         // replaced a function its file holds); otherwise the changed ones.
         let all = applied(&mut *conn).await?.len() != before;

@@ -57,6 +57,7 @@ pub mod principals;
 pub mod recovery;
 pub mod resolutions;
 pub mod roles;
+pub mod statements;
 pub mod submissions;
 pub mod txn;
 pub mod verify;

@@ -149,7 +149,8 @@ pub const ENGINE: &str = "ledger_engine";
 /// lands inside another's migrations. Returns the grantee to pass to
 /// [`engine_without_member`], or `None` when there is nothing to undo (a
 /// superuser acts as any role; a login that may not create the role leaves it
-/// to migration 0030 to say what an administrator runs).
+/// to the migration that needs it, the baseline 0043 or 0030 and later in the
+/// legacy chain, to say what an administrator runs).
 pub async fn engine_member_while_migrating(
     conn: &mut PgConnection,
     grantee: &str,
@@ -215,7 +216,8 @@ pub async fn engine_member_while_migrating(
     .await;
     match granted {
         Ok(_) => Ok(Some(grantee.to_owned())),
-        // No admin option on a role an administrator created: 0030 says what to run.
+        // No admin option on a role an administrator created: the migration
+        // that needs it (0043) says what to run.
         Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42501") => Ok(None),
         // Granted at this moment by a process migrating another database of
         // the cluster (roles are the cluster's; the advisory lock is the

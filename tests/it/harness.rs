@@ -549,6 +549,24 @@ pub(crate) async fn empty_database() -> (String, PgPool) {
     (url, pool)
 }
 
+/// A fresh, empty database of the tests' backend, as an operator prepares
+/// one for its first `migrate`: on Citus (`TEST_CITUS=1`) made on every
+/// node with the extension and the workers added, else
+/// [`empty_database`]. Its URL and a pool.
+pub(crate) async fn empty_ledger_database() -> (String, PgPool) {
+    if !citus() {
+        return empty_database().await;
+    }
+    let name = format!("cl_empty_{}", uuid::Uuid::now_v7().simple());
+    wait_for_the_reaper().await;
+    dropped_after_this_test(&name);
+    on_every_node(&format!("create database {name}")).await;
+    make_citus_database(&name).await;
+    let url = url_for(&name);
+    let pool = db::connect(&url, 5).await.unwrap();
+    (url, pool)
+}
+
 /// Serves `state` on an ephemeral loopback port until the test ends.
 pub(crate) async fn serve_state(state: AppState) -> std::net::SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -2,7 +2,7 @@
 # 0034 (the immutable columns' rules checked once, at insert) A/B on one
 # PostgreSQL: A is a database migrated to 0034 and put back as 0033 left it
 # (before_0034 below: the baseline's commands_guard and the CHECK constraints
-# 0034 dropped, read from migrations/0032_baseline.sql), B the same database
+# 0034 dropped, read from migrations/legacy/0032_baseline.sql), B the same database
 # as 0034 leaves it; one binary for both.
 #
 #   ab.sh <url of a superuser's maintenance database, e.g. postgres://postgres@127.0.0.1:5499/postgres> [rounds]
@@ -20,7 +20,7 @@ admin="$1"; rounds="${2:-6}"
 base="${admin%/*}"
 bin="$root/target/release"
 before_0034() { # the SQL that puts a 0034 database back as 0033 left it
-    python3 - "$root/migrations/0032_baseline.sql" "$root/migrations/0034_immutables_at_insert.sql" <<'PY'
+    python3 - "$root/migrations/legacy/0032_baseline.sql" "$root/migrations/legacy/0034_immutables_at_insert.sql" <<'PY'
 import re, sys
 baseline, m0034 = open(sys.argv[1]).read(), open(sys.argv[2]).read()
 start = baseline.index("CREATE FUNCTION public.commands_guard()")
