@@ -71,11 +71,13 @@ pub(super) async fn kill_campaign(
     (results, report)
 }
 
-/// Every 300 ms until stopped: up to two pending commands left `prepared`
-/// under the current generation, and that generation's lease lapsed, in one
+/// Until stopped: up to two pending commands left `prepared` under the
+/// current generation, and that generation's lease lapsed, in one
 /// transaction: what a custodian of an earlier release that died between its
 /// claim and its start left. The custodian's next heartbeat takes the next
-/// generation and adopts them (crossing CP1), and starts them once.
+/// generation and adopts them (crossing CP1), and starts them once. Asked
+/// every 20 ms until a pending command is found (the custodian claims each
+/// within milliseconds), then left 300 ms for the adoption.
 fn leave_prepared(
     pool: sqlx::PgPool,
 ) -> (
@@ -86,16 +88,20 @@ fn leave_prepared(
     let stopping = Arc::clone(&stop);
     let task = tokio::spawn(async move {
         while !stopping.load(std::sync::atomic::Ordering::Relaxed) {
-            let _ = leave_two_prepared(&pool).await;
-            tokio::time::sleep(Duration::from_millis(300)).await;
+            let pause = match leave_two_prepared(&pool).await {
+                Ok(true) => 300,
+                _ => 20,
+            };
+            tokio::time::sleep(Duration::from_millis(pause)).await;
         }
     });
     (stop, task)
 }
 
-async fn leave_two_prepared(pool: &sqlx::PgPool) -> Result<(), sqlx::Error> {
+/// One round of [`leave_prepared`]: whether it left any.
+async fn leave_two_prepared(pool: &sqlx::PgPool) -> Result<bool, sqlx::Error> {
     let mut tx = pool.begin().await?;
-    sqlx::query(
+    let left = sqlx::query(
         "update commands c set state = 'prepared', authority_generation = a.generation
          from authorities a
          where a.id = 'payments' and c.authority_id = 'payments' and c.id in (
@@ -103,11 +109,15 @@ async fn leave_two_prepared(pool: &sqlx::PgPool) -> Result<(), sqlx::Error> {
              order by id limit 2 for update skip locked)",
     )
     .execute(&mut *tx)
-    .await?;
-    sqlx::query("update authorities set lease_expires_at = now() where id = 'payments'")
-        .execute(&mut *tx)
-        .await?;
-    tx.commit().await
+    .await?
+    .rows_affected();
+    if left > 0 {
+        sqlx::query("update authorities set lease_expires_at = now() where id = 'payments'")
+            .execute(&mut *tx)
+            .await?;
+    }
+    tx.commit().await?;
+    Ok(left > 0)
 }
 
 pub(super) fn print_table(results: &[PointResult], check: &Check) {

@@ -439,6 +439,17 @@ pub(super) async fn client_load(
                         .unwrap()
                         .insert(format!("{VANISHED}{key}"), String::new());
                 }
+                // Over the principal's rate limit: nothing was recorded;
+                // wait as told, as a client does, and send the key again.
+                Ok(r) if r.status() == 429 => {
+                    let wait = r
+                        .headers()
+                        .get("retry-after")
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(|v| v.parse::<u64>().ok())
+                        .map_or(Duration::from_millis(200), Duration::from_secs);
+                    tokio::time::sleep(wait.min(Duration::from_secs(2))).await;
+                }
                 Ok(r) if r.status().is_client_error() => {
                     panic!("unexpected {} for {key}", r.status())
                 }
