@@ -1830,6 +1830,13 @@ CREATE FUNCTION public.ledger_start_prepared(p_authority text, p_holder text, p_
     SET search_path TO 'public', 'pg_temp'
     AS $$
 begin
+    -- Citus gives a worker's copy of a function EXECUTE for PUBLIC
+    -- whatever the coordinator's allows, and a call there runs as its
+    -- owner: only a custodian's session may go on.
+    if not pg_has_role(session_user, 'ledger_custodian', 'member') then
+        raise exception 'permission denied: only ledger_custodian starts prepared commands'
+            using errcode = '42501';
+    end if;
     return query
     with lease as materialized (
         -- Shared lock: a takeover of the lease waits until this commits.
@@ -4468,13 +4475,6 @@ GRANT ALL ON FUNCTION public.ledger_remember_coalesced(p_authority_id text, p_sc
 --
 
 REVOKE ALL ON FUNCTION public.ledger_shard_groups_here(OUT shardid bigint, OUT lo integer, OUT hi integer, OUT shards jsonb) FROM PUBLIC;
-
---
--- Name: FUNCTION ledger_start_prepared(p_authority text, p_holder text, p_limit integer); Type: ACL; Schema: public; Owner: -
---
-
-REVOKE ALL ON FUNCTION public.ledger_start_prepared(p_authority text, p_holder text, p_limit integer) FROM PUBLIC;
-GRANT ALL ON FUNCTION public.ledger_start_prepared(p_authority text, p_holder text, p_limit integer) TO ledger_custodian;
 
 --
 -- Name: FUNCTION prune_authority(p_authority text, older_than interval, max_rows integer); Type: ACL; Schema: public; Owner: -

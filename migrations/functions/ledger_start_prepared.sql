@@ -14,6 +14,13 @@ CREATE OR REPLACE FUNCTION public.ledger_start_prepared(p_authority text, p_hold
  SET search_path TO 'public', 'pg_temp'
 AS $function$
 begin
+    -- Citus gives a worker's copy of a function EXECUTE for PUBLIC
+    -- whatever the coordinator's allows, and a call there runs as its
+    -- owner: only a custodian's session may go on.
+    if not pg_has_role(session_user, 'ledger_custodian', 'member') then
+        raise exception 'permission denied: only ledger_custodian starts prepared commands'
+            using errcode = '42501';
+    end if;
     return query
     with lease as materialized (
         -- Shared lock: a takeover of the lease waits until this commits.
@@ -51,5 +58,8 @@ $function$
 comment on function ledger_start_prepared(p_authority text, p_holder text, p_limit integer) is
     'Custodian step: up to p_limit prepared commands of p_authority bound to the generation p_holder leases (adopted, or left by another writer) moved to effect_started, or to expired when their deadline passed. Returns the rows as they now are. Fenced by the lease row held for share; no effect starts before it commits.';
 
-revoke all on function ledger_start_prepared(p_authority text, p_holder text, p_limit integer) from public;
-grant execute on function ledger_start_prepared(p_authority text, p_holder text, p_limit integer) to ledger_custodian;
+-- Anyone may call it; it refuses every session but a custodian's (above).
+-- A revoke would not hold on Citus: a worker's copy made when the tables
+-- are first distributed gets EXECUTE for PUBLIC whatever the coordinator's
+-- allows, so a fresh cluster and an upgraded one would differ.
+grant execute on function ledger_start_prepared(p_authority text, p_holder text, p_limit integer) to public;

@@ -693,3 +693,52 @@ async fn on_citus_a_worker_that_lets_anyone_execute_the_steps_still_runs_them_fo
     assert_eq!(started[0].id, live);
     custodian.close().await;
 }
+
+/// `ledger_start_prepared` may be called by anyone (a Citus worker's copy
+/// would let anyone anyway) and refuses every session but a custodian's:
+/// the API's, the inspector's and retention's get 42501 and move nothing.
+#[tokio::test]
+async fn only_a_custodian_starts_prepared_commands() {
+    let (_url, admin) = fresh_database().await;
+    let (_principal, live, _done) = seed(&admin).await;
+    sqlx::query(
+        "insert into authorities (id, generation, lease_holder, lease_expires_at) \
+         values ('payments', 1, 'holder', now() + interval '1 minute') \
+         on conflict (id) do update set lease_holder = 'holder', \
+             lease_expires_at = now() + interval '1 minute'",
+    )
+    .execute(&admin)
+    .await
+    .unwrap();
+    sqlx::query(
+        "update commands set state = 'prepared', authority_generation = \
+             (select generation from authorities where id = 'payments') where id = $1",
+    )
+    .bind(live)
+    .execute(&admin)
+    .await
+    .unwrap();
+    for role in [
+        ServiceRole::Api,
+        ServiceRole::Inspector,
+        ServiceRole::Retention,
+    ] {
+        let err = sqlx::query("select ledger_start_prepared('payments', 'holder', 10)")
+            .execute(&as_role(&admin, role))
+            .await
+            .expect_err("a service role other than the custodian's");
+        assert_eq!(sqlstate(&err), "42501", "{role:?}: {err}");
+    }
+    let state: String = sqlx::query_scalar("select state from commands where id = $1")
+        .bind(live)
+        .fetch_one(&admin)
+        .await
+        .unwrap();
+    assert_eq!(state, "prepared");
+    let started: Vec<String> =
+        sqlx::query_scalar("select state from ledger_start_prepared('payments', 'holder', 10)")
+            .fetch_all(&as_role(&admin, ServiceRole::Custodian))
+            .await
+            .unwrap();
+    assert_eq!(started, ["effect_started"]);
+}
