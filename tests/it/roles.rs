@@ -701,20 +701,21 @@ async fn on_citus_a_worker_that_lets_anyone_execute_the_steps_still_runs_them_fo
 async fn only_a_custodian_starts_prepared_commands() {
     let (_url, admin) = fresh_database().await;
     let (_principal, live, _done) = seed(&admin).await;
-    sqlx::query(
-        "insert into authorities (id, generation, lease_holder, lease_expires_at) \
-         values ('payments', 1, 'holder', now() + interval '1 minute') \
-         on conflict (id) do update set lease_holder = 'holder', \
-             lease_expires_at = now() + interval '1 minute'",
+    let lease = command_ledger::db::authorities::acquire(
+        &admin,
+        "payments",
+        "holder",
+        std::time::Duration::from_secs(60),
     )
-    .execute(&admin)
     .await
-    .unwrap();
+    .unwrap()
+    .expect("the lease");
     sqlx::query(
-        "update commands set state = 'prepared', authority_generation = \
-             (select generation from authorities where id = 'payments') where id = $1",
+        "update commands set state = 'prepared', authority_generation = $2 \
+         where authority_id = 'payments' and id = $1",
     )
     .bind(live)
+    .bind(lease.generation)
     .execute(&admin)
     .await
     .unwrap();
