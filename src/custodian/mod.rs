@@ -124,7 +124,7 @@ pub struct Custodian {
     recovery: recovery::Recovery,
     /// When a turn last started the prepared rows of every leased authority
     /// (`None`: never).
-    last_stale_pass: Mutex<Option<std::time::Instant>>,
+    last_prepared_pass: Mutex<Option<std::time::Instant>>,
     /// Where the next per-authority claim round starts, so that a
     /// round that reaches its limit early does not always favour the same
     /// authorities.
@@ -161,7 +161,7 @@ impl Custodian {
             unrecorded: Mutex::new(Vec::new()),
             stats: Arc::new(Stats::default()),
             actor,
-            last_stale_pass: Mutex::new(None),
+            last_prepared_pass: Mutex::new(None),
             claim_turn: std::sync::atomic::AtomicUsize::new(0),
         }
     }
@@ -226,8 +226,8 @@ impl Custodian {
     /// authority, not only those an adoption left: the first time, then once
     /// per half lease TTL, not on every turn: that pass walks the in-flight
     /// table.
-    pub(crate) fn stale_pass_due(&self) -> bool {
-        let mut last = self.last_stale_pass.lock().expect("stale pass lock");
+    pub(crate) fn prepared_pass_due(&self) -> bool {
+        let mut last = self.last_prepared_pass.lock().expect("prepared pass lock");
         let now = std::time::Instant::now();
         let due = last.is_none_or(|at| now.duration_since(at) >= self.config.lease_ttl / 2);
         if due {

@@ -115,7 +115,7 @@ impl Custodian {
         limit: i64,
         report: &mut StepReport,
     ) -> Result<Vec<Started>, CustodianError> {
-        let every = self.stale_pass_due();
+        let every = self.prepared_pass_due();
         let mut started = self.start_prepared_of(every, limit, report).await;
         let room = limit - started.done.len() as i64;
         let claimed = self.claim_start(room, report).await;
@@ -176,21 +176,15 @@ impl Custodian {
             let step = self
                 .start(Start::Prepared(authority), remaining, report)
                 .await;
-            match &step {
-                // As many as asked: more may wait.
-                Ok(moved) if moved.len() as i64 == remaining => {
-                    self.prepared_due
-                        .lock()
-                        .expect("prepared_due lock")
-                        .insert(authority.clone());
-                }
-                Ok(_) => {}
-                Err(_) => {
-                    self.prepared_due
-                        .lock()
-                        .expect("prepared_due lock")
-                        .insert(authority.clone());
-                }
+            // Failed, or as many as asked (more may wait): the next turn again.
+            if step
+                .as_ref()
+                .map_or(true, |moved| moved.len() as i64 == remaining)
+            {
+                self.prepared_due
+                    .lock()
+                    .expect("prepared_due lock")
+                    .insert(authority.clone());
             }
             rows.add(step);
         }
