@@ -1462,22 +1462,14 @@ CREATE FUNCTION public.ledger_make_shard_steps_here() RETURNS integer
     SET search_path TO 'public', 'pg_temp'
     AS $_$
 declare
-    tables constant text[] := array['commands', 'command_history', 'command_queue', 'command_in_flight',
-                                    'ledger_counts_by_authority', 'authorities'];
     steps constant text[] := array['ledger_claim_start_authority', 'ledger_record_outcomes'];
     here integer := (select l.groupid from pg_dist_local_group l);
     g record;
-    t text;
     step text;
-    def text;
-    head text;
-    body text;
-    at_body integer;
-    guard text;
     copy text;
-    wanted text[] := '{}';
+    made_oid regprocedure;
+    made regprocedure[] := '{}';
     old regprocedure;
-    made integer := 0;
 begin
     if not exists (select 1 from pg_extension where extname = 'citus') then
         raise exception 'ledger_make_shard_steps_here() needs Citus' using errcode = 'CL013';
@@ -1486,40 +1478,24 @@ begin
     perform pg_advisory_xact_lock(hashtext('ledger_make_shard_steps'));
     perform set_config('citus.enable_ddl_propagation', 'off', true);
     for g in select * from ledger_shard_groups_here() loop
-        guard := format($guard$
-        -- A copy of the step for the shards of commands %1$s (0039):
-        -- the authority hashes into them, a write through Citus holds
-        -- the group's shard metadata lock until commit (no move of the
-        -- group completes meanwhile), and the placement is still here.
-        if worker_hash(p_authority) not between %2$s and %3$s then
-            raise exception 'authority %% is not in shard %1$s', p_authority using errcode = 'CL015';
-        end if;
-        delete from command_in_flight f
-        where f.authority_id = p_authority and f.id = '00000000-0000-0000-0000-000000000000'::uuid;
-        if not exists (select 1 from pg_dist_placement p where p.shardid = %1$s and p.groupid = %4$s) then
-            raise exception 'shard %1$s has left this node' using errcode = 'CL015';
-        end if;
-$guard$, g.shardid, g.lo, g.hi, here);
         foreach step in array steps loop
-            def := pg_get_functiondef(to_regproc('public.' || step));
-            at_body := strpos(def, E'\nAS $function$');
-            head := left(def, at_body);
-            body := substr(def, at_body + 1);
             copy := step || '_s' || g.shardid;
-            head := replace(head, 'FUNCTION public.' || step || '(', 'FUNCTION public.' || copy || '(');
-            foreach t in array tables loop
-                body := regexp_replace(body, '\m' || t || '\M', g.shards ->> t, 'g');
+            -- A copy of another signature (the step's changed) goes first.
+            for old in
+                select p.oid::regprocedure from pg_proc p
+                where p.pronamespace = 'public'::regnamespace and p.proname = copy
+                  and pg_get_function_identity_arguments(p.oid)
+                      <> pg_get_function_identity_arguments(to_regproc('public.' || step))
+            loop
+                execute format('drop function %s', old);
             end loop;
-            body := ledger_history_ids_drawn(body, g.shards ->> 'command_history');
-            -- The guard opens the body, before its first statement.
-            body := regexp_replace(body, E'\n(\\s*)begin\n', E'\n\\1begin\n' || guard);
-            execute head || body;
-            execute format('alter function %s owner to ledger_engine', to_regproc('public.' || copy)::regprocedure);
-            execute format('revoke all on function %s from public', to_regproc('public.' || copy)::regprocedure);
-            execute format('grant execute on function %s to ledger_custodian',
-                           to_regproc('public.' || copy)::regprocedure);
-            wanted := wanted || copy;
-            made := made + 1;
+            execute ledger_shard_step_copy(pg_get_functiondef(to_regproc('public.' || step)), step,
+                                           g.shardid, g.lo, g.hi, g.shards, here);
+            made_oid := to_regproc('public.' || copy)::regprocedure;
+            execute format('alter function %s owner to ledger_engine', made_oid);
+            execute format('revoke all on function %s from public', made_oid);
+            execute format('grant execute on function %s to ledger_custodian', made_oid);
+            made := made || made_oid;
         end loop;
     end loop;
     -- The copies of groups no longer (wholly) here.
@@ -1527,11 +1503,11 @@ $guard$, g.shardid, g.lo, g.hi, here);
         select p.oid::regprocedure from pg_proc p
         where p.pronamespace = 'public'::regnamespace
           and p.proname ~ '^ledger_(claim_start_authority|record_outcomes)_s[0-9]+$'
-          and p.proname <> all (wanted)
+          and p.oid::regprocedure <> all (made)
     loop
         execute format('drop function %s', old);
     end loop;
-    return made;
+    return cardinality(made);
 end;
 $_$;
 
@@ -1539,7 +1515,7 @@ $_$;
 -- Name: FUNCTION ledger_make_shard_steps_here(); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.ledger_make_shard_steps_here() IS 'On a node of a Citus cluster: makes (or refreshes) this node''s copies of the engine steps that name the shards of each group of commands placed here (ledger_claim_start_authority_s<shard>, ledger_record_outcomes_s<shard>; 0039), and drops the copies of groups no longer here. Returns how many copies it made. Run on every node by `command-ledger migrate`, as the owner while it is a member of ledger_engine.';
+COMMENT ON FUNCTION public.ledger_make_shard_steps_here() IS 'On a node of a Citus cluster: makes (or refreshes) this node''s copies of the engine steps that name the shards of each group of commands placed here (ledger_claim_start_authority_s<shard>, ledger_record_outcomes_s<shard>; 0039), each as ledger_shard_step_copy() makes it from the step today, and drops the copies of groups no longer here. Returns how many copies it made. Run on every node by `command-ledger migrate`, as the owner while it is a member of ledger_engine.';
 
 --
 -- Name: ledger_reason(); Type: FUNCTION; Schema: public; Owner: -
@@ -1793,6 +1769,134 @@ $$;
 COMMENT ON FUNCTION public.ledger_shard_groups_here(OUT shardid bigint, OUT lo integer, OUT hi integer, OUT shards jsonb) IS 'On a node of a Citus cluster: each group of the engine steps'' tables whose shards are all placed here, by its shard of commands, with its hash range and its shards'' names by table (0039).';
 
 --
+-- Name: ledger_shard_step_copies_current(bigint); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ledger_shard_step_copies_current(p_shard bigint) RETURNS boolean
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+declare
+    steps constant text[] := array['ledger_claim_start_authority', 'ledger_record_outcomes'];
+    here integer := (select l.groupid from pg_dist_local_group l);
+    g record;
+    step text;
+    copies oid[];
+begin
+    select * into g from ledger_shard_groups_here() h where h.shardid = p_shard;
+    if not found then
+        return false;
+    end if;
+    foreach step in array steps loop
+        copies := array(select p.oid from pg_proc p
+                        where p.pronamespace = 'public'::regnamespace and p.proname = step || '_s' || p_shard);
+        -- One copy, whose definition is what the step makes of it today.
+        if cardinality(copies) <> 1
+           or md5(pg_get_functiondef(copies[1]))
+              <> md5(ledger_shard_step_copy(pg_get_functiondef(to_regproc('public.' || step)), step,
+                                            g.shardid, g.lo, g.hi, g.shards, here)) then
+            return false;
+        end if;
+    end loop;
+    return true;
+end;
+$$;
+
+--
+-- Name: FUNCTION ledger_shard_step_copies_current(p_shard bigint); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ledger_shard_step_copies_current(p_shard bigint) IS 'On a node of a Citus cluster: whether the shard group of commands shard p_shard is placed here and both copies of the engine steps that name its shards are what ledger_shard_step_copy() makes of the steps today (0039): none missing, none made from another text of a step. A custodian runs a group''s copies only then, and the steps as they are otherwise.';
+
+--
+-- Name: ledger_shard_step_copy(text, text, bigint, integer, integer, jsonb, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ledger_shard_step_copy(p_def text, p_step text, p_shardid bigint, p_lo integer, p_hi integer, p_shards jsonb, p_here integer) RETURNS text
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $_$
+declare
+    at_body integer := strpos(p_def, E'\nAS $function$');
+    named constant text := 'FUNCTION public.' || p_step || '(';
+    history constant text := p_shards ->> 'command_history';
+    head text;
+    body text;
+    t text;
+    inserts integer;
+    drawn integer;
+    guard text;
+begin
+    -- Each substitution below either applies as the copy needs or raises:
+    -- a copy made from a text it does not fit would run without its guard,
+    -- under another name, or through Citus for a table it missed.
+    if at_body = 0 then
+        raise exception 'the definition of % has no body in $function$ quotes', p_step using errcode = 'CL016';
+    end if;
+    head := left(p_def, at_body);
+    body := substr(p_def, at_body + 1);
+    -- The name, once in the head (else the copy would replace the step).
+    if (length(head) - length(replace(head, named, ''))) / length(named) <> 1 then
+        raise exception 'the head of % does not name it once: %', p_step, head using errcode = 'CL016';
+    end if;
+    head := replace(head, named, 'FUNCTION public.' || p_step || '_s' || p_shardid || '(');
+    -- Every table of the group the body names (outside its comments), by
+    -- its shard here.
+    for t in
+        select c.relname::text from pg_dist_partition d join pg_class c on c.oid = d.logicalrelid
+        where c.relnamespace = 'public'::regnamespace
+          and d.colocationid = (select colocationid from pg_dist_partition where logicalrelid = 'commands'::regclass)
+          and not p_shards ? c.relname::text
+    loop
+        if regexp_replace(body, '--[^\n]*', '', 'g') ~ ('\m' || t || '\M') then
+            raise exception '% names %, a table of its shard group that the copies do not name by shard', p_step, t
+                using errcode = 'CL016';
+        end if;
+    end loop;
+    for t in select jsonb_object_keys(p_shards) loop
+        body := regexp_replace(body, '\m' || t || '\M', p_shards ->> t, 'g');
+    end loop;
+    -- Every insert into the history's shard gives the id (it has no default).
+    body := ledger_history_ids_drawn(body, history);
+    inserts := (select count(*) from regexp_matches(body, 'insert\s+into\s+' || history || '\M', 'gi'));
+    drawn := (select count(*) from regexp_matches(body, 'insert into ' || history || ' \(id, authority_id,', 'g'));
+    if inserts <> drawn then
+        raise exception '% inserts into the history % times, % of them in the form whose id the copy draws', p_step, inserts, drawn
+            using errcode = 'CL016';
+    end if;
+    -- The guard opens the body, before its first statement: the authority
+    -- hashes into the group, a write through Citus holds the group's shard
+    -- metadata lock until commit (no move of the group completes
+    -- meanwhile), and the placement is still here.
+    guard := format($guard$
+        -- A copy of the step for the shards of commands %1$s (0039):
+        -- the authority hashes into them, a write through Citus holds
+        -- the group's shard metadata lock until commit (no move of the
+        -- group completes meanwhile), and the placement is still here.
+        if worker_hash(p_authority) not between %2$s and %3$s then
+            raise exception 'authority %% is not in shard %1$s', p_authority using errcode = 'CL015';
+        end if;
+        delete from command_in_flight f
+        where f.authority_id = p_authority and f.id = '00000000-0000-0000-0000-000000000000'::uuid;
+        if not exists (select 1 from pg_dist_placement p where p.shardid = %1$s and p.groupid = %4$s) then
+            raise exception 'shard %1$s has left this node' using errcode = 'CL015';
+        end if;
+$guard$, p_shardid, p_lo, p_hi, p_here);
+    if body !~ E'\n\\s*begin\n' then
+        raise exception 'the body of % has no line ''begin'' to open the guard after', p_step using errcode = 'CL016';
+    end if;
+    body := regexp_replace(body, E'\n(\\s*)begin\n', E'\n\\1begin\n' || guard);
+    return head || body;
+end;
+$_$;
+
+--
+-- Name: FUNCTION ledger_shard_step_copy(p_def text, p_step text, p_shardid bigint, p_lo integer, p_hi integer, p_shards jsonb, p_here integer); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ledger_shard_step_copy(p_def text, p_step text, p_shardid bigint, p_lo integer, p_hi integer, p_shards jsonb, p_here integer) IS 'On a node of a Citus cluster: the definition of the copy of engine step p_step (whose definition is p_def) that names the shards p_shards of the group of commands shard p_shardid (hash range p_lo..p_hi) on the node of group p_here, with its guard (0039). Raises (CL016) when a substitution does not fit the text. ledger_make_shard_steps_here() runs what it returns; a copy is current when its definition is what this returns today.';
+
+--
 -- Name: ledger_shard_steps_current(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -1801,11 +1905,11 @@ CREATE FUNCTION public.ledger_shard_steps_current() RETURNS boolean
     SET search_path TO 'public', 'pg_temp'
     AS $_$
 begin
-    -- Both copies of every group here, and no copy of a group elsewhere.
+    -- Both copies of every group here, each what its step makes today, and
+    -- no copy of a group elsewhere.
     return not exists (
                select 1 from ledger_shard_groups_here() g
-               where to_regprocedure(format('ledger_claim_start_authority_s%s(text,text,integer)', g.shardid)) is null
-                  or to_regprocedure(format('ledger_record_outcomes_s%s(text,bigint,jsonb)', g.shardid)) is null)
+               where not ledger_shard_step_copies_current(g.shardid))
        and not exists (
                select 1 from pg_proc p
                where p.pronamespace = 'public'::regnamespace
@@ -1819,7 +1923,7 @@ $_$;
 -- Name: FUNCTION ledger_shard_steps_current(); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.ledger_shard_steps_current() IS 'On a node of a Citus cluster: whether it holds both copies of the engine steps for every shard group here and none for a group elsewhere (0039); `command-ledger migrate` makes them again when a node says no.';
+COMMENT ON FUNCTION public.ledger_shard_steps_current() IS 'On a node of a Citus cluster: whether it holds both copies of the engine steps for every shard group here, each what ledger_shard_step_copy() makes of its step today, and none for a group elsewhere (0039); `command-ledger migrate` makes them again when a node says no.';
 
 --
 -- Name: ledger_start_prepared(text, text, integer); Type: FUNCTION; Schema: public; Owner: -
@@ -4475,6 +4579,12 @@ GRANT ALL ON FUNCTION public.ledger_remember_coalesced(p_authority_id text, p_sc
 --
 
 REVOKE ALL ON FUNCTION public.ledger_shard_groups_here(OUT shardid bigint, OUT lo integer, OUT hi integer, OUT shards jsonb) FROM PUBLIC;
+
+--
+-- Name: FUNCTION ledger_shard_step_copy(p_def text, p_step text, p_shardid bigint, p_lo integer, p_hi integer, p_shards jsonb, p_here integer); Type: ACL; Schema: public; Owner: -
+--
+
+REVOKE ALL ON FUNCTION public.ledger_shard_step_copy(p_def text, p_step text, p_shardid bigint, p_lo integer, p_hi integer, p_shards jsonb, p_here integer) FROM PUBLIC;
 
 --
 -- Name: FUNCTION prune_authority(p_authority text, older_than interval, max_rows integer); Type: ACL; Schema: public; Owner: -

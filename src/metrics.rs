@@ -75,6 +75,10 @@ pub struct CustodianStats {
     pub serialization_retries: AtomicU64,
     pub leases_acquired: AtomicU64,
     pub leases_lost: AtomicU64,
+    /// Where the shards live on other nodes: authorities whose engine steps
+    /// run as they are because the copies on their shards' node are not
+    /// current (a gauge).
+    pub stale_step_copies: std::sync::Arc<AtomicU64>,
     /// How long effects took, by kind and outcome.
     pub effect_latency: EffectLatency,
 }
@@ -201,6 +205,11 @@ pub fn custodian(e: &mut Exposition, s: &CustodianStats) {
             (&[("change", "acquired")], load(&s.leases_acquired)),
             (&[("change", "lost")], load(&s.leases_lost)),
         ],
+    );
+    e.gauge(
+        "ledger_step_copies_not_current",
+        "Authorities whose engine steps run as they are, slower, because the copies of the steps on the node holding their shards are missing or stale (a distributed database, until `command-ledger migrate` makes them again).",
+        &[(&[], load(&s.stale_step_copies))],
     );
     let latency = s.effect_latency.snapshot();
     let samples: Vec<_> = latency

@@ -5,11 +5,11 @@ CREATE OR REPLACE FUNCTION public.ledger_shard_steps_current()
  SET search_path TO 'public', 'pg_temp'
 AS $function$
 begin
-    -- Both copies of every group here, and no copy of a group elsewhere.
+    -- Both copies of every group here, each what its step makes today, and
+    -- no copy of a group elsewhere.
     return not exists (
                select 1 from ledger_shard_groups_here() g
-               where to_regprocedure(format('ledger_claim_start_authority_s%s(text,text,integer)', g.shardid)) is null
-                  or to_regprocedure(format('ledger_record_outcomes_s%s(text,bigint,jsonb)', g.shardid)) is null)
+               where not ledger_shard_step_copies_current(g.shardid))
        and not exists (
                select 1 from pg_proc p
                where p.pronamespace = 'public'::regnamespace
@@ -21,6 +21,6 @@ $function$
 ;
 
 comment on function ledger_shard_steps_current() is
-    'On a node of a Citus cluster: whether it holds both copies of the engine steps for every shard group here and none for a group elsewhere (0039); `command-ledger migrate` makes them again when a node says no.';
+    'On a node of a Citus cluster: whether it holds both copies of the engine steps for every shard group here, each what ledger_shard_step_copy() makes of its step today, and none for a group elsewhere (0039); `command-ledger migrate` makes them again when a node says no.';
 
 grant execute on function ledger_shard_steps_current() to public;

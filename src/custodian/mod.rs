@@ -149,9 +149,14 @@ impl Custodian {
             format!("recovery:{}", config.holder),
         )
         .for_authorities(config.authorities.clone());
+        let stats = Arc::new(Stats::default());
         Custodian {
             outcomes: crate::ledger::OutcomeWake::new(pool.clone(), backend),
-            cluster: crate::db::Cluster::for_steps(pool, backend),
+            cluster: crate::db::Cluster::for_steps(
+                pool,
+                backend,
+                Arc::clone(&stats.stale_step_copies),
+            ),
             config,
             recovery,
             effects,
@@ -159,7 +164,7 @@ impl Custodian {
             prepared_due: Mutex::new(BTreeSet::new()),
             limbo: Mutex::new(Vec::new()),
             unrecorded: Mutex::new(Vec::new()),
-            stats: Arc::new(Stats::default()),
+            stats,
             actor,
             last_prepared_pass: Mutex::new(None),
             claim_turn: std::sync::atomic::AtomicUsize::new(0),

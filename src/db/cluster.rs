@@ -6,6 +6,7 @@
 //! the steps there; it never sees a node, a pool to one or a copy.
 
 use sqlx::{PgExecutor, PgPool};
+use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use uuid::Uuid;
 
@@ -26,11 +27,12 @@ impl Cluster {
     /// For a custodian: each authority's engine steps go to the node holding
     /// its shards where the backend has them there
     /// ([`Backend::steps_on_shard_nodes`]), as that node's copies of the
-    /// steps when it has them.
-    pub fn for_steps(pool: PgPool, backend: Backend) -> Self {
+    /// steps when they are current there; `stale_copies` counts the
+    /// authorities whose node's copies are not.
+    pub fn for_steps(pool: PgPool, backend: Backend, stale_copies: Arc<AtomicU64>) -> Self {
         let placements = backend
             .steps_on_shard_nodes
-            .then(|| Placements::new(pool.clone()));
+            .then(|| Placements::counting_stale_copies(pool.clone(), stale_copies));
         Cluster {
             pool,
             backend,

@@ -131,6 +131,7 @@ fn clashed_with_another_database(e: &DbError) -> bool {
     let database = match e {
         DbError::Migrate(MigrateError::ExecuteMigration(sqlx::Error::Database(d), _)) => d,
         DbError::Sqlx(sqlx::Error::Database(d)) => d,
+        DbError::SharedRolesChanged(_) => return true,
         _ => return false,
     };
     shared_catalog_clash(database.code().as_deref(), database.message())
@@ -392,9 +393,27 @@ async fn distribute(conn: &mut PgConnection) -> Result<(), DbError> {
     .fetch_all(&mut *conn)
     .await?;
     for (node, _, result) in made.into_iter().filter(|(_, done, _)| !done) {
-        tracing::warn!(node, error = %result, "cannot make the engine steps' copies on a node; its shard groups run the steps as they are until the next migrate");
+        if copies_met_another_database(&result) {
+            return Err(DbError::SharedRolesChanged(format!(
+                "node {node}: {result}"
+            )));
+        }
+        tracing::error!(node, error = %result, "cannot make the engine steps' copies on a node; its shard groups run the steps as they are, slower, until a migrate makes them (each custodian says so for each of its authorities there)");
     }
     Ok(())
+}
+
+/// Whether a node's maker of the steps' copies failed on what the
+/// cluster's databases share: the migrating role's membership in
+/// [`roles::ENGINE`], granted while it migrates, revoked meanwhile by a
+/// process that finished migrating another database (the lock that keeps
+/// them apart is a database's own), which leaves it unable to own, revoke
+/// or replace the copies; or a role changed by two at once.
+fn copies_met_another_database(message: &str) -> bool {
+    message.contains(&format!("must be member of role \"{}\"", roles::ENGINE))
+        || message.contains("must be owner of function ledger_")
+        || message.contains("permission denied for function ledger_")
+        || message.contains("tuple concurrently")
 }
 
 /// Records a baseline's migrations as applied to a database that finished
@@ -528,6 +547,23 @@ mod tests {
             Some("XX000"),
             "tuple concurrently updated"
         ));
+    }
+
+    #[test]
+    fn a_maker_of_copies_that_lost_the_engine_s_membership_met_another_database() {
+        use super::copies_met_another_database as met;
+        assert!(met("must be member of role \"ledger_engine\""));
+        assert!(met(
+            "must be owner of function ledger_record_outcomes_s102083"
+        ));
+        assert!(met(
+            "permission denied for function ledger_claim_start_authority_s102085"
+        ));
+        assert!(met("tuple concurrently updated"));
+        assert!(!met(
+            "ledger_record_outcomes names holds, a table of its shard group that the copies do not name by shard"
+        ));
+        assert!(!met("connection to the remote node failed"));
     }
 
     #[test]

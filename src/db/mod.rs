@@ -87,6 +87,13 @@ pub enum DbError {
          migrated it; run that version (or a newer one)"
     )]
     NewerDatabase(i64),
+    /// On Citus: a node could not make the steps' copies because a process
+    /// migrating another database of the same cluster changed the roles
+    /// they share meanwhile; `migrate` runs again.
+    #[error(
+        "another database's migration on the same cluster changed the shared roles meanwhile: {0}"
+    )]
+    SharedRolesChanged(String),
     #[error(transparent)]
     Sqlx(#[from] sqlx::Error),
 }

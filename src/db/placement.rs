@@ -22,7 +22,8 @@
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// How long a route (or a node found unreachable) is kept before it is
@@ -53,6 +54,9 @@ impl std::fmt::Display for Node {
 struct Route {
     pool: Option<PgPool>,
     copy: Option<i64>,
+    /// The node's copies for the authority's shards were asked for and are
+    /// not current (missing, or made from another text of a step).
+    stale: bool,
     asked: Instant,
 }
 
@@ -112,6 +116,10 @@ pub struct Placements {
     /// Whether a route asks its node for the steps' copies (a custodian's
     /// routes do; a reader's need only the node).
     copies: bool,
+    /// How many authorities' steps run as they are because their node's
+    /// copies are not current, as last asked (a gauge the custodian's
+    /// metrics show).
+    stale_copies: Arc<AtomicU64>,
 }
 
 impl Placements {
@@ -124,6 +132,16 @@ impl Placements {
             nodes: Mutex::new(HashMap::new()),
             copy_failed: Mutex::new(HashMap::new()),
             copies: true,
+            stale_copies: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// As [`Placements::new`], counting in `gauge` the authorities whose
+    /// node's copies are not current.
+    pub fn counting_stale_copies(coordinator: PgPool, gauge: Arc<AtomicU64>) -> Self {
+        Placements {
+            stale_copies: gauge,
+            ..Placements::new(coordinator)
         }
     }
 
@@ -163,27 +181,44 @@ impl Placements {
         };
         let on_node = pool.is_some();
         let serving = pool.clone().unwrap_or_else(|| self.coordinator.clone());
-        let copy = match shard {
+        let (copy, stale) = match shard {
             Some(shard) if self.copies && !self.copy_failed_lately(authority) => {
-                match has_copies(&serving, shard).await {
-                    Ok(true) => Some(shard),
-                    Ok(false) => None,
+                match copies_current(&serving, shard).await {
+                    Ok(true) => (Some(shard), false),
+                    Ok(false) => {
+                        // Said each time the route is asked, until the next
+                        // `migrate` makes the copies again.
+                        tracing::error!(
+                            authority,
+                            shard,
+                            node = %format_args!("{}:{}", serving.connect_options().get_host(), serving.connect_options().get_port()),
+                            "the node's copies of the engine steps for the authority's shards are not current (missing, or made from another text of a step, after an upgrade, a split or a move): its steps run as they are, slower, until `command-ledger migrate` makes the copies again"
+                        );
+                        (None, true)
+                    }
                     Err(e) => {
-                        tracing::warn!(authority, error = %e, "cannot ask whether the node has the steps' copies for the authority's shards; it runs the steps as they are");
-                        None
+                        tracing::warn!(authority, error = %e, "cannot ask whether the node's copies of the steps for the authority's shards are current; it runs the steps as they are");
+                        (None, false)
                     }
                 }
             }
-            _ => None,
+            _ => (None, false),
         };
-        self.routes.lock().expect("routes lock").insert(
-            authority.to_owned(),
-            Route {
-                pool,
-                copy,
-                asked: Instant::now(),
-            },
-        );
+        {
+            let mut routes = self.routes.lock().expect("routes lock");
+            routes.insert(
+                authority.to_owned(),
+                Route {
+                    pool,
+                    copy,
+                    stale,
+                    asked: Instant::now(),
+                },
+            );
+            let stale = routes.values().filter(|route| route.stale).count();
+            self.stale_copies
+                .store(u64::try_from(stale).unwrap_or(u64::MAX), Ordering::Relaxed);
+        }
         StepRoute {
             pool: serving,
             copy,
@@ -328,17 +363,13 @@ pub async fn holder_of(
     Ok((node, shard))
 }
 
-/// Whether the node behind `pool` has both copies of the engine steps that
-/// name the shards of `shard`'s group (migration 0039).
-pub async fn has_copies(pool: &PgPool, shard: i64) -> Result<bool, sqlx::Error> {
+/// Whether the node behind `pool` holds `shard`'s group and both copies of
+/// the engine steps that name its shards, each what its step makes of it
+/// today (migration 0039, `ledger_shard_step_copies_current`).
+pub async fn copies_current(pool: &PgPool, shard: i64) -> Result<bool, sqlx::Error> {
     // The copies exist only on Citus nodes: not a compile-time checked query.
-    sqlx::query_scalar(
-        "select to_regprocedure(format('ledger_claim_start_authority_s%s(text,text,integer)', $1::bigint))
-                    is not null
-                and to_regprocedure(format('ledger_record_outcomes_s%s(text,bigint,jsonb)', $1::bigint))
-                    is not null",
-    )
-    .bind(shard)
-    .fetch_one(pool)
-    .await
+    sqlx::query_scalar("select ledger_shard_step_copies_current($1)")
+        .bind(shard)
+        .fetch_one(pool)
+        .await
 }

@@ -681,7 +681,7 @@ async fn on_citus_a_step_copy_serves_only_its_own_shards_where_they_are() {
     // Migrating again (as every process does when it starts) finds the
     // copies not current: they follow the shards, and a custodian uses them.
     command_ledger::db::migrate(&pool).await.unwrap();
-    assert!(!placement::has_copies(&node, shard).await.unwrap());
+    assert!(!placement::copies_current(&node, shard).await.unwrap());
     let fresh = Placements::new(pool.clone());
     let route = fresh.route_for(authority).await;
     assert_eq!(route.copy, Some(shard));

@@ -326,8 +326,14 @@ fn the_problem_types_of_the_reference_are_those_the_code_answers() {
 #[test]
 fn the_sqlstate_codes_of_the_reference_are_those_the_migrations_raise() {
     let mut raised = Vec::new();
-    for entry in std::fs::read_dir(root().join("migrations")).unwrap() {
-        let path = entry.unwrap().path();
+    // The versioned migrations, the legacy chain and the functions' files.
+    let dirs = ["migrations", "migrations/legacy", "migrations/functions"];
+    let files = dirs.iter().flat_map(|dir| {
+        std::fs::read_dir(root().join(dir))
+            .unwrap()
+            .map(|entry| entry.unwrap().path())
+    });
+    for path in files {
         if path.extension().is_some_and(|e| e == "sql") {
             let sql = std::fs::read_to_string(&path).unwrap();
             for (at, _) in sql.match_indices("errcode = 'CL") {

@@ -40,6 +40,7 @@ mod schema;
 mod schema_file;
 mod search;
 mod serve_binary;
+mod step_copies;
 mod storage;
 mod submit;
 mod telemetry;
