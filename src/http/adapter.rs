@@ -94,7 +94,7 @@ pub(super) async fn get_state(
     };
     let now = snapshot(&state.counters);
     let d = |i: usize| now[i].saturating_sub(base[i]);
-    let executions = db::commands::effects_started_since(&state.pool, since).await?;
+    let executions = db::commands::effects_started_since(state.pool(), since).await?;
     Ok(Json(EpochState {
         epoch: number,
         since,
@@ -178,8 +178,8 @@ pub(super) async fn release(
         ));
     }
     let (hold, command) = ledger::holds::release(
-        &state.pool,
-        state.backend,
+        state.pool(),
+        state.backend(),
         &state.wake,
         body.id,
         body.confirm_applied,

@@ -32,7 +32,7 @@ pub(super) async fn get_one(
     Path(id): Path<String>,
 ) -> Result<Json<AuthorityStatus>, ApiError> {
     let id = authority_id(&id)?;
-    let row = db::authorities::get(&state.pool, id.as_str())
+    let row = db::authorities::get(state.pool(), id.as_str())
         .await?
         .ok_or(ApiError::NotFound)?;
     let leased = row.lease_expires_at.is_some_and(|t| t > Utc::now());

@@ -134,7 +134,7 @@ pub(super) async fn submit_batch(
             Err(e) => refused.push(Some(e)),
         }
     }
-    let mut admitted = admit_batch(&state.pool, &state.wake, &state.group, &principal, items)
+    let mut admitted = admit_batch(state.pool(), &state.wake, &state.group, &principal, items)
         .await
         .into_iter();
     let answers: Vec<Result<Admitted, ApiError>> = refused

@@ -57,13 +57,13 @@ pub(super) async fn get_one(
             "wait must be 0-{WAIT_LIMIT} seconds"
         )));
     }
-    let row = db::commands::get(&state.pool, id, principal.visible_scope().as_deref())
+    let row = db::commands::get(state.pool(), id, principal.visible_scope().as_deref())
         .await?
         .ok_or(ApiError::NotFound)?;
     let wait = q.wait.map(|w| Duration::from_secs(w).min(state.max_wait));
     let (row, waited) = settle(&state, row, wait).await?;
     let resolution = if row.state() == CommandState::Ambiguous {
-        db::resolutions::get(&state.pool, &row.authority_id, row.id).await?
+        db::resolutions::get(state.pool(), &row.authority_id, row.id).await?
     } else {
         None
     };
@@ -227,7 +227,7 @@ pub(super) async fn list(
     AppQuery(q): AppQuery<ListQuery>,
 ) -> Result<Response, ApiError> {
     let (filter, limit) = list_filter(&q, principal.visible_scope())?;
-    let mut rows = db::commands::list(&state.pool, &filter).await?;
+    let mut rows = db::commands::list(state.pool(), &filter).await?;
     let more = rows.len() as i64 > limit;
     rows.truncate(usize::try_from(limit).expect("limit is positive and small"));
     let next_after = if more {
@@ -257,10 +257,10 @@ pub(super) async fn history(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let id = parse_id(&id, "a command id")?;
-    db::commands::get(&state.pool, id, principal.visible_scope().as_deref())
+    db::commands::get(state.pool(), id, principal.visible_scope().as_deref())
         .await?
         .ok_or(ApiError::NotFound)?;
-    let entries = db::commands::history(&state.pool, id).await?;
+    let entries = db::commands::history(state.pool(), id).await?;
     Ok(Json(HistoryView {
         command_id: id,
         entries: entries.into_iter().map(Into::into).collect(),
@@ -282,8 +282,8 @@ pub(super) async fn cancel(
 ) -> Result<Response, ApiError> {
     let id = parse_id(&id, "a command id")?;
     let cancelled = ledger::cancel::cancel(
-        &state.pool,
-        state.backend,
+        state.pool(),
+        state.backend(),
         &state.outcomes,
         &state.serialization_retries,
         id,

@@ -133,7 +133,7 @@ fn quantile(counts: &[i64; 13], q: f64) -> Option<f64> {
 
 async fn snapshot(state: &AppState) -> Result<Value, sqlx::Error> {
     // This process's own counts first.
-    if let Err(e) = state.counters.flush(&state.pool).await {
+    if let Err(e) = state.counters.flush(state.pool()).await {
         tracing::warn!(error = %e, "request counts not added to the ledger before a snapshot");
     }
     // One snapshot for every read, so the minutes, the totals and the
@@ -143,7 +143,7 @@ async fn snapshot(state: &AppState) -> Result<Value, sqlx::Error> {
         totals,
         backlog,
         authorities,
-    } = db::counts::snapshot(&state.pool, MINUTES).await?;
+    } = db::counts::snapshot(state.pool(), MINUTES).await?;
     let now = chrono::Utc::now();
 
     let mut minutes: std::collections::BTreeMap<String, serde_json::Map<String, Value>> =

@@ -123,7 +123,7 @@ where
             .ok_or(ApiError::Unauthorized(
                 "the Authorization header must be Bearer <token>",
             ))?;
-        let principal = db::principals::authenticate(&state.pool, &token_hash(token))
+        let principal = db::principals::authenticate(state.pool(), &token_hash(token))
             .await?
             .ok_or(ApiError::Unauthorized(
                 "the token is unknown, revoked or expired",

@@ -18,7 +18,7 @@ pub(super) async fn healthz() -> Json<Value> {
 #[utoipa::path(get, path = "/readyz", operation_id = "readyz", tag = "operations",
     responses((status = 200, description = "ready"), (status = 503, description = "database unreachable or migrations not current")))]
 pub(super) async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Value>) {
-    match db::migrations_current(&state.pool).await {
+    match db::migrations_current(state.pool()).await {
         Ok(true) => (StatusCode::OK, Json(json!({"status": "ready"}))),
         Ok(false) => (
             StatusCode::SERVICE_UNAVAILABLE,

@@ -62,7 +62,7 @@ pub(super) async fn list(
             "limit must be between 1 and 500".into(),
         ));
     }
-    let holds = ledger::holds::list(&state.pool, q.state.as_deref(), limit).await?;
+    let holds = ledger::holds::list(state.pool(), q.state.as_deref(), limit).await?;
     let items: Vec<HoldView<'_>> = holds
         .iter()
         .map(|h| hold_view_now(&h.hold, Some(&h.intent)))
@@ -151,7 +151,7 @@ pub(super) async fn get_one(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let id = parse_id(&id, "a hold id")?;
-    let hold = ledger::holds::get(&state.pool, id)
+    let hold = ledger::holds::get(state.pool(), id)
         .await?
         .ok_or(ApiError::NotFound)?;
     if principal
@@ -181,8 +181,8 @@ pub(super) async fn release(
         d.reason.as_ref()
     })?;
     let (hold, command) = ledger::holds::release(
-        &state.pool,
-        state.backend,
+        state.pool(),
+        state.backend(),
         &state.wake,
         id,
         d.confirm_applied,
@@ -208,6 +208,6 @@ pub(super) async fn reject(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let (id, d, actor) = deciding(&principal, &id, &body, |d: &Decision| d.reason.as_ref())?;
-    let hold = ledger::holds::reject(&state.pool, id, &actor, d.reason.as_deref()).await?;
+    let hold = ledger::holds::reject(state.pool(), id, &actor, d.reason.as_deref()).await?;
     Ok(Json(HoldAnswer::hold(&hold)).into_response())
 }

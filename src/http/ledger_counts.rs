@@ -26,16 +26,16 @@ pub(super) async fn get(
     operator(&principal, "the ledger's counters are for operators")?;
     let c = &state.counters;
     // This process's own counts first, so a reader sees its own requests.
-    if let Err(e) = c.flush(&state.pool).await {
+    if let Err(e) = c.flush(state.pool()).await {
         tracing::warn!(error = %e, "request counts not added to the ledger before a read");
     }
     let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
-    let by_state: Map<String, Value> = db::commands::counts_by_state(&state.pool)
+    let by_state: Map<String, Value> = db::commands::counts_by_state(state.pool())
         .await?
         .into_iter()
         .map(|(s, n)| (s, json!(n)))
         .collect();
-    let totals = db::counts::totals(&state.pool).await?;
+    let totals = db::counts::totals(state.pool()).await?;
     let total = |name: &str| totals.get(name).copied().unwrap_or(0);
     let requests: Map<String, Value> = REQUEST_COUNTERS
         .iter()
@@ -60,7 +60,7 @@ pub(super) async fn get(
                 "ambiguous": total("ambiguous"),
             },
             "requests": requests,
-            "holds_open": db::holds::count_open(&state.pool).await?,
+            "holds_open": db::holds::count_open(state.pool()).await?,
         }
     })))
 }

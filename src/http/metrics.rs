@@ -31,7 +31,7 @@ pub(super) async fn get(
     }
     let mut e = Exposition::default();
     // This process's own counts first, so a scrape sees its own requests.
-    if let Err(err) = state.counters.flush(&state.pool).await {
+    if let Err(err) = state.counters.flush(state.pool()).await {
         tracing::warn!(error = %err, "request counts not added to the ledger before a scrape");
     }
     e.counter(
@@ -58,7 +58,7 @@ pub(super) async fn get(
 }
 
 async fn ledger(e: &mut Exposition, state: &AppState) -> Result<(), sqlx::Error> {
-    let totals = db::counts::totals(&state.pool).await?;
+    let totals = db::counts::totals(state.pool()).await?;
     #[allow(clippy::cast_precision_loss)]
     let total = |name: &str| totals.get(name).copied().unwrap_or(0) as f64;
     e.counter(
@@ -96,10 +96,10 @@ async fn ledger(e: &mut Exposition, state: &AppState) -> Result<(), sqlx::Error>
         "Commands that ended ambiguous (dispatched, outcome unknown), ever: pruning does not lower it.",
         &[(&[], total("ambiguous"))],
     );
-    let in_flight = db::commands::oldest_in_flight(&state.pool).await?;
-    let holds = db::holds::count_open(&state.pool).await?;
-    let unresolved = db::commands::count_unresolved_ambiguous(&state.pool).await?;
-    let authorities = db::authorities::list(&state.pool).await?;
+    let in_flight = db::commands::oldest_in_flight(state.pool()).await?;
+    let holds = db::holds::count_open(state.pool()).await?;
+    let unresolved = db::commands::count_unresolved_ambiguous(state.pool()).await?;
+    let authorities = db::authorities::list(state.pool()).await?;
     #[allow(clippy::cast_precision_loss)]
     let counts: Vec<_> = in_flight
         .iter()

@@ -65,9 +65,11 @@ pub const MAX_CONNECTIONS: usize = 1024;
 /// What every handler shares.
 #[derive(Debug, Clone)]
 pub struct AppState {
-    pub pool: PgPool,
-    /// What the database behind `pool` can do, detected when it was opened.
-    pub backend: crate::db::Backend,
+    /// The database: the pool every statement goes through, what it can do,
+    /// and where the shards live on other nodes (a waiter re-reads on the
+    /// node holding its command's shards,
+    /// [`crate::db::Backend::reads_on_shard_nodes`]).
+    pub db: Arc<crate::db::Cluster>,
     /// Admission policies by kind (from the catalog).
     pub policies: Arc<Policies>,
     pub counters: Arc<counters::Counters>,
@@ -105,10 +107,6 @@ pub struct AppState {
     /// private addresses (registration), and how long a redelivered event
     /// is tried (the deliverers' expiry).
     pub webhooks: crate::webhooks::DelivererConfig,
-    /// The database as the waiters re-read it: where the shards live on
-    /// other nodes ([`crate::db::Backend::reads_on_shard_nodes`]), on the
-    /// node holding each authority's shards.
-    pub reads: Arc<crate::db::Cluster>,
 }
 
 impl AppState {
@@ -127,10 +125,8 @@ impl AppState {
             crate::db::group_commit::FLUSHERS,
             crate::db::group_commit::MAX_ROWS,
         );
-        let reads = Arc::new(crate::db::Cluster::for_reads(pool.clone(), backend));
         AppState {
-            pool,
-            backend,
+            db: Arc::new(crate::db::Cluster::for_reads(pool, backend)),
             group,
             policies: Arc::new(policies),
             counters,
@@ -148,8 +144,17 @@ impl AppState {
             api_reset: false,
             serialization_retries: Arc::default(),
             webhooks: crate::webhooks::DelivererConfig::default(),
-            reads,
         }
+    }
+
+    /// The pool every statement goes through.
+    pub fn pool(&self) -> &PgPool {
+        self.db.pool()
+    }
+
+    /// What the database can do, detected when it was opened.
+    pub fn backend(&self) -> crate::db::Backend {
+        self.db.backend()
     }
 }
 
@@ -280,7 +285,7 @@ pub async fn serve_with(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let listener = listener::BoundedListener::new(listener, state.max_connections);
-    let (counters, pool) = (state.counters.clone(), state.pool.clone());
+    let (counters, pool) = (state.counters.clone(), state.pool().clone());
     let app = router(state);
     let served = match tls {
         None => {

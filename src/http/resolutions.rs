@@ -66,8 +66,14 @@ pub(super) async fn resolve(
         evidence: &body.evidence,
         reference: body.reference.as_deref(),
     };
-    let (row, resolution) =
-        resolutions::resolve(&state.pool, state.backend, id, &finding, &principal.actor()).await?;
+    let (row, resolution) = resolutions::resolve(
+        state.pool(),
+        state.backend(),
+        id,
+        &finding,
+        &principal.actor(),
+    )
+    .await?;
     Ok((
         StatusCode::CREATED,
         Json(Resolved {
@@ -123,8 +129,8 @@ pub(super) async fn probe(
     operator(&principal, OPERATORS_ONLY)?;
     let id = parse_id(&id, "a command id")?;
     let probed = resolutions::probe(
-        &state.pool,
-        state.backend,
+        state.pool(),
+        state.backend(),
         state.probes.as_deref(),
         id,
         &principal.actor(),
@@ -157,8 +163,8 @@ pub(super) async fn probe_authority(
     operator(&principal, OPERATORS_ONLY)?;
     let authority = authority_id(&id)?;
     let (results, more) = resolutions::probe_authority(
-        &state.pool,
-        state.backend,
+        state.pool(),
+        state.backend(),
         state.probes.as_deref(),
         &authority,
         &principal.actor(),

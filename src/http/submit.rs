@@ -65,7 +65,7 @@ pub(super) async fn submit(
     let sub = submission(body)?;
     let policy = state.policies.get(sub.kind.as_str()).clone();
     let (admitted, _) = admit(
-        &state.pool,
+        state.pool(),
         &state.wake,
         &state.group,
         &principal,
@@ -178,7 +178,7 @@ pub(super) async fn invoke(
         priority: body.priority,
     };
     let (admitted, canonical) = admit(
-        &state.pool,
+        state.pool(),
         &state.wake,
         &state.group,
         &principal,

@@ -196,5 +196,5 @@ async fn reread(
     authority: &str,
     id: Uuid,
 ) -> Result<Option<CommandRow>, sqlx::Error> {
-    state.reads.reread_command(authority, id).await
+    state.db.reread_command(authority, id).await
 }

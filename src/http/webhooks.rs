@@ -180,7 +180,7 @@ pub(super) async fn register(
         ScopeChoice::Fleet => principal.fleet_id,
         ScopeChoice::Principal => principal.id,
     };
-    let live = db::webhooks::list_endpoints(&state.pool, Some(std::slice::from_ref(&scope)))
+    let live = db::webhooks::list_endpoints(state.pool(), Some(std::slice::from_ref(&scope)))
         .await?
         .iter()
         .filter(|e| e.disabled_at.is_none())
@@ -196,7 +196,7 @@ pub(super) async fn register(
     let secret = format_secret(&random);
     let actor = principal.actor();
     let row = db::webhooks::insert_endpoint(
-        &state.pool,
+        state.pool(),
         &NewEndpoint {
             id: Uuid::now_v7(),
             scope,
@@ -229,7 +229,7 @@ pub(super) async fn list(
     Auth(principal): Auth,
 ) -> Result<Response, ApiError> {
     let rows =
-        db::webhooks::list_endpoints(&state.pool, principal.visible_scope().as_deref()).await?;
+        db::webhooks::list_endpoints(state.pool(), principal.visible_scope().as_deref()).await?;
     Ok(Json(WebhookList {
         items: rows.iter().map(webhook_view).collect(),
     })
@@ -251,16 +251,19 @@ pub(super) async fn disable(
 ) -> Result<Response, ApiError> {
     let id = parse_id(&id, "an endpoint id")?;
     let row = db::webhooks::disable_endpoint(
-        &state.pool,
+        state.pool(),
         id,
         principal.visible_scope().as_deref(),
         Utc::now(),
     )
     .await?
     .ok_or(ApiError::NotFound)?;
-    let expired =
-        db::webhooks::expire_events_of_endpoint(&state.pool, id, crate::ledger::webhooks::DISABLED)
-            .await?;
+    let expired = db::webhooks::expire_events_of_endpoint(
+        state.pool(),
+        id,
+        crate::ledger::webhooks::DISABLED,
+    )
+    .await?;
     tracing::info!(webhook.id = %id, actor = %principal.actor(), expired, "webhook endpoint disabled");
     Ok(Json(webhook_view(&row)).into_response())
 }
@@ -294,12 +297,12 @@ pub(super) async fn events(
             "limit must be between 1 and 100".into(),
         ));
     }
-    db::webhooks::get_endpoint(&state.pool, id, principal.visible_scope().as_deref())
+    db::webhooks::get_endpoint(state.pool(), id, principal.visible_scope().as_deref())
         .await?
         .ok_or(ApiError::NotFound)?;
-    let events = db::webhooks::events_of_endpoint(&state.pool, id, limit).await?;
+    let events = db::webhooks::events_of_endpoint(state.pool(), id, limit).await?;
     let ids: Vec<Uuid> = events.iter().map(|e| e.id).collect();
-    let attempts = db::webhooks::attempts_of(&state.pool, &ids).await?;
+    let attempts = db::webhooks::attempts_of(state.pool(), &ids).await?;
     Ok(Json(EventList {
         items: events.iter().map(|e| event_view(e, &attempts)).collect(),
     })
@@ -323,10 +326,10 @@ pub(super) async fn redeliver(
 ) -> Result<Response, ApiError> {
     operator(&principal, "redelivering webhooks is for operators")?;
     let id = parse_id(&id, "an event id")?;
-    let event = crate::ledger::webhooks::redeliver(&state.pool, id, state.webhooks.expiry)
+    let event = crate::ledger::webhooks::redeliver(state.pool(), id, state.webhooks.expiry)
         .await?
         .ok_or(ApiError::NotFound)?;
     tracing::info!(event.id = %id, actor = %principal.actor(), "webhook event redelivered");
-    let attempts = db::webhooks::attempts_of(&state.pool, &[id]).await?;
+    let attempts = db::webhooks::attempts_of(state.pool(), &[id]).await?;
     Ok(Json(event_view(&event, &attempts)).into_response())
 }
