@@ -36,8 +36,10 @@ const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
 pub(super) struct RegisteredWebhook {
     #[serde(flatten)]
     webhook: WebhookView,
-    /// The HMAC-SHA256 key of `Ledger-Signature` (`whsec_` and 64 hex
-    /// digits; the whole string is the key). Never shown again.
+    /// The endpoint's secret, `whsec_` and 64 hex digits: a Standard
+    /// Webhooks library takes it as it is (`webhook-signature`'s key is the
+    /// base64 after `whsec_`); `Ledger-Signature`'s key is the whole
+    /// string. Never shown again.
     secret: String,
 }
 

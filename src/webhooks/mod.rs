@@ -25,7 +25,7 @@ use tokio::task::JoinSet;
 use crate::db::webhooks::{self as db, Claimed, Next, SendingEndpoint};
 use crate::domain::webhook::{
     ATTEMPT_HEADER, AfterAttempt, Backoff, EVENT_ID_HEADER, SIGNATURE_HEADER, after_attempt, later,
-    parse_url, signature_header,
+    parse_url, signature_header, standard,
 };
 
 /// How a deliverer works; one copy of the defaults.
@@ -216,14 +216,25 @@ impl Deliverer {
         let body = body(&event);
         let at = Utc::now();
         let started = Instant::now();
-        let headers = [
-            (EVENT_ID_HEADER, event.id.to_string()),
+        let id = event.id.to_string();
+        let mut headers = vec![
+            (EVENT_ID_HEADER, id.clone()),
             (ATTEMPT_HEADER, event.attempt.to_string()),
             (
                 SIGNATURE_HEADER,
                 signature_header(&endpoint.secret, at.timestamp(), &body),
             ),
+            (standard::ID_HEADER, id.clone()),
+            (standard::TIMESTAMP_HEADER, at.timestamp().to_string()),
         ];
+        // Every secret the ledger makes holds a base64 key; one set by hand
+        // may not, and its deliveries then carry `Ledger-Signature` alone.
+        match standard::signature(&endpoint.secret, &id, at.timestamp(), &body) {
+            Some(signature) => headers.push((standard::SIGNATURE_HEADER, signature)),
+            None => {
+                tracing::warn!(endpoint.id = %event.endpoint_id, "the endpoint's secret holds no base64 key after whsec_: its deliveries carry no webhook-signature");
+            }
+        }
         let answer = match parse_url(&endpoint.url, self.config.allow_private) {
             Err(e) => Err(send::SendError::Refused(e).to_string()),
             Ok(target) => match tokio::time::timeout(

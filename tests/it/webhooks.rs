@@ -41,6 +41,8 @@ struct Received {
     event_id: String,
     attempt: String,
     signature: String,
+    /// The Standard Webhooks headers: webhook-id, -timestamp, -signature.
+    standard: (String, String, String),
     content_type: String,
     body: Vec<u8>,
     at: Instant,
@@ -71,6 +73,11 @@ async fn receive(
         event_id: header("ledger-event-id"),
         attempt: header("ledger-attempt"),
         signature: header("ledger-signature"),
+        standard: (
+            header("webhook-id"),
+            header("webhook-timestamp"),
+            header("webhook-signature"),
+        ),
         content_type: header("content-type"),
         body: body.to_vec(),
         at: Instant::now(),
@@ -522,6 +529,31 @@ async fn the_signature_verifies_with_the_secret_over_the_body_as_sent() {
         ),
         Err(webhook::VerifyError::Mismatch)
     );
+    // The Standard Webhooks headers: the event's id, the attempt's time (the
+    // same as Ledger-Signature's), and v1 over "id.timestamp.body" under the
+    // base64 key after whsec_ (scripts/webhooks-test checks a delivery with
+    // the specification's own libraries).
+    let (id, timestamp, signature) = &got.standard;
+    assert_eq!(id, &got.event_id);
+    assert_eq!(timestamp, t);
+    assert!(signature.starts_with("v1,"), "{signature}");
+    let standard = |body: &[u8], now: i64| {
+        webhook::standard::verify(
+            &secret,
+            id,
+            timestamp,
+            signature,
+            body,
+            now,
+            webhook::DEFAULT_TOLERANCE,
+        )
+    };
+    assert_eq!(standard(&got.body, now), Ok(()));
+    assert_eq!(standard(&changed, now), Err(webhook::VerifyError::Mismatch));
+    assert!(matches!(
+        standard(&got.body, now + 3600),
+        Err(webhook::VerifyError::OutsideTolerance { .. })
+    ));
     // What is sent: the outcome, the event id, and the terminal history
     // entry's hash.
     let body: Value = serde_json::from_slice(&got.body).unwrap();

@@ -1036,8 +1036,10 @@ export interface components {
         /** @description A registered endpoint, with its secret: shown this once. */
         RegisteredWebhook: components["schemas"]["WebhookView"] & {
             /**
-             * @description The HMAC-SHA256 key of `Ledger-Signature` (`whsec_` and 64 hex
-             *     digits; the whole string is the key). Never shown again.
+             * @description The endpoint's secret, `whsec_` and 64 hex digits: a Standard
+             *     Webhooks library takes it as it is (`webhook-signature`'s key is the
+             *     base64 after `whsec_`); `Ledger-Signature`'s key is the whole
+             *     string. Never shown again.
              */
             secret: string;
         };

@@ -1,9 +1,11 @@
-//! Outcome webhooks, the pure part: the signature an event is sent with and
-//! how a receiver checks it, when a failed delivery is tried again, and which
+//! Outcome webhooks, the pure part: the signatures an event is sent with
+//! (`Ledger-Signature`, and the Standard Webhooks headers: [`standard`]) and
+//! how a receiver checks them, when a failed delivery is tried again, and which
 //! URLs and addresses an endpoint may name (`url`, re-exported here). No
 //! I/O: clocks, secrets and the addresses a host resolved to come in as
 //! arguments.
 
+pub mod standard;
 mod url;
 
 pub use url::{
