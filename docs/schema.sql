@@ -2552,6 +2552,75 @@ COMMENT ON COLUMN public.coalesced_requests.run_id IS 'Run id of the coalesced r
 COMMENT ON COLUMN public.coalesced_requests.answered_at IS 'When the request was first answered with the command.';
 
 --
+-- Name: command_queue; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.command_queue (
+    authority_id text NOT NULL,
+    id uuid NOT NULL,
+    rank bigint NOT NULL,
+    ready_at timestamp with time zone,
+    deadline_at timestamp with time zone
+)
+WITH (autovacuum_vacuum_scale_factor='0', autovacuum_vacuum_threshold='5000', autovacuum_vacuum_insert_scale_factor='0', autovacuum_vacuum_insert_threshold='5000');
+
+--
+-- Name: TABLE command_queue; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.command_queue IS 'Pending commands nobody has claimed yet, per authority, oldest first (ids are time-ordered). Written by the commands triggers: a row is added with its command and removed when the command leaves pending. The claim reads it with FOR UPDATE SKIP LOCKED.';
+
+--
+-- Name: COLUMN command_queue.authority_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.command_queue.authority_id IS 'The authority whose custodian may claim the command.';
+
+--
+-- Name: COLUMN command_queue.id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.command_queue.id IS 'The pending command (commands.id).';
+
+--
+-- Name: COLUMN command_queue.rank; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.command_queue.rank IS 'ledger_claim_rank of the command: the claim takes an authority''s lowest ranks first (ties: oldest id).';
+
+--
+-- Name: COLUMN command_queue.ready_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.command_queue.ready_at IS 'The command''s not_before (null: claimable now); the claim skips rows whose time is ahead.';
+
+--
+-- Name: COLUMN command_queue.deadline_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.command_queue.deadline_at IS 'The command''s deadline_at (null: none), for recovery''s look-up of overdue pending commands (0038).';
+
+--
+-- Name: command_backlog_by_authority; Type: VIEW; Schema: public; Owner: -
+--
+
+CREATE VIEW public.command_backlog_by_authority AS
+ SELECT a.id AS authority_id,
+    count(q.id) AS pending,
+    count(q.id) FILTER (WHERE ((q.ready_at IS NULL) OR (q.ready_at <= now()))) AS ready,
+    COALESCE(max((now() - GREATEST(c.created_at, q.ready_at))) FILTER (WHERE ((q.ready_at IS NULL) OR (q.ready_at <= now()))), '00:00:00'::interval) AS oldest_ready_wait
+   FROM (public.authorities a
+     LEFT JOIN (public.command_queue q
+     JOIN public.commands c ON (((c.authority_id = q.authority_id) AND (c.id = q.id)))) ON ((q.authority_id = a.id)))
+  GROUP BY a.id;
+
+--
+-- Name: VIEW command_backlog_by_authority; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON VIEW public.command_backlog_by_authority IS 'Per authority: its pending commands (read from command_queue), how many of them are ready (not scheduled for later), and how long the oldest ready one has waited since it became ready (0 when none): the backlog an alert watches, one row per authority.';
+
+--
 -- Name: command_states; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -2810,55 +2879,6 @@ COMMENT ON COLUMN public.command_keys.authority_id IS 'The authority of the comm
 --
 
 COMMENT ON COLUMN public.command_keys.command_id IS 'The command it names (commands.id).';
-
---
--- Name: command_queue; Type: TABLE; Schema: public; Owner: -
---
-
-CREATE TABLE public.command_queue (
-    authority_id text NOT NULL,
-    id uuid NOT NULL,
-    rank bigint NOT NULL,
-    ready_at timestamp with time zone,
-    deadline_at timestamp with time zone
-)
-WITH (autovacuum_vacuum_scale_factor='0', autovacuum_vacuum_threshold='5000', autovacuum_vacuum_insert_scale_factor='0', autovacuum_vacuum_insert_threshold='5000');
-
---
--- Name: TABLE command_queue; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON TABLE public.command_queue IS 'Pending commands nobody has claimed yet, per authority, oldest first (ids are time-ordered). Written by the commands triggers: a row is added with its command and removed when the command leaves pending. The claim reads it with FOR UPDATE SKIP LOCKED.';
-
---
--- Name: COLUMN command_queue.authority_id; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.command_queue.authority_id IS 'The authority whose custodian may claim the command.';
-
---
--- Name: COLUMN command_queue.id; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.command_queue.id IS 'The pending command (commands.id).';
-
---
--- Name: COLUMN command_queue.rank; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.command_queue.rank IS 'ledger_claim_rank of the command: the claim takes an authority''s lowest ranks first (ties: oldest id).';
-
---
--- Name: COLUMN command_queue.ready_at; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.command_queue.ready_at IS 'The command''s not_before (null: claimable now); the claim skips rows whose time is ahead.';
-
---
--- Name: COLUMN command_queue.deadline_at; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.command_queue.deadline_at IS 'The command''s deadline_at (null: none), for recovery''s look-up of overdue pending commands (0038).';
 
 --
 -- Name: command_oldest_in_flight; Type: VIEW; Schema: public; Owner: -
@@ -4673,6 +4693,28 @@ GRANT SELECT ON TABLE public.coalesced_requests TO ledger_api;
 GRANT SELECT ON TABLE public.coalesced_requests TO ledger_inspector;
 
 --
+-- Name: TABLE command_queue; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT SELECT ON TABLE public.command_queue TO ledger_api;
+GRANT SELECT ON TABLE public.command_queue TO ledger_custodian;
+GRANT SELECT ON TABLE public.command_queue TO ledger_inspector;
+GRANT SELECT,DELETE,UPDATE ON TABLE public.command_queue TO ledger_engine;
+
+--
+-- Name: COLUMN command_queue.id; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT UPDATE(id) ON TABLE public.command_queue TO ledger_custodian;
+
+--
+-- Name: TABLE command_backlog_by_authority; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT SELECT ON TABLE public.command_backlog_by_authority TO ledger_api;
+GRANT SELECT ON TABLE public.command_backlog_by_authority TO ledger_inspector;
+
+--
 -- Name: TABLE command_states; Type: ACL; Schema: public; Owner: -
 --
 
@@ -4728,21 +4770,6 @@ GRANT SELECT,INSERT ON TABLE public.command_keys TO ledger_api;
 GRANT SELECT ON TABLE public.command_keys TO ledger_custodian;
 GRANT SELECT ON TABLE public.command_keys TO ledger_inspector;
 GRANT SELECT ON TABLE public.command_keys TO ledger_retention;
-
---
--- Name: TABLE command_queue; Type: ACL; Schema: public; Owner: -
---
-
-GRANT SELECT ON TABLE public.command_queue TO ledger_api;
-GRANT SELECT ON TABLE public.command_queue TO ledger_custodian;
-GRANT SELECT ON TABLE public.command_queue TO ledger_inspector;
-GRANT SELECT,DELETE,UPDATE ON TABLE public.command_queue TO ledger_engine;
-
---
--- Name: COLUMN command_queue.id; Type: ACL; Schema: public; Owner: -
---
-
-GRANT UPDATE(id) ON TABLE public.command_queue TO ledger_custodian;
 
 --
 -- Name: TABLE command_oldest_in_flight; Type: ACL; Schema: public; Owner: -

@@ -498,6 +498,28 @@ pub async fn oldest_in_flight(
         .collect())
 }
 
+/// Per authority: its pending commands, how many are ready, and how long
+/// the oldest ready one has waited, in seconds
+/// (`command_backlog_by_authority`).
+pub async fn backlog_by_authority(
+    ex: impl PgExecutor<'_>,
+) -> Result<Vec<(String, i64, i64, f64)>, sqlx::Error> {
+    let rows = sqlx::query!(
+        r#"
+        select authority_id as "authority_id!", pending as "pending!", ready as "ready!",
+               extract(epoch from oldest_ready_wait)::float8 as "oldest_ready_seconds!"
+        from command_backlog_by_authority
+        order by authority_id
+        "#
+    )
+    .fetch_all(ex)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| (r.authority_id, r.pending, r.ready, r.oldest_ready_seconds))
+        .collect())
+}
+
 /// How many commands kept in the ledger ended ambiguous and have no
 /// resolution yet (a command ends ambiguous once, and its history goes
 /// with it when pruned; a partial index of the history keeps this cheap).

@@ -192,6 +192,23 @@ pub async fn event_counts(
         .collect())
 }
 
+/// The events still to deliver: how many, how many of them expire within
+/// the hour, and the age in seconds of the oldest (0 when none).
+pub async fn pending_summary(ex: impl PgExecutor<'_>) -> Result<(i64, i64, f64), sqlx::Error> {
+    let row = sqlx::query!(
+        r#"
+        select count(*) as "pending!",
+               count(*) filter (where expires_at < now() + interval '1 hour') as "expiring!",
+               coalesce(extract(epoch from now() - min(created_at)), 0)::float8 as "oldest_seconds!"
+        from webhook_events
+        where state = 'pending'
+        "#
+    )
+    .fetch_one(ex)
+    .await?;
+    Ok((row.pending, row.expiring, row.oldest_seconds))
+}
+
 /// The events of a command (each endpoint's), oldest first.
 pub async fn events_of_command(
     ex: impl PgExecutor<'_>,

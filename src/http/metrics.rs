@@ -159,5 +159,51 @@ async fn ledger(e: &mut Exposition, state: &AppState) -> Result<(), sqlx::Error>
         "Whether someone holds each authority's lease now.",
         &held,
     );
+    backlog(e, state).await
+}
+
+/// Each authority's backlog, and the webhook events still to deliver.
+async fn backlog(e: &mut Exposition, state: &AppState) -> Result<(), sqlx::Error> {
+    let backlog = db::commands::backlog_by_authority(state.pool()).await?;
+    #[allow(clippy::cast_precision_loss)]
+    let ready: Vec<_> = backlog
+        .iter()
+        .map(|(a, _, ready, _)| ([("authority", a.as_str())], *ready as f64))
+        .collect();
+    let ready: Vec<_> = ready.iter().map(|(l, v)| (&l[..], *v)).collect();
+    e.gauge(
+        "ledger_authority_ready_commands",
+        "Each authority's pending commands that are ready to run (not scheduled for later).",
+        &ready,
+    );
+    let waits: Vec<_> = backlog
+        .iter()
+        .map(|(a, _, _, wait)| ([("authority", a.as_str())], *wait))
+        .collect();
+    let waits: Vec<_> = waits.iter().map(|(l, v)| (&l[..], *v)).collect();
+    e.gauge(
+        "ledger_authority_oldest_ready_seconds",
+        "How long each authority's oldest ready pending command has waited since it became ready (0 when none): its backlog's age.",
+        &waits,
+    );
+    let (pending, expiring, oldest) = db::webhooks::pending_summary(state.pool()).await?;
+    #[allow(clippy::cast_precision_loss)]
+    {
+        e.gauge(
+            "ledger_webhook_events_pending",
+            "Webhook events not yet delivered (nor expired).",
+            &[(&[], pending as f64)],
+        );
+        e.gauge(
+            "ledger_webhook_events_expiring",
+            "Webhook events not yet delivered that expire within the hour.",
+            &[(&[], expiring as f64)],
+        );
+    }
+    e.gauge(
+        "ledger_webhook_events_oldest_pending_seconds",
+        "Age of the oldest webhook event not yet delivered (0 when none).",
+        &[(&[], oldest)],
+    );
     Ok(())
 }

@@ -28,6 +28,7 @@ mod isolation;
 mod matrix;
 mod mcp;
 mod metrics;
+mod monitoring;
 mod outbox;
 mod reads;
 mod recovery;

@@ -13,7 +13,7 @@ use serde_json::{Map, Value};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// YAML as JSON, with `<<` merge keys applied (as Compose applies them).
-fn to_json(yaml: &saphyr::Yaml<'_>) -> Result<Value, String> {
+pub(crate) fn to_json(yaml: &saphyr::Yaml<'_>) -> Result<Value, String> {
     use saphyr::{Scalar, Yaml};
     Ok(match yaml {
         Yaml::Value(Scalar::Null) => Value::Null,
