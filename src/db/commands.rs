@@ -498,15 +498,15 @@ pub async fn oldest_in_flight(
         .collect())
 }
 
-/// Per authority: its pending commands, how many are ready, and how long
-/// the oldest ready one has waited, in seconds
+/// Per authority: how many of its pending commands are ready, and how
+/// long the oldest ready one has waited, in seconds
 /// (`command_backlog_by_authority`).
 pub async fn backlog_by_authority(
     ex: impl PgExecutor<'_>,
-) -> Result<Vec<(String, i64, i64, f64)>, sqlx::Error> {
+) -> Result<Vec<(String, i64, f64)>, sqlx::Error> {
     let rows = sqlx::query!(
         r#"
-        select authority_id as "authority_id!", pending as "pending!", ready as "ready!",
+        select authority_id as "authority_id!", ready as "ready!",
                extract(epoch from oldest_ready_wait)::float8 as "oldest_ready_seconds!"
         from command_backlog_by_authority
         order by authority_id
@@ -516,7 +516,7 @@ pub async fn backlog_by_authority(
     .await?;
     Ok(rows
         .into_iter()
-        .map(|r| (r.authority_id, r.pending, r.ready, r.oldest_ready_seconds))
+        .map(|r| (r.authority_id, r.ready, r.oldest_ready_seconds))
         .collect())
 }
 

@@ -168,7 +168,7 @@ async fn backlog(e: &mut Exposition, state: &AppState) -> Result<(), sqlx::Error
     #[allow(clippy::cast_precision_loss)]
     let ready: Vec<_> = backlog
         .iter()
-        .map(|(a, _, ready, _)| ([("authority", a.as_str())], *ready as f64))
+        .map(|(a, ready, _)| ([("authority", a.as_str())], *ready as f64))
         .collect();
     let ready: Vec<_> = ready.iter().map(|(l, v)| (&l[..], *v)).collect();
     e.gauge(
@@ -178,7 +178,7 @@ async fn backlog(e: &mut Exposition, state: &AppState) -> Result<(), sqlx::Error
     );
     let waits: Vec<_> = backlog
         .iter()
-        .map(|(a, _, _, wait)| ([("authority", a.as_str())], *wait))
+        .map(|(a, _, wait)| ([("authority", a.as_str())], *wait))
         .collect();
     let waits: Vec<_> = waits.iter().map(|(l, v)| (&l[..], *v)).collect();
     e.gauge(
