@@ -12,7 +12,7 @@ use command_ledger::telemetry::LogFormat;
 use sqlx::{PgPool, Row as _};
 use uuid::Uuid;
 
-fn sqlstate(e: &sqlx::Error) -> String {
+pub(crate) fn sqlstate(e: &sqlx::Error) -> String {
     e.as_database_error()
         .and_then(|d| d.code())
         .map(|c| c.into_owned())
@@ -580,7 +580,7 @@ async fn on_citus_a_step_copy_serves_only_its_own_shards_where_they_are() {
         eprintln!("not run: TEST_CITUS=1 is not set (one node has no shards)");
         return;
     }
-    use command_ledger::custodian::{Effects, StepReport};
+    use command_ledger::custodian::Effects;
     use command_ledger::db::placement::{self, Placements};
     let pool = fresh_pool().await;
     let authority = "guarded";
@@ -701,16 +701,7 @@ async fn on_citus_a_step_copy_serves_only_its_own_shards_where_they_are() {
         std::time::Duration::from_secs(10),
     );
     c.heartbeat().await.unwrap();
-    let mut report = StepReport::default();
-    let mut started = Vec::new();
-    for _ in 0..3 {
-        started.extend(c.claim_and_start(10, &mut report).await.unwrap());
-        if !started.is_empty() {
-            break;
-        }
-    }
-    let done = c.execute(started).await;
-    c.record_outcomes(done, &mut report).await;
+    crate::harness::claim_execute_record(&c, 3).await;
     c.release_leases().await;
     assert_eq!(state().await, "applied");
     chains_hold(&pool, authority).await;

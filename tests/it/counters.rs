@@ -109,15 +109,7 @@ async fn two_api_processes_on_one_database_show_the_same_counters() {
 
     // /metrics reads the same numbers, from either process.
     for addr in [a, b] {
-        let text = client
-            .get(format!("http://{addr}/metrics"))
-            .bearer_auth(&token)
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let text = crate::metrics::scrape(addr, &token).await;
         for line in [
             "ledger_requests_total 5",
             "ledger_submissions_total{disposition=\"replay\"} 1",

@@ -805,6 +805,22 @@ pub(crate) fn refund_effects(
     effects
 }
 
+/// One turn of custodian `c` by hand: claims and starts (asking up to
+/// `tries` times until something starts), executes what started, and
+/// records the outcomes.
+pub(crate) async fn claim_execute_record(c: &command_ledger::custodian::Custodian, tries: usize) {
+    let mut report = command_ledger::custodian::StepReport::default();
+    let mut started = Vec::new();
+    for _ in 0..tries {
+        started.extend(c.claim_and_start(10, &mut report).await.unwrap());
+        if !started.is_empty() {
+            break;
+        }
+    }
+    let done = c.execute(started).await;
+    c.record_outcomes(done, &mut report).await;
+}
+
 /// A custodian for `authorities` with a short lease, for stepping by hand.
 pub(crate) fn custodian(
     pool: &PgPool,

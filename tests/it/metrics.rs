@@ -20,6 +20,48 @@ pub(crate) fn sample(text: &str, series: &str) -> f64 {
         .unwrap()
 }
 
+/// An API process serving a fresh database with an in-process custodian of
+/// `authority` (its families in `/metrics`), and an operator's token.
+pub(crate) async fn serve_with_custodian(
+    authority: &str,
+) -> (
+    std::net::SocketAddr,
+    String,
+    command_ledger::custodian::Custodian,
+) {
+    let (_, pool) = fresh_database().await;
+    let runner = custodian(
+        &pool,
+        &[authority],
+        command_ledger::custodian::Effects::default(),
+        std::time::Duration::from_secs(10),
+    );
+    let mut state = AppState::new(
+        crate::harness::as_role(&pool, command_ledger::db::roles::ServiceRole::Api),
+        crate::harness::ledger_backend(),
+        Policies::default(),
+    );
+    state.custodian_stats = Some(Arc::clone(runner.stats()));
+    let addr = serve_state(state).await;
+    let operator = command_ledger::cli::issue_token(&pool, "ops", Role::Operator, None)
+        .await
+        .unwrap();
+    (addr, operator, runner)
+}
+
+/// `/metrics` of the API at `addr`, as `token` reads it.
+pub(crate) async fn scrape(addr: std::net::SocketAddr, token: &str) -> String {
+    reqwest::Client::new()
+        .get(format!("http://{addr}/metrics"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
 #[tokio::test]
 async fn metrics_are_for_operators_and_count_what_happened() {
     let app = TestApp::spawn().await;
@@ -80,23 +122,7 @@ async fn metrics_are_for_operators_and_count_what_happened() {
 
 #[tokio::test]
 async fn the_in_process_custodian_reports_transitions_latency_and_generation() {
-    let (_, pool) = fresh_database().await;
-    let runner = custodian(
-        &pool,
-        &["agent-7"],
-        command_ledger::custodian::Effects::default(),
-        std::time::Duration::from_secs(10),
-    );
-    let mut state = AppState::new(
-        crate::harness::as_role(&pool, command_ledger::db::roles::ServiceRole::Api),
-        crate::harness::ledger_backend(),
-        Policies::default(),
-    );
-    state.custodian_stats = Some(Arc::clone(runner.stats()));
-    let addr = serve_state(state).await;
-    let operator = command_ledger::cli::issue_token(&pool, "ops", Role::Operator, None)
-        .await
-        .unwrap();
+    let (addr, operator, runner) = serve_with_custodian("agent-7").await;
     let client = reqwest::Client::new();
     for key in ["p1", "p2", "p3"] {
         let resp = client
@@ -112,15 +138,7 @@ async fn the_in_process_custodian_reports_transitions_latency_and_generation() {
     let report = runner.run_once().await.unwrap();
     assert_eq!(report.applied, 3, "{report:?}");
 
-    let text = client
-        .get(format!("http://{addr}/metrics"))
-        .bearer_auth(&operator)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = scrape(addr, &operator).await;
     let transition = |from: &str, to: &str| {
         sample(
             &text,

@@ -4,14 +4,8 @@
 //! of an API process with an in-process custodian that has run commands
 //! (so that the custodian's families and the histogram have samples).
 
-use command_ledger::db::Role;
-use command_ledger::domain::admission::Policies;
-use command_ledger::http::AppState;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
-
-use crate::harness::{custodian, fresh_database, serve_state};
 
 /// Metric family -> the label names its samples carry (a histogram's
 /// `_bucket`, `_sum` and `_count` samples are its family's too).
@@ -158,25 +152,8 @@ fn read(path: &str) -> String {
 
 #[tokio::test]
 async fn the_dashboard_and_the_alerts_name_only_what_the_service_exports() {
-    let (_, pool) = fresh_database().await;
-    let runner = custodian(
-        &pool,
-        &["agent-7"],
-        command_ledger::custodian::Effects::default(),
-        std::time::Duration::from_secs(10),
-    );
-    let mut state = AppState::new(
-        crate::harness::as_role(&pool, command_ledger::db::roles::ServiceRole::Api),
-        crate::harness::ledger_backend(),
-        Policies::default(),
-    );
-    state.custodian_stats = Some(Arc::clone(runner.stats()));
-    let addr = serve_state(state).await;
-    let operator = command_ledger::cli::issue_token(&pool, "ops", Role::Operator, None)
-        .await
-        .unwrap();
-    let client = reqwest::Client::new();
-    let resp = client
+    let (addr, operator, runner) = crate::metrics::serve_with_custodian("agent-7").await;
+    let resp = reqwest::Client::new()
         .post(format!("http://{addr}/v1/commands"))
         .bearer_auth(&operator)
         .header("Idempotency-Key", "m1")
@@ -186,15 +163,7 @@ async fn the_dashboard_and_the_alerts_name_only_what_the_service_exports() {
         .unwrap();
     assert_eq!(resp.status(), 202);
     runner.run_once().await.unwrap();
-    let text = client
-        .get(format!("http://{addr}/metrics"))
-        .bearer_auth(&operator)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = crate::metrics::scrape(addr, &operator).await;
     let exported = exported(&text);
     assert!(
         exported["ledger_authority_oldest_ready_seconds"].contains("authority"),

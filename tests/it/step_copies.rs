@@ -7,20 +7,14 @@
 //! still end; the next `migrate` makes the copies again. The maker raises
 //! (`CL016`) where a step's text does not fit how a copy is made.
 
+use crate::citus::sqlstate;
 use crate::harness::{citus, fresh_pool};
-use command_ledger::custodian::{Effects, StepReport};
+use command_ledger::custodian::Effects;
 use command_ledger::db::placement::{self, Placements};
 use sqlx::PgPool;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-
-fn sqlstate(e: &sqlx::Error) -> String {
-    e.as_database_error()
-        .and_then(|d| d.code())
-        .map(|c| c.into_owned())
-        .unwrap_or_default()
-}
 
 /// Where a custodian's steps for `authority` would run now, asked afresh:
 /// the copy's shard (or `None`: the steps as they are), and the gauge.
@@ -42,16 +36,7 @@ async fn one_command_ends(pool: &PgPool, authority: &str) {
         Duration::from_secs(10),
     );
     c.heartbeat().await.unwrap();
-    let mut report = StepReport::default();
-    let mut started = Vec::new();
-    for _ in 0..5 {
-        started.extend(c.claim_and_start(10, &mut report).await.unwrap());
-        if !started.is_empty() {
-            break;
-        }
-    }
-    let done = c.execute(started).await;
-    c.record_outcomes(done, &mut report).await;
+    crate::harness::claim_execute_record(&c, 5).await;
     c.release_leases().await;
     let state: String =
         sqlx::query_scalar("select state from commands where authority_id = $1 and id = $2")
