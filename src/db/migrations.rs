@@ -408,7 +408,10 @@ async fn distribute(conn: &mut PgConnection) -> Result<(), DbError> {
 /// [`roles::ENGINE`], granted while it migrates, revoked meanwhile by a
 /// process that finished migrating another database (the lock that keeps
 /// them apart is a database's own), which leaves it unable to own, revoke
-/// or replace the copies; or a role changed by two at once.
+/// or replace the copies; or a role changed by two at once. Not
+/// [`shared_catalog_clash`]: `run_command_on_all_nodes` gives the message
+/// without its SQLSTATE, and a `CL016` naming a step would read as a clash
+/// there.
 fn copies_met_another_database(message: &str) -> bool {
     message.contains(&format!("must be member of role \"{}\"", roles::ENGINE))
         || message.contains("must be owner of function ledger_")
