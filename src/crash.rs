@@ -9,7 +9,7 @@
 //! an unarmed point costs one load of a lazily initialised static.
 //!
 //! Each point is named by its place in the code; its environment name
-//! (CP0..CP4) is what the campaign and the docs use:
+//! (CP0..CP5) is what the campaign and the docs use:
 //!
 //! - `AfterInsert` (CP0): API, after the submission's insert committed, before the response.
 //! - `AfterPrepared` (CP1): custodian, after an adoption's commit left rows
@@ -17,6 +17,11 @@
 //! - `AfterEffectStarted` (CP2): custodian, after the `effect_started` commit, before dispatch.
 //! - `AfterEffect` (CP3): custodian, after the effect returned, before the outcome commit.
 //! - `AfterOutcome` (CP4): custodian, after the outcome commit.
+//! - `InClaim` (CP5): custodian, inside a claim-and-start transaction that
+//!   moved rows, after its statement returned, before its COMMIT (the
+//!   authority row held `for share`, the rows locked): where a paused
+//!   custodian would keep its successor waiting but for the idle limit
+//!   (`db::txn::IDLE_IN_TRANSACTION`).
 
 use std::sync::Mutex;
 use std::sync::OnceLock;
@@ -33,15 +38,18 @@ pub enum CrashPoint {
     AfterEffect,
     /// CP4: custodian, after the outcome commit.
     AfterOutcome,
+    /// CP5: custodian, inside a claim-and-start transaction, before its COMMIT.
+    InClaim,
 }
 
 impl CrashPoint {
-    pub const ALL: [CrashPoint; 5] = [
+    pub const ALL: [CrashPoint; 6] = [
         CrashPoint::AfterInsert,
         CrashPoint::AfterPrepared,
         CrashPoint::AfterEffectStarted,
         CrashPoint::AfterEffect,
         CrashPoint::AfterOutcome,
+        CrashPoint::InClaim,
     ];
 
     /// The name `COMMAND_LEDGER_CRASH_AT` uses for this point.
@@ -52,6 +60,7 @@ impl CrashPoint {
             CrashPoint::AfterEffectStarted => "CP2",
             CrashPoint::AfterEffect => "CP3",
             CrashPoint::AfterOutcome => "CP4",
+            CrashPoint::InClaim => "CP5",
         }
     }
 }

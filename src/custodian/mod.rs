@@ -129,6 +129,9 @@ pub struct Custodian {
     /// round that reaches its limit early does not always favour the same
     /// authorities.
     claim_turn: std::sync::atomic::AtomicUsize,
+    /// Its transactions' idle limit: the lease TTL
+    /// ([`crate::db::txn::IDLE_IN_TRANSACTION`]).
+    idle_limit: String,
 }
 
 impl Custodian {
@@ -140,6 +143,7 @@ impl Custodian {
         effects: Effects,
     ) -> Self {
         let actor = format!("custodian:{}", config.holder);
+        let idle_limit = crate::db::txn::idle_limit(config.lease_ttl);
         let effects = Arc::new(effects);
         // Its own authorities only: it has their executors and probes.
         let recovery = recovery::Recovery::new(
@@ -148,6 +152,7 @@ impl Custodian {
             Arc::clone(&effects),
             format!("recovery:{}", config.holder),
         )
+        .idle_in_transaction(config.lease_ttl)
         .for_authorities(config.authorities.clone());
         let stats = Arc::new(Stats::default());
         Custodian {
@@ -168,6 +173,7 @@ impl Custodian {
             actor,
             last_prepared_pass: Mutex::new(None),
             claim_turn: std::sync::atomic::AtomicUsize::new(0),
+            idle_limit,
         }
     }
 
@@ -176,10 +182,17 @@ impl Custodian {
     }
 
     /// The `SET LOCAL`s of the claim, adopt, start and record transactions: who
-    /// acts and, where the backend allows it, one plan for every authority
-    /// ([`crate::db::Backend::generic_plans`]).
+    /// acts, how long they may sit idle (the lease TTL:
+    /// [`crate::db::txn::IDLE_IN_TRANSACTION`]) and, where the backend allows
+    /// it, one plan for every authority ([`crate::db::Backend::generic_plans`]).
     fn transition_settings(&self) -> Vec<(&'static str, &str)> {
-        let mut settings = vec![(crate::db::txn::ACTOR, self.actor.as_str())];
+        let mut settings = vec![
+            (crate::db::txn::ACTOR, self.actor.as_str()),
+            (
+                crate::db::txn::IDLE_IN_TRANSACTION,
+                self.idle_limit.as_str(),
+            ),
+        ];
         if self.cluster.backend().generic_plans {
             settings.push(crate::db::txn::GENERIC_PLANS);
         }

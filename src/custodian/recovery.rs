@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use uuid::Uuid;
 
 use super::effects::{EffectCall, Effects};
-use crate::db::txn::{Isolation, Retrying, TxError};
+use crate::db::txn::{self, Isolation, Retrying, TxError};
 use crate::db::{self, recovery::Candidate};
 use crate::domain::recovery::{Decision, Facts, ProbeAnswer, Verdict, decide};
 use crate::domain::{CommandState, EffectOutcome};
@@ -75,6 +75,9 @@ pub struct Recovery {
     /// commit, where the commit itself does not).
     outcomes: OutcomeWake,
     backend: db::Backend,
+    /// Inside a custodian: its writes' idle limit, the lease TTL
+    /// ([`txn::IDLE_IN_TRANSACTION`]). `None`: the server's.
+    idle_limit: Option<String>,
 }
 
 impl Recovery {
@@ -88,7 +91,15 @@ impl Recovery {
             actor,
             authorities: None,
             retries: AtomicU64::new(0),
+            idle_limit: None,
         }
+    }
+
+    /// Its writes' transactions end when idle longer than `limit`
+    /// ([`txn::IDLE_IN_TRANSACTION`]): a custodian's lease TTL.
+    pub fn idle_in_transaction(mut self, limit: std::time::Duration) -> Self {
+        self.idle_limit = Some(txn::idle_limit(limit));
+        self
     }
 
     /// Only these authorities' commands.
@@ -109,13 +120,17 @@ impl Recovery {
     /// afresh; nothing is re-executed.
     async fn guarded(&self, write: &Write<'_>) -> Result<bool, sqlx::Error> {
         let what = write.name();
-        let mut retry = Retrying::new(
+        let mut settings = vec![(txn::ACTOR, self.actor.as_str())];
+        if let Some(limit) = &self.idle_limit {
+            settings.push((txn::IDLE_IN_TRANSACTION, limit.as_str()));
+        }
+        let mut retry = Retrying::with_settings(
             &self.pool,
             self.backend,
             &self.retries,
             what,
             Isolation::Serializable,
-            &self.actor,
+            &settings,
         );
         let answer = loop {
             let mut tx = match retry.next_attempt().await {

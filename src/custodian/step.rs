@@ -305,6 +305,9 @@ impl Custodian {
                             .then(|| (row.authority_id.clone(), generation, row.id))
                     })
                     .collect();
+                if !rows.is_empty() {
+                    crash::point(CrashPoint::InClaim);
+                }
             }
             match retry.finish(tx, attempt).await {
                 Ok(Some(rows)) => break Ok(rows),

@@ -75,6 +75,23 @@ pub const REASON: &str = "command_ledger.reason";
 /// its key whatever the authority's size.
 pub const GENERIC_PLANS: (&str, &str) = ("plan_cache_mode", "force_generic_plan");
 
+/// How long a transaction may sit idle between its statements before the
+/// server ends its session (`idle_in_transaction_session_timeout`), for the
+/// custodian's transactions: set to its lease TTL by
+/// [`idle_limit`]. A custodian paused with a transaction open (a stopped
+/// process, a stalled host) holds the authority row `for share` and the rows
+/// it claimed; its successor's lease take waits on that lock. Past the TTL the
+/// lease it acted under has lapsed anyway, so the server ends the session and
+/// the locks go with it (the paused process finds its commit's outcome
+/// unknown and dispatches nothing).
+pub const IDLE_IN_TRANSACTION: &str = "idle_in_transaction_session_timeout";
+
+/// The value of [`IDLE_IN_TRANSACTION`] for `limit`, in milliseconds (at
+/// least one: zero would switch the limit off).
+pub fn idle_limit(limit: Duration) -> String {
+    format!("{}ms", limit.as_millis().max(1))
+}
+
 /// How a transaction opens at an isolation with settings set for it alone
 /// (`SET LOCAL`): the `BEGIN` message, and on a backend that keeps them
 /// apart ([`Backend::set_local_in_begin`] false) the settings' message sent
@@ -322,6 +339,13 @@ mod tests {
             settings,
             "set local command_ledger.actor = 'device:kiosk'; set local command_ledger.reason = 'late'"
         );
+    }
+
+    #[test]
+    fn an_idle_limit_is_whole_milliseconds_and_never_off() {
+        assert_eq!(idle_limit(Duration::from_secs(10)), "10000ms");
+        assert_eq!(idle_limit(Duration::from_micros(1500)), "1ms");
+        assert_eq!(idle_limit(Duration::ZERO), "1ms");
     }
 
     #[test]

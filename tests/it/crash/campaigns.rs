@@ -137,12 +137,18 @@ pub(super) fn print_table(results: &[PointResult], check: &Check) {
     }
 }
 
-/// A custodian pauses (SIGSTOP) right after committing `effect_started`,
-/// past its lease; another takes over and works; the first resumes
-/// (SIGCONT) and dispatches with its stale generation. The sink refuses it,
-/// its outcome write is refused, recovery resolves the row: no double
-/// effect, no stale write.
-pub(super) async fn zombie_campaign(trials: usize) -> Check {
+/// A custodian pauses (SIGSTOP) at `point`, past its lease; another takes
+/// over and works; the first resumes (SIGCONT).
+///
+/// - At CP2, right after committing `effect_started`: the zombie dispatches
+///   with its stale generation. The sink refuses it, its outcome write is
+///   refused, recovery resolves the row: no double effect, no stale write.
+/// - At CP5, inside its claim-and-start transaction with the authority row
+///   held `for share`: the successor's lease take must not wait for the
+///   zombie (the server ends a custodian's transaction idle past the lease
+///   TTL); the zombie's commit then fails, it dispatches nothing, and the
+///   successor runs its victim.
+pub(super) async fn zombie_campaign(point: &str, trials: usize) -> Check {
     let seed = seed();
     let (db_url, pool) = crate::harness::fresh_database().await;
     let mut world = World::new(db_url, pool, seed).await;
@@ -192,7 +198,7 @@ pub(super) async fn zombie_campaign(trials: usize) -> Check {
         );
         let t = attempts;
         let zombie = world.custodian();
-        zombie.arm(Some(crash_vars("CP2", 1.0, "stop")), true);
+        zombie.arm(Some(crash_vars(point, 1.0, "stop")), true);
         let victim = submit(format!("z{t}-victim")).await;
         let deadline = Instant::now() + Duration::from_secs(10);
         while !zombie.pid().is_some_and(is_stopped) && Instant::now() < deadline {
@@ -260,7 +266,8 @@ pub(super) async fn zombie_campaign(trials: usize) -> Check {
         .fetch_one(&world.pool)
         .await
         .unwrap();
-        if events.len() != 1 || !events[0].starts_with("fenced") {
+        let expected = if point == "CP5" { "applied" } else { "fenced" };
+        if events.len() != 1 || !events[0].starts_with(expected) {
             let history: Vec<(Option<String>, String, String, Option<i64>)> = sqlx::query_as(
                 "select from_state, to_state, actor, authority_generation from command_history \
                  where command_id in ($1::uuid, $2::uuid) order by id",
@@ -290,7 +297,7 @@ pub(super) async fn zombie_campaign(trials: usize) -> Check {
         .filter(|l| l.event == "fenced")
         .count();
     eprintln!(
-        "zombie trials: {paused} paused of {attempts} attempts; stale dispatches refused by the sink: {fenced}; outcomes {:?}; violations {}",
+        "zombie trials at {point}: {paused} paused of {attempts} attempts; stale dispatches refused by the sink: {fenced}; outcomes {:?}; violations {}",
         report.by_state,
         report.violations.len()
     );
