@@ -17,6 +17,7 @@ pub mod recovery;
 pub mod schedule;
 pub mod state;
 pub mod token;
+pub mod trace_context;
 pub mod webhook;
 
 pub use admission::{Disposition, disposition};
