@@ -173,6 +173,14 @@ begin
             raise exception 'new row for relation "commands" violates check constraint "commands_priority_in_range"'
                 using errcode = 'check_violation', constraint = 'commands_priority_in_range', table = 'commands';
         end if;
+        if not coalesce(new.trace_parent ~ '^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$', true) then
+            raise exception 'new row for relation "commands" violates check constraint "commands_trace_parent_format"'
+                using errcode = 'check_violation', constraint = 'commands_trace_parent_format', table = 'commands';
+        end if;
+        if new.trace_state is not null and (new.trace_parent is null or char_length(new.trace_state) > 512) then
+            raise exception 'new row for relation "commands" violates check constraint "commands_trace_state_length"'
+                using errcode = 'check_violation', constraint = 'commands_trace_state_length', table = 'commands';
+        end if;
         new.updated_at := new.created_at;
         return new;
     end if;
@@ -194,7 +202,9 @@ begin
        or new.request_digest <> old.request_digest or new.digest_version <> old.digest_version
        or new.kind <> old.kind or new.authority_id <> old.authority_id
        or new.run_id is distinct from old.run_id or new.args <> old.args
-       or new.canonical <> old.canonical or new.created_at <> old.created_at then
+       or new.canonical <> old.canonical or new.created_at <> old.created_at
+       or new.trace_parent is distinct from old.trace_parent
+       or new.trace_state is distinct from old.trace_state then
         raise exception 'command % identity columns are immutable', old.id
             using errcode = 'CL003';
     end if;
@@ -242,7 +252,7 @@ $_$;
 -- Name: FUNCTION commands_guard(); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.commands_guard() IS 'Before each row change of commands: on insert, a command created pending and its immutable columns'' rules (0034: formats, lengths, ranges; SQLSTATE 23514 under the former CHECK constraints'' names); on update, the state machine and the immutability of the identity columns; on delete, only terminal commands.';
+COMMENT ON FUNCTION public.commands_guard() IS 'Before each row change of commands: on insert, a command created pending and its immutable columns'' rules (0034: formats, lengths, ranges; SQLSTATE 23514 under the former CHECK constraints'' names); on update, the state machine and the immutability of the identity columns (the trace context among them); on delete, only terminal commands.';
 
 --
 -- Name: commands_guard_delete(); Type: FUNCTION; Schema: public; Owner: -
@@ -761,6 +771,8 @@ CREATE TABLE public.commands (
     not_before timestamp with time zone,
     priority smallint DEFAULT 0 NOT NULL,
     identity_digest bytea,
+    trace_parent text,
+    trace_state text,
     CONSTRAINT commands_deadline_after_not_before CHECK (((not_before IS NULL) OR (deadline_at IS NULL) OR (deadline_at > not_before))),
     CONSTRAINT commands_finished_iff_terminal CHECK (((state = ANY (ARRAY['applied'::text, 'failed'::text, 'ambiguous'::text, 'cancelled'::text, 'expired'::text])) = (finished_at IS NOT NULL))),
     CONSTRAINT commands_generation_non_negative CHECK ((authority_generation >= 0)),
@@ -932,6 +944,18 @@ COMMENT ON COLUMN public.commands.priority IS 'Higher is claimed first within an
 --
 
 COMMENT ON COLUMN public.commands.identity_digest IS 'SHA-256 of the immutable columns (identity-v2, ledger_identity_digest), written by the first engine step that moves the command (0030); row-v2 history digests cover it and the columns a transition changes. A cache: verify recomputes it from the columns and never reads it.';
+
+--
+-- Name: COLUMN commands.trace_parent; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.trace_parent IS 'The W3C traceparent the command was submitted with (version 00 form), or null: the caller''s trace, which the custodian''s spans and the provider''s request join. Not part of the fingerprint.';
+
+--
+-- Name: COLUMN commands.trace_state; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.trace_state IS 'The W3C tracestate sent beside trace_parent (at most 32 members, 512 characters), or null.';
 
 --
 -- Name: CONSTRAINT commands_state_known ON commands; Type: COMMENT; Schema: public; Owner: -

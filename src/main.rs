@@ -7,12 +7,23 @@ use command_ledger::{cli, telemetry};
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let args = cli::Cli::parse();
-    telemetry::init(args.log_format);
-    match cli::run(args).await {
+    let telemetry = match telemetry::init(args.log_format) {
+        Ok(telemetry) => telemetry,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let code = match cli::run(args).await {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
             std::process::ExitCode::FAILURE
         }
-    }
+    };
+    // The spans still queued go out before the process ends.
+    tokio::task::spawn_blocking(move || telemetry.shutdown())
+        .await
+        .ok();
+    code
 }

@@ -44,6 +44,14 @@ begin
             raise exception 'new row for relation "commands" violates check constraint "commands_priority_in_range"'
                 using errcode = 'check_violation', constraint = 'commands_priority_in_range', table = 'commands';
         end if;
+        if not coalesce(new.trace_parent ~ '^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$', true) then
+            raise exception 'new row for relation "commands" violates check constraint "commands_trace_parent_format"'
+                using errcode = 'check_violation', constraint = 'commands_trace_parent_format', table = 'commands';
+        end if;
+        if new.trace_state is not null and (new.trace_parent is null or char_length(new.trace_state) > 512) then
+            raise exception 'new row for relation "commands" violates check constraint "commands_trace_state_length"'
+                using errcode = 'check_violation', constraint = 'commands_trace_state_length', table = 'commands';
+        end if;
         new.updated_at := new.created_at;
         return new;
     end if;
@@ -65,7 +73,9 @@ begin
        or new.request_digest <> old.request_digest or new.digest_version <> old.digest_version
        or new.kind <> old.kind or new.authority_id <> old.authority_id
        or new.run_id is distinct from old.run_id or new.args <> old.args
-       or new.canonical <> old.canonical or new.created_at <> old.created_at then
+       or new.canonical <> old.canonical or new.created_at <> old.created_at
+       or new.trace_parent is distinct from old.trace_parent
+       or new.trace_state is distinct from old.trace_state then
         raise exception 'command % identity columns are immutable', old.id
             using errcode = 'CL003';
     end if;
@@ -111,6 +121,6 @@ $function$
 ;
 
 comment on function commands_guard() is
-    'Before each row change of commands: on insert, a command created pending and its immutable columns'' rules (0034: formats, lengths, ranges; SQLSTATE 23514 under the former CHECK constraints'' names); on update, the state machine and the immutability of the identity columns; on delete, only terminal commands.';
+    'Before each row change of commands: on insert, a command created pending and its immutable columns'' rules (0034: formats, lengths, ranges; SQLSTATE 23514 under the former CHECK constraints'' names); on update, the state machine and the immutability of the identity columns (the trace context among them); on delete, only terminal commands.';
 
 grant execute on function commands_guard() to public;

@@ -14,6 +14,7 @@ use uuid::Uuid;
 
 use crate::domain::EffectOutcome;
 use crate::domain::recovery::ProbeAnswer;
+use crate::domain::trace_context::TraceContext;
 
 /// Everything an executor needs to run one command.
 #[derive(Debug, Clone)]
@@ -26,6 +27,9 @@ pub struct EffectCall {
     pub args: Value,
     /// Stable across any retry of the same command: derived from its id.
     pub downstream_key: String,
+    /// The trace context the command was submitted with: the effect's span
+    /// joins it and the provider's request carries it on.
+    pub trace: Option<TraceContext>,
 }
 
 impl EffectCall {
@@ -156,6 +160,7 @@ impl crate::ledger::probe::Prober for Effects {
             generation: row.authority_generation.unwrap_or(0),
             args: row.args.clone(),
             downstream_key: EffectCall::downstream_key_for(row.id),
+            trace: row.trace(),
         };
         Some(Box::pin(async move {
             match registered.effect.reconcile(&call) {
@@ -235,6 +240,7 @@ mod tests {
             generation: 1,
             args: json!({}),
             downstream_key: EffectCall::downstream_key_for(id),
+            trace: None,
         }
     }
 

@@ -96,6 +96,14 @@ impl HttpExecutor {
             .header(HEADER_GENERATION, call.generation.to_string())
             .header(HEADER_COMMAND, call.command_id.to_string())
             .json(&call.args);
+        // The command's trace goes on to the provider: from the effect's span
+        // when traces are exported, else as the caller sent it.
+        if let Some(trace) = crate::telemetry::current_trace(call.trace.clone()) {
+            request = request.header("traceparent", trace.parent.to_string());
+            if let Some(state) = &trace.state {
+                request = request.header("tracestate", state);
+            }
+        }
         for (name, value) in &self.headers {
             request = request.header(name, value);
         }

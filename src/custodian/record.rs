@@ -30,6 +30,7 @@ pub(super) async fn timed_effect(
         authority = %call.authority,
         generation = call.generation,
     );
+    crate::telemetry::join(&span, call.trace.as_ref());
     let began = std::time::Instant::now();
     let outcome = effects::run_effect(effects, call).instrument(span).await;
     let label = match &outcome {

@@ -320,6 +320,7 @@ impl Recovery {
             generation,
             args: c.args.clone(),
             downstream_key: EffectCall::downstream_key_for(c.id),
+            trace: None,
         };
         let asked = std::time::Instant::now();
         let registered = self.effects.get(&c.kind);

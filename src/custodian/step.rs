@@ -516,5 +516,6 @@ fn call_for(row: &CommandRow, generation: i64) -> EffectCall {
         generation,
         args: row.args.clone(),
         downstream_key: EffectCall::downstream_key_for(row.id),
+        trace: row.trace(),
     }
 }

@@ -55,9 +55,24 @@ pub struct CommandRow {
     /// engine step that moves the command (migration 0030); a cache that
     /// `verify` recomputes and never trusts.
     pub identity_digest: Option<Vec<u8>>,
+    /// The W3C `traceparent` it was submitted with (migration 0044): the
+    /// caller's trace, which the custodian's spans and the provider's
+    /// request join. Not part of the fingerprint.
+    pub trace_parent: Option<String>,
+    /// The `tracestate` sent beside it.
+    pub trace_state: Option<String>,
 }
 
 impl CommandRow {
+    /// The trace context it was submitted with, if any (as stored: the
+    /// guard admits only the version-00 form).
+    pub fn trace(&self) -> Option<crate::domain::trace_context::TraceContext> {
+        crate::domain::trace_context::TraceContext::from_headers(
+            self.trace_parent.as_deref(),
+            self.trace_state.as_deref(),
+        )
+    }
+
     /// The state as the domain type. The schema's check
     /// `commands_state_known` (the states of `command_states`) guarantees
     /// the name is known.
@@ -98,6 +113,8 @@ pub struct Request<'a> {
     pub deadline_at: Option<DateTime<Utc>>,
     pub not_before: Option<DateTime<Utc>>,
     pub priority: i16,
+    /// The caller's trace (not part of the request's digests).
+    pub trace: Option<&'a crate::domain::trace_context::TraceContext>,
 }
 
 /// What a submission records. Assembled only by [`NewCommand::new`]. It owns
@@ -125,6 +142,8 @@ pub struct NewCommand {
     pub actor: String,
     /// The command of the same intent this one retries, if any.
     pub retry_of: Option<Uuid>,
+    pub trace_parent: Option<String>,
+    pub trace_state: Option<String>,
 }
 
 impl NewCommand {
@@ -157,6 +176,8 @@ impl NewCommand {
             priority: request.priority,
             actor: actor.to_owned(),
             retry_of: None,
+            trace_parent: request.trace.map(|t| t.parent.to_string()),
+            trace_state: request.trace.and_then(|t| t.state.clone()),
         }
     }
 

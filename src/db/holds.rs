@@ -57,6 +57,9 @@ impl HoldRow {
             deadline_at: self.deadline_at,
             not_before: self.not_before,
             priority: self.priority,
+            // A hold keeps no trace context: the command its release
+            // records starts no trace of the held request's caller.
+            trace: None,
         }
     }
 }

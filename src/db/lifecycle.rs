@@ -137,7 +137,7 @@ pub async fn claim_start(
                c.result, c.error, c.created_at as "created_at!", c.updated_at as "updated_at!",
                c.deadline_at, c.finished_at, c.pinned_generation, c.intent_digest,
                c.canonical_rules as "canonical_rules!", c.intent_epoch, c.retry_of, c.not_before,
-               c.priority as "priority!", c.identity_digest
+               c.priority as "priority!", c.identity_digest, c.trace_parent, c.trace_state
         from ledger_claim_start($1, $2, $3::bigint::integer) as c
         "#,
         authorities,

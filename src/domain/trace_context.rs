@@ -23,6 +23,27 @@ pub const MAX_STATE_LEN: usize = 512;
 /// over [`MAX_STATE_LEN`] (the specification's advice).
 const LONG_MEMBER: usize = 128;
 
+/// What a caller's headers said of its trace: the `traceparent`, and the
+/// `tracestate` beside it (kept only with a `traceparent`, as the
+/// specification says).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceContext {
+    pub parent: TraceParent,
+    pub state: Option<String>,
+}
+
+impl TraceContext {
+    /// From the two headers' values: `None` without a `traceparent` that
+    /// conforms; a `tracestate` that does not is dropped alone.
+    pub fn from_headers(traceparent: Option<&str>, tracestate: Option<&str>) -> Option<Self> {
+        let parent = TraceParent::parse(traceparent?)?;
+        Some(TraceContext {
+            parent,
+            state: tracestate.and_then(trace_state),
+        })
+    }
+}
+
 /// A `traceparent`: the trace, the caller's span, and its flags.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TraceParent {
@@ -256,6 +277,20 @@ mod tests {
             c.to_string(),
             "00-4bf92f3577b34da6a3ce929d0e0e4736-0102030405060708-01"
         );
+    }
+
+    #[test]
+    fn a_trace_state_goes_only_with_a_traceparent_and_alone_when_it_does_not_conform() {
+        assert_eq!(TraceContext::from_headers(None, Some("congo=1")), None);
+        assert_eq!(
+            TraceContext::from_headers(Some("00-x"), Some("congo=1")),
+            None
+        );
+        let c =
+            TraceContext::from_headers(Some(EXAMPLE), Some("Congo=1")).expect("the parent stays");
+        assert_eq!((c.parent.to_string().as_str(), c.state), (EXAMPLE, None));
+        let c = TraceContext::from_headers(Some(EXAMPLE), Some("congo=1")).expect("both");
+        assert_eq!(c.state.as_deref(), Some("congo=1"));
     }
 
     #[test]

@@ -7,6 +7,7 @@
 
 use axum::Json;
 use axum::extract::State;
+use axum::http::HeaderMap;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -14,8 +15,9 @@ use serde_json::Value;
 use super::AppState;
 use super::error::{ApiError, Problem};
 use super::extract::{AppJson, Auth};
-use super::params::{AuthorityField, SubmitBody, kind_schema, submission};
+use super::params::{AuthorityField, SubmitBody, kind_schema, submission, trace_of};
 use super::views::{CommandView, HeldAnswer, view};
+use crate::domain::trace_context::TraceContext;
 use crate::domain::{Disposition, IdempotencyKey};
 use crate::ledger::submit::{Admitted, BatchItem, admit_batch};
 
@@ -106,8 +108,11 @@ pub(super) struct BatchAnswer<'a> {
 pub(super) async fn submit_batch(
     State(state): State<AppState>,
     Auth(principal): Auth,
+    headers: HeaderMap,
     AppJson(body): AppJson<BatchBody, BODY_LIMIT>,
 ) -> Result<Json<Value>, ApiError> {
+    // Every item is recorded with the request's trace context.
+    let trace = trace_of(&headers);
     if body.items.is_empty() || body.items.len() > MAX_ITEMS {
         return Err(ApiError::InvalidBody(format!(
             "a batch holds 1 to {MAX_ITEMS} items, not {}",
@@ -126,7 +131,7 @@ pub(super) async fn submit_batch(
             }));
             continue;
         }
-        match item(&state, Value::Object(raw)) {
+        match item(&state, Value::Object(raw), trace.clone()) {
             Ok(item) => {
                 items.push(item);
                 refused.push(None);
@@ -188,7 +193,7 @@ fn compact_len(item: &serde_json::Map<String, Value>) -> usize {
     count.0
 }
 
-fn item(state: &AppState, raw: Value) -> Result<BatchItem, ApiError> {
+fn item(state: &AppState, raw: Value, trace: Option<TraceContext>) -> Result<BatchItem, ApiError> {
     let body: BatchItemBody = serde_json::from_value(raw)
         .map_err(|e| ApiError::InvalidBody(format!("the item is not valid: {e}")))?;
     let key = body
@@ -196,15 +201,18 @@ fn item(state: &AppState, raw: Value) -> Result<BatchItem, ApiError> {
         .as_deref()
         .map(IdempotencyKey::new)
         .transpose()?;
-    let sub = submission(SubmitBody {
-        kind: body.kind,
-        authority: body.authority,
-        args: body.args,
-        run_id: body.run_id,
-        deadline: body.deadline,
-        not_before: body.not_before,
-        priority: body.priority,
-    })?;
+    let sub = submission(
+        SubmitBody {
+            kind: body.kind,
+            authority: body.authority,
+            args: body.args,
+            run_id: body.run_id,
+            deadline: body.deadline,
+            not_before: body.not_before,
+            priority: body.priority,
+        },
+        trace,
+    )?;
     let policy = state.policies.get(sub.kind.as_str()).clone();
     Ok(BatchItem { key, sub, policy })
 }

@@ -89,6 +89,7 @@ pub(super) async fn explain(
         deadline: None,
         not_before: None,
         priority: None,
+        trace: None,
     };
     // What admission would read, or refuse: the same check, nothing recorded.
     let c = crate::ledger::submit::read(&sub, policy)?;

@@ -259,12 +259,22 @@ fn request_span<B>(request: &axum::http::Request<B>) -> tracing::Span {
         .get("x-request-id")
         .and_then(|v| v.to_str().ok())
         .map_or("-", |v| &v[..v.len().min(128)]);
-    tracing::info_span!(
+    let span = tracing::info_span!(
         "request",
         method = %request.method(),
         path = %request.uri().path(),
         request_id = %id,
-    )
+    );
+    let header = |name: &str| request.headers().get(name).and_then(|v| v.to_str().ok());
+    crate::telemetry::join(
+        &span,
+        crate::domain::trace_context::TraceContext::from_headers(
+            header("traceparent"),
+            header("tracestate"),
+        )
+        .as_ref(),
+    );
+    span
 }
 
 /// Serves the API on an already bound listener until `shutdown` completes,

@@ -13,6 +13,7 @@ use uuid::Uuid;
 
 use super::error::ApiError;
 use crate::domain::names::{AUTHORITY_ID_PATTERN, KIND_PATTERN};
+use crate::domain::trace_context::TraceContext;
 use crate::domain::{AuthorityId, AuthorityRef, Kind};
 use crate::ledger::submit::Submission;
 
@@ -227,9 +228,24 @@ pub(super) struct SubmitBody {
     pub(super) priority: Option<i64>,
 }
 
+/// The trace context a request's command is recorded with: the request
+/// span's when traces are exported (a child of the caller's, or a new
+/// trace), else the caller's `traceparent` and `tracestate` as sent. A
+/// header that does not conform is ignored, as W3C Trace Context says.
+pub(super) fn trace_of(headers: &HeaderMap) -> Option<TraceContext> {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    crate::telemetry::current_trace(TraceContext::from_headers(
+        header("traceparent"),
+        header("tracestate"),
+    ))
+}
+
 /// A submission as admission takes it, from the body of `POST /v1/commands`
-/// (or one item of a batch).
-pub(super) fn submission(body: SubmitBody) -> Result<Submission, ApiError> {
+/// (or one item of a batch), recorded with `trace` ([`trace_of`]).
+pub(super) fn submission(
+    body: SubmitBody,
+    trace: Option<TraceContext>,
+) -> Result<Submission, ApiError> {
     Ok(Submission {
         kind: Kind::parse(&body.kind).map_err(|e| invalid(&e))?,
         authority: authority(body.authority)?,
@@ -238,6 +254,7 @@ pub(super) fn submission(body: SubmitBody) -> Result<Submission, ApiError> {
         deadline: body.deadline,
         not_before: body.not_before,
         priority: body.priority,
+        trace,
     })
 }
 

@@ -18,6 +18,7 @@ use super::error::{ApiError, Problem};
 use super::extract::{AppJson, Auth};
 use super::params::{
     InvokeBody, SubmitBody, args, authority_or_catalog, invalid, prefer_wait, run_id, submission,
+    trace_of,
 };
 use super::views::{
     CommandView, HeldAnswer, applied_wait, hold_location, key_expiry, location, view,
@@ -62,7 +63,7 @@ pub(super) async fn submit(
     state.counters.requests(1);
     let key = idempotency_key(&headers)?;
     let wait = prefer_wait(&headers).map(|w| w.min(state.max_wait));
-    let sub = submission(body)?;
+    let sub = submission(body, trace_of(&headers))?;
     let policy = state.policies.get(sub.kind.as_str()).clone();
     let (admitted, _) = admit(
         state.pool(),
@@ -176,6 +177,7 @@ pub(super) async fn invoke(
         deadline: body.deadline,
         not_before: body.not_before,
         priority: body.priority,
+        trace: trace_of(&headers),
     };
     let (admitted, canonical) = admit(
         state.pool(),

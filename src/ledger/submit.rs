@@ -45,6 +45,9 @@ pub struct Submission {
     pub not_before: Option<DateTime<Utc>>,
     /// The priority asked for; `None`: the kind's.
     pub priority: Option<i64>,
+    /// The caller's W3C trace context, kept with the command it records
+    /// (not part of its fingerprint).
+    pub trace: Option<crate::domain::trace_context::TraceContext>,
 }
 
 /// What admission works with besides the request.
@@ -154,6 +157,7 @@ fn request<'a>(ctx: &Ctx<'_>, sub: &'a Submission, canonical: &'a CanonicalReque
         deadline_at: sub.deadline,
         not_before: sub.not_before,
         priority: ctx.priority,
+        trace: sub.trace.as_ref(),
     }
 }
 

@@ -231,6 +231,7 @@ fn new_command(scope: Uuid, key: &str, args: &Value, actor: &str) -> NewCommand 
         deadline_at: None,
         not_before: None,
         priority: 0,
+        trace: None,
     };
     NewCommand::new(&request, key, None, actor)
 }

@@ -46,6 +46,7 @@ mod storage;
 mod submit;
 mod telemetry;
 mod tls;
+mod traces;
 mod verify;
 mod waiting;
 mod webhooks;
