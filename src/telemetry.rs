@@ -207,10 +207,10 @@ pub fn join(span: &tracing::Span, trace: Option<&TraceContext>) {
 
 /// Records on `span` a link to each trace in `traces` (a claim or a record
 /// that serves the commands of many traces at once).
-pub fn link_all<'a>(span: &tracing::Span, traces: impl IntoIterator<Item = &'a TraceContext>) {
+pub fn link_all(span: &tracing::Span, traces: impl IntoIterator<Item = TraceContext>) {
     use tracing_opentelemetry::OpenTelemetrySpanExt as _;
     for trace in traces {
-        span.add_link(span_context(trace));
+        span.add_link(span_context(&trace));
     }
 }
 

@@ -211,6 +211,11 @@ impl Custodian {
                     .await,
             );
         }
+        // One claim serves the commands of many traces: a link to each.
+        crate::telemetry::link_all(
+            &tracing::Span::current(),
+            claimed.done.iter().filter_map(CommandRow::trace),
+        );
         self.started_rows(claimed, true, report).await
     }
 

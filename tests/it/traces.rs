@@ -30,6 +30,8 @@ struct Exported {
     parent_span_id: String,
     name: String,
     service: String,
+    /// The spans it links to, as (trace id, span id).
+    links: Vec<(String, String)>,
 }
 
 #[derive(Debug, Default)]
@@ -60,6 +62,12 @@ async fn traces(State(seen): State<Shared>, body: axum::body::Bytes) -> &'static
                     parent_span_id: text(&s["parentSpanId"]),
                     name: text(&s["name"]),
                     service: service.clone(),
+                    links: s["links"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(|l| (text(&l["traceId"]), text(&l["spanId"])))
+                        .collect(),
                 });
             }
         }
@@ -221,6 +229,17 @@ async fn a_callers_trace_runs_from_its_request_to_the_providers_call_across_a_cu
     assert_eq!(
         effect.parent_span_id, CALLER_SPAN,
         "the effect's span is a child of the caller's"
+    );
+    // The claim that started it served it among others: a link, not a parent.
+    assert!(
+        seen.spans.iter().any(|s| s.name == "claim_start"
+            && s.links
+                .contains(&(TRACE_ID.to_owned(), CALLER_SPAN.to_owned()))),
+        "a claim span linked to the caller's: {:?}",
+        seen.spans
+            .iter()
+            .filter(|s| s.name == "claim_start" && !s.links.is_empty())
+            .collect::<Vec<_>>()
     );
     // The provider's call is the effect span's child, or its descendant's.
     let in_trace: Vec<&Exported> = seen
