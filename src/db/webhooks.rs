@@ -375,6 +375,9 @@ pub struct Claimed {
     /// The number of this attempt (1 for the first).
     pub attempt: i32,
     pub expires_at: DateTime<Utc>,
+    /// The command's W3C trace context, carried on to the receiver.
+    pub trace_parent: Option<String>,
+    pub trace_state: Option<String>,
 }
 
 /// Takes up to `limit` due events of `authority` for one attempt each,
@@ -406,7 +409,11 @@ pub async fn claim(
         from due
         where e.authority_id = $1 and e.id = due.id
         returning e.id, e.authority_id, e.endpoint_id, e.command_id, e.payload, e.created_at,
-                  e.attempts as attempt, e.expires_at as "expires_at!"
+                  e.attempts as attempt, e.expires_at as "expires_at!",
+                  (select c.trace_parent from commands c
+                   where c.authority_id = $1 and c.id = e.command_id) as trace_parent,
+                  (select c.trace_state from commands c
+                   where c.authority_id = $1 and c.id = e.command_id) as trace_state
         "#,
         authority_id,
         now,

@@ -21,6 +21,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::task::JoinSet;
+use tracing::Instrument as _;
 
 use crate::db::webhooks::{self as db, Claimed, Next, SendingEndpoint};
 use crate::domain::webhook::{
@@ -235,12 +236,28 @@ impl Deliverer {
                 tracing::warn!(endpoint.id = %event.endpoint_id, "the endpoint's secret holds no base64 key after whsec_: its deliveries carry no webhook-signature");
             }
         }
+        // The command's trace goes on to the receiver: from this attempt's
+        // span when traces are exported (a child of the command's), else as
+        // the command was submitted with it.
+        let stored = crate::domain::trace_context::TraceContext::from_headers(
+            event.trace_parent.as_deref(),
+            event.trace_state.as_deref(),
+        );
+        let span = tracing::info_span!("webhook", event.id = %event.id, attempt = event.attempt);
+        crate::telemetry::join(&span, stored.as_ref());
+        if let Some(trace) = span.in_scope(|| crate::telemetry::current_trace(stored)) {
+            headers.push(("traceparent", trace.parent.to_string()));
+            if let Some(state) = trace.state {
+                headers.push(("tracestate", state));
+            }
+        }
         let answer = match parse_url(&endpoint.url, self.config.allow_private) {
             Err(e) => Err(send::SendError::Refused(e).to_string()),
             Ok(target) => match tokio::time::timeout(
                 self.config.timeout,
                 send::post(&target, self.config.allow_private, &headers, body.into()),
             )
+            .instrument(span)
             .await
             {
                 Err(_) => Err(format!(

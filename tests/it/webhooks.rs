@@ -44,6 +44,7 @@ struct Received {
     /// The Standard Webhooks headers: webhook-id, -timestamp, -signature.
     standard: (String, String, String),
     content_type: String,
+    traceparent: String,
     body: Vec<u8>,
     at: Instant,
 }
@@ -79,6 +80,7 @@ async fn receive(
             header("webhook-signature"),
         ),
         content_type: header("content-type"),
+        traceparent: header("traceparent"),
         body: body.to_vec(),
         at: Instant::now(),
     });
@@ -879,6 +881,64 @@ async fn an_applied_outcome_recorded_by_a_custodian_is_pushed_with_its_result() 
         hex::encode(row.get::<Vec<u8>, _>("hash"))
     );
     assert_eq!(body["result"], row.get::<Value, _>("result"));
+}
+
+/// A command submitted with a W3C trace context has its outcome delivered
+/// with it (`traceparent`, `tracestate`): the receiver's work joins the
+/// caller's trace. One submitted without has none.
+#[tokio::test]
+async fn an_outcome_is_delivered_in_the_trace_its_command_was_submitted_with() {
+    let app = app().await;
+    let token = app.token("kiosk", Role::Device).await;
+    let receiver = Receiver::start(&[]).await;
+    registered(&app, &token, &receiver.url).await;
+    let traced = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let resp = app
+        .client
+        .post(app.url("/v1/commands"))
+        .bearer_auth(&token)
+        .header("Idempotency-Key", "traced-hook-1")
+        .header("traceparent", traced)
+        .json(&refund(100))
+        .send()
+        .await
+        .unwrap();
+    let command = resp.json::<Value>().await.unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let resp = app
+        .post(&token, &format!("/v1/commands/{command}/cancel"))
+        .await;
+    assert_eq!(resp.status(), 200);
+    let untraced = cancelled(&app, &token).await;
+    let d = deliverer(&app, quick());
+    deliver_until(
+        &d,
+        &app.pool,
+        &command,
+        "delivered",
+        Duration::from_secs(10),
+    )
+    .await;
+    deliver_until(
+        &d,
+        &app.pool,
+        &untraced,
+        "delivered",
+        Duration::from_secs(10),
+    )
+    .await;
+    let got = receiver.received();
+    let of = |id: &str| {
+        got.iter()
+            .find(|r| serde_json::from_slice::<Value>(&r.body).unwrap()["command_id"] == id)
+            .unwrap_or_else(|| panic!("a delivery of {id}"))
+            .traceparent
+            .clone()
+    };
+    assert_eq!(of(&command), traced);
+    assert_eq!(of(&untraced), "");
 }
 
 #[tokio::test]
