@@ -310,7 +310,17 @@ impl ServerHandler for LedgerTools {
             }));
             return Ok(result.into());
         }
-        let client = self.client(&context)?;
+        let mut client = self.client(&context)?;
+        // A caller's trace context in `_meta` (as MCP's tracing convention
+        // carries W3C Trace Context) goes on to the ledger with the call.
+        if let Some(parent) = context.meta.get("traceparent").and_then(Value::as_str) {
+            let state = context
+                .meta
+                .get("tracestate")
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            client = client.with_trace_context(parent, state);
+        }
         let run_id = run_id(&context.meta, &self.run_id).to_owned();
         let name = request.name.as_ref();
         tracing::info!(tool = %name, run_id, "tool call");

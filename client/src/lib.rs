@@ -581,6 +581,10 @@ pub struct Client {
     base: String,
     token: String,
     retry: RetryPolicy,
+    /// The caller's W3C trace context, sent on every request
+    /// (`traceparent`, `tracestate`): the ledger keeps it with the commands
+    /// it records and carries it on to the provider.
+    trace: Option<(String, Option<String>)>,
 }
 
 impl Client {
@@ -591,6 +595,7 @@ impl Client {
             base: base.into().trim_end_matches('/').to_owned(),
             token: token.into(),
             retry: RetryPolicy::default(),
+            trace: None,
         }
     }
 
@@ -598,6 +603,22 @@ impl Client {
     pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
         self.retry = retry;
         self
+    }
+
+    /// The same API, each request sent in the caller's trace: `traceparent`
+    /// (and `tracestate`) as W3C Trace Context writes them, for example
+    /// from the caller's OpenTelemetry span. The ledger ignores a value that
+    /// does not conform, as the specification says.
+    #[must_use]
+    pub fn with_trace_context(
+        &self,
+        traceparent: impl Into<String>,
+        tracestate: Option<String>,
+    ) -> Self {
+        Client {
+            trace: Some((traceparent.into(), tracestate)),
+            ..self.clone()
+        }
     }
 
     /// The same API as another principal (sharing connections).
@@ -842,11 +863,17 @@ impl Client {
         let mut attempt = 0u32;
         loop {
             attempt += 1;
-            let request = self
+            let mut request = self
                 .http
                 .request(method.clone(), &url)
                 .bearer_auth(&self.token)
                 .timeout(self.retry.attempt_timeout + wait);
+            if let Some((parent, state)) = &self.trace {
+                request = request.header("traceparent", parent);
+                if let Some(state) = state {
+                    request = request.header("tracestate", state);
+                }
+            }
             let (failure, retry_after) = match build(request).send().await {
                 Ok(response) if retryable(response.status()) => {
                     let status = response.status().as_u16();

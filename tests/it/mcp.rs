@@ -292,6 +292,28 @@ async fn an_mcp_call_with_args_the_tool_does_not_declare_is_a_tool_error_naming_
             .unwrap();
     assert_eq!(recorded.as_deref(), Some("worker-a"));
     assert_eq!((sink.requests(), sink.count("applied")), (1, 1));
+
+    // A W3C trace context in `_meta` goes on to the ledger: the command
+    // keeps it.
+    let traced = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    session
+        .send(json!({"jsonrpc": "2.0", "id": 22, "method": "tools/call",
+                     "params": {"name": "refund",
+                                "arguments": {"to": "t@y.z", "amount": "2.00 USD"},
+                                "_meta": {"traceparent": traced, "tracestate": "congo=1"}}}))
+        .await;
+    let answer = session.answers(1).await.remove(&22).unwrap();
+    let id = answer["result"]["structuredContent"]["command_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{answer}"))
+        .to_owned();
+    let kept: (Option<String>, Option<String>) =
+        sqlx::query_as("select trace_parent, trace_state from commands where id = $1::uuid")
+            .bind(&id)
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(kept, (Some(traced.to_owned()), Some("congo=1".to_owned())));
     drop(session.stdin);
     let _ = session.child.wait().await;
 }
