@@ -58,6 +58,10 @@ pub struct LogLine {
     pub at: chrono::DateTime<chrono::Utc>,
     #[serde(default)]
     pub response: Value,
+    /// The W3C `traceparent` the request carried, if any: which trace the
+    /// refund belongs to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
 }
 
 #[derive(Debug)]
@@ -168,6 +172,7 @@ async fn apply(State(sink): State<Sink>, headers: HeaderMap, body: Bytes) -> Res
     let Some(generation) = text(HEADER_GENERATION).and_then(|g| g.parse::<i64>().ok()) else {
         return bad_request("Ledger-Generation must be an integer");
     };
+    let trace = text("traceparent");
     let args: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let mode = args
         .get("mode")
@@ -185,16 +190,17 @@ async fn apply(State(sink): State<Sink>, headers: HeaderMap, body: Bytes) -> Res
             // stop it.
             tokio::spawn(async move {
                 tokio::time::sleep(LATE_BY).await;
-                let _ = record(&sink, &key, &authority, generation, mode);
+                let _ = record(&sink, &key, &authority, generation, mode, trace.as_deref());
             });
             return std::future::pending().await;
         }
         _ => {}
     }
-    let (status, response) = match record(&sink, &key, &authority, generation, mode) {
-        Ok(answer) => answer,
-        Err(failed) => return (StatusCode::INTERNAL_SERVER_ERROR, failed).into_response(),
-    };
+    let (status, response) =
+        match record(&sink, &key, &authority, generation, mode, trace.as_deref()) {
+            Ok(answer) => answer,
+            Err(failed) => return (StatusCode::INTERNAL_SERVER_ERROR, failed).into_response(),
+        };
     if status != StatusCode::OK {
         return (status, axum::Json(response)).into_response();
     }
@@ -220,6 +226,7 @@ fn record(
     authority: &str,
     generation: i64,
     mode: Mode,
+    traceparent: Option<&str>,
 ) -> Result<(StatusCode, Value), &'static str> {
     let line = |event: &str, response: Value| LogLine {
         event: event.to_owned(),
@@ -228,6 +235,7 @@ fn record(
         generation,
         at: chrono::Utc::now(),
         response,
+        traceparent: traceparent.map(str::to_owned),
     };
     let mut ledger = sink.ledger.lock().expect("sink lock");
     let highest = ledger

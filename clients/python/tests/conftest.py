@@ -78,6 +78,16 @@ def ledger(api_url, token) -> Ledger:
     return Ledger(api_url, token)
 
 
+def sink_traceparents(command_id: str) -> list:
+    """The `traceparent` of each request the demo sink got for the command."""
+    with open(_env("SINK_LOG")) as f:
+        return [
+            e.get("traceparent")
+            for e in map(json.loads, f)
+            if e.get("key") == f"cl-{command_id}"
+        ]
+
+
 def sink_applied(command_id: str) -> int:
     """How many times the demo sink applied the command's effect."""
     count = 0

@@ -28,7 +28,7 @@ from command_ledger import (
     Submission,
     TransportError,
 )
-from conftest import FAST
+from conftest import FAST, sink_traceparents
 from proxy import Proxy, Rule
 
 
@@ -53,6 +53,14 @@ def test_a_lost_answer_is_resent_under_the_same_key_and_comes_back_as_a_replay(a
     again = client.submit("refund", "payments", submitted.command.args, key=submitted.key)
     assert (again.command.id, again.command.disposition) == (submitted.command.id, Disposition.REPLAY)
     assert ledger.count() == 1
+
+
+def test_a_callers_trace_context_reaches_the_provider_with_the_command(api_url, token):
+    parent = f"00-{uuid.uuid4().hex}-00f067aa0ba902b7-01"
+    client = Client(api_url, token, FAST).with_trace_context(parent, "congo=1")
+    submitted = client.submit("refund", "payments", refund_args("traced"), wait=10)
+    assert isinstance(submitted.command.outcome, Applied)
+    assert sink_traceparents(submitted.command.id) == [parent]
 
 
 def test_retry_after_is_honoured_before_the_next_attempt(api_url, token, ledger):

@@ -128,9 +128,26 @@ export class Client {
     this.retry = { ...DEFAULT_RETRY, ...retry };
   }
 
+  private trace: Record<string, string> = {};
+
   /** The same API as another principal. */
   withToken(token: string): Client {
-    return new Client(this.base, token, this.retry);
+    const other = new Client(this.base, token, this.retry);
+    other.trace = { ...this.trace };
+    return other;
+  }
+
+  /**
+   * The same API, each request sent in the caller's W3C trace (`traceparent`,
+   * and `tracestate`), for example its OpenTelemetry span's: the ledger keeps
+   * it with the commands it records and carries it on to the provider. A
+   * value that does not conform is ignored by the ledger, as the
+   * specification says.
+   */
+  withTraceContext(traceparent: string, tracestate?: string): Client {
+    const other = new Client(this.base, this.token, this.retry);
+    other.trace = tracestate ? { traceparent, tracestate } : { traceparent };
+    return other;
   }
 
   /** Records a command (`POST /v1/commands`) and returns it with its key. */
@@ -242,6 +259,7 @@ export class Client {
             Authorization: `Bearer ${this.token}`,
             Accept: "application/json",
             ...(text === undefined ? {} : { "Content-Type": "application/json" }),
+            ...this.trace,
             ...headers,
           },
           body: text,

@@ -4,7 +4,7 @@ import { randomUUID } from "node:crypto";
 import { test } from "node:test";
 
 import { Client, ConflictError, GaveUpError, KeyConflictError, ProblemError, TransportError } from "../dist/index.js";
-import { FAST, commandCount, deadUrl, env, newToken } from "./helpers.mjs";
+import { FAST, commandCount, deadUrl, env, newToken, sinkTraceparents } from "./helpers.mjs";
 import { Proxy } from "./proxy.mjs";
 
 const refundArgs = (who) => ({ to: `${who}-${randomUUID().slice(0, 8)}@example.com`, amount: "4.00 USD" });
@@ -33,6 +33,14 @@ test("a lost answer is resent under the same key and comes back as a replay", as
   } finally {
     await proxy.close();
   }
+});
+
+test("a caller's trace context reaches the provider with the command", async () => {
+  const parent = `00-${randomUUID().replaceAll("-", "")}-00f067aa0ba902b7-01`;
+  const client = new Client(env("COMMAND_LEDGER_URL"), newToken(), FAST).withTraceContext(parent, "congo=1");
+  const submitted = await client.submit({ kind: "refund", authority: "payments", args: refundArgs("traced") }, { waitS: 10 });
+  assert.equal(submitted.outcome.kind, "applied");
+  assert.deepEqual(sinkTraceparents(submitted.command.id), [parent]);
 });
 
 test("Retry-After is honoured before the next attempt", async () => {

@@ -37,6 +37,16 @@ export async function commandCount(token) {
 }
 
 /** How many times the demo sink applied the command's effect. */
+/** The `traceparent` of each request the demo sink got for the command. */
+export function sinkTraceparents(commandId) {
+  return readFileSync(env("SINK_LOG"), "utf8")
+    .split("\n")
+    .filter(Boolean)
+    .map((l) => JSON.parse(l))
+    .filter((e) => e.key === `cl-${commandId}`)
+    .map((e) => e.traceparent);
+}
+
 export function sinkApplied(commandId) {
   return readFileSync(env("SINK_LOG"), "utf8")
     .split("\n")

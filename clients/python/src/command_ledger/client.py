@@ -111,10 +111,25 @@ class Client:
         self.token = token
         self.retry = retry
         self._url = url
+        self._trace: dict = {}
 
     def with_token(self, token: str) -> "Client":
         """The same API as another principal."""
-        return Client(self.base, token, self.retry)
+        other = Client(self.base, token, self.retry)
+        other._trace = dict(self._trace)
+        return other
+
+    def with_trace_context(self, traceparent: str, tracestate: Optional[str] = None) -> "Client":
+        """The same API, each request sent in the caller's W3C trace
+        (`traceparent`, and `tracestate`), for example its OpenTelemetry
+        span's: the ledger keeps it with the commands it records and carries
+        it on to the provider. A value that does not conform is ignored by
+        the ledger, as the specification says."""
+        other = Client(self.base, self.token, self.retry)
+        other._trace = {"traceparent": traceparent}
+        if tracestate:
+            other._trace["tracestate"] = tracestate
+        return other
 
     # -- commands -------------------------------------------------------------
 
@@ -276,7 +291,7 @@ class Client:
         conn_cls = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
         conn = conn_cls(u.hostname, u.port, timeout=timeout)
         try:
-            h = {"Authorization": f"Bearer {self.token}", "Accept": "application/json", **headers}
+            h = {"Authorization": f"Bearer {self.token}", "Accept": "application/json", **self._trace, **headers}
             if payload is not None:
                 h["Content-Type"] = "application/json"
             conn.request(method, (u.path or "") + path, body=payload, headers=h)
