@@ -88,6 +88,8 @@ pub struct Done {
     pub generation: i64,
     pub id: Uuid,
     pub outcome: EffectOutcome,
+    /// The command's trace context, which the record's span links to.
+    pub trace: Option<crate::domain::trace_context::TraceContext>,
 }
 
 /// One custodian process's state. Everything durable is in the database;

@@ -297,6 +297,7 @@ impl Custodian {
                     authority,
                     generation,
                     id,
+                    trace: None,
                     outcome: EffectOutcome::Ambiguous {
                         reason: "shutdown",
                         detail: serde_json::json!(
@@ -350,6 +351,7 @@ impl Custodian {
                 generation: s.generation,
                 id,
                 outcome,
+                trace: s.call.trace,
             };
             // Under the lock, so a shutdown either sees this effect running
             // or finds its outcome queued.

@@ -4,7 +4,7 @@
 //! per (authority, generation), and retrying what a database outage left
 //! unrecorded.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use uuid::Uuid;
@@ -14,6 +14,7 @@ use super::{Custodian, CustodianError, Done, Started, Stats, StepReport};
 use crate::crash::{self, CrashPoint};
 use crate::db;
 use crate::db::txn::{self, TxError};
+use crate::domain::trace_context::TraceContext;
 use crate::domain::{CommandState, EffectOutcome};
 
 /// Runs one effect and records how long it took, by kind and outcome.
@@ -67,7 +68,11 @@ impl Custodian {
     /// is counted and logged, never taken for success.
     pub async fn record_outcomes(&self, done: Vec<Done>, report: &mut StepReport) {
         let mut groups: BTreeMap<(String, i64), Vec<(Uuid, EffectOutcome)>> = BTreeMap::new();
+        let mut traces: HashMap<Uuid, TraceContext> = HashMap::new();
         for d in done {
+            if let Some(trace) = d.trace {
+                traces.insert(d.id, trace);
+            }
             groups
                 .entry((d.authority, d.generation))
                 .or_default()
@@ -75,8 +80,12 @@ impl Custodian {
         }
         for ((authority, generation), outcomes) in groups {
             crash::point(CrashPoint::AfterEffect);
+            let linked: Vec<TraceContext> = outcomes
+                .iter()
+                .filter_map(|(id, _)| traces.get(id).cloned())
+                .collect();
             let recorded = match self
-                .record_group_outcomes(&authority, generation, &outcomes)
+                .record_group_outcomes(&authority, generation, &outcomes, linked)
                 .await
             {
                 Ok(recorded) => recorded,
@@ -91,6 +100,7 @@ impl Custodian {
                             generation,
                             id,
                             outcome,
+                            trace: traces.get(&id).cloned(),
                         }),
                     );
                     continue;
@@ -121,13 +131,16 @@ impl Custodian {
     /// returns the ids it recorded. After a commit whose outcome is unknown,
     /// the rows are re-read: those already in the intended state count as
     /// recorded.
-    #[tracing::instrument(name = "record", skip(self, outcomes), fields(commands = outcomes.len()))]
+    #[tracing::instrument(name = "record", skip(self, outcomes, traces), fields(commands = outcomes.len()))]
     async fn record_group_outcomes(
         &self,
         authority: &str,
         generation: i64,
         outcomes: &[(Uuid, EffectOutcome)],
+        traces: Vec<TraceContext>,
     ) -> Result<Vec<Uuid>, CustodianError> {
+        // One record serves the commands of many traces: a link to each.
+        crate::telemetry::link_all(&tracing::Span::current(), traces);
         let settings = self.transition_settings();
         // The step goes to the node holding the authority's shards.
         let route = self.cluster.route(authority).await;
@@ -198,6 +211,7 @@ impl Custodian {
                     generation: s.generation,
                     id: s.call.command_id,
                     outcome,
+                    trace: s.call.trace,
                 }
             }));
         }

@@ -436,6 +436,7 @@ impl Custodian {
                 outcome: EffectOutcome::not_dispatched(
                     "the effect_started commit was not confirmed; never dispatched",
                 ),
+                trace: row.trace(),
             })
             .collect();
         self.record_outcomes(done, report).await;

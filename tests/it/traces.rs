@@ -241,6 +241,13 @@ async fn a_callers_trace_runs_from_its_request_to_the_providers_call_across_a_cu
             .filter(|s| s.name == "claim_start" && !s.links.is_empty())
             .collect::<Vec<_>>()
     );
+    // And so did the record of its outcome.
+    assert!(
+        seen.spans.iter().any(|s| s.name == "record"
+            && s.links
+                .contains(&(TRACE_ID.to_owned(), CALLER_SPAN.to_owned()))),
+        "a record span linked to the caller's"
+    );
     // The provider's call is the effect span's child, or its descendant's.
     let in_trace: Vec<&Exported> = seen
         .spans
