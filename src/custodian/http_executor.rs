@@ -61,15 +61,27 @@ impl HttpExecutor {
     }
 
     async fn probe(&self, url: &str, call: &EffectCall) -> ProbeAnswer {
+        use tracing::Instrument as _;
         let url = url.replace("{key}", &call.downstream_key);
         let mut request = self
             .client
             .get(&url)
             .header(HEADER_KEY, &call.downstream_key);
+        // The question is asked in the command's trace: from a span of its
+        // own, a child of the command's context, when traces are exported.
+        let span = tracing::info_span!("probe", command.id = %call.command_id, kind = %call.kind);
+        crate::telemetry::join(&span, call.trace.as_ref());
+        let trace = span.in_scope(|| crate::telemetry::current_trace(call.trace.clone()));
+        request = traced(request, trace);
         for (name, value) in &self.headers {
             request = request.header(name, value);
         }
-        let response = match request.timeout(Duration::from_secs(10)).send().await {
+        let response = match request
+            .timeout(Duration::from_secs(10))
+            .send()
+            .instrument(span)
+            .await
+        {
             Ok(r) => r,
             Err(e) => return ProbeAnswer::Unknown(e.to_string()),
         };
@@ -98,12 +110,7 @@ impl HttpExecutor {
             .json(&call.args);
         // The command's trace goes on to the provider: from the effect's span
         // when traces are exported, else as the caller sent it.
-        if let Some(trace) = crate::telemetry::current_trace(call.trace.clone()) {
-            request = request.header("traceparent", trace.parent.to_string());
-            if let Some(state) = &trace.state {
-                request = request.header("tracestate", state);
-            }
-        }
+        request = traced(request, crate::telemetry::current_trace(call.trace.clone()));
         for (name, value) in &self.headers {
             request = request.header(name, value);
         }
@@ -136,5 +143,18 @@ impl Effect for HttpExecutor {
     fn reconcile<'a>(&'a self, call: &'a EffectCall) -> Option<ProbeFuture<'a>> {
         let url = self.reconcile_url.as_deref()?;
         Some(Box::pin(async move { self.probe(url, call).await }))
+    }
+}
+
+/// `request` with `trace`'s W3C headers (`traceparent`, `tracestate`).
+fn traced(
+    request: reqwest::RequestBuilder,
+    trace: Option<crate::domain::trace_context::TraceContext>,
+) -> reqwest::RequestBuilder {
+    let Some(trace) = trace else { return request };
+    let request = request.header("traceparent", trace.parent.to_string());
+    match trace.state {
+        Some(state) => request.header("tracestate", state),
+        None => request,
     }
 }

@@ -320,7 +320,10 @@ impl Recovery {
             generation,
             args: c.args.clone(),
             downstream_key: EffectCall::downstream_key_for(c.id),
-            trace: None,
+            trace: crate::domain::trace_context::TraceContext::from_headers(
+                c.trace_parent.as_deref(),
+                c.trace_state.as_deref(),
+            ),
         };
         let asked = std::time::Instant::now();
         let registered = self.effects.get(&c.kind);

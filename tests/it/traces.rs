@@ -39,6 +39,8 @@ struct Seen {
     spans: Vec<Exported>,
     /// The `traceparent` of each request the provider got.
     provider: Vec<Option<String>>,
+    /// The `traceparent` of each question its reconcile probe got.
+    probe: Vec<Option<String>>,
 }
 
 type Shared = Arc<Mutex<Seen>>;
@@ -84,12 +86,23 @@ async fn refunds(State(seen): State<Shared>, headers: HeaderMap) -> axum::Json<V
     axum::Json(json!({"refund_id": "rf_1"}))
 }
 
-/// An OTLP/HTTP endpoint (`/v1/traces`) and a provider (`/refunds`) on one
-/// listener; returns its base URL.
+/// The provider's reconcile probe: it never saw the refund.
+async fn applied(State(seen): State<Shared>, headers: HeaderMap) -> axum::http::StatusCode {
+    let parent = headers
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    seen.lock().unwrap().probe.push(parent);
+    axum::http::StatusCode::NOT_FOUND
+}
+
+/// An OTLP/HTTP endpoint (`/v1/traces`) and a provider (`/refunds`, and its
+/// probe `/applied/{key}`) on one listener; returns its base URL.
 async fn collector_and_provider(seen: Shared) -> String {
     let app = Router::new()
         .route("/v1/traces", post(traces))
         .route("/refunds", post(refunds))
+        .route("/applied/{key}", axum::routing::get(applied))
         .with_state(seen);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
@@ -337,4 +350,73 @@ async fn a_batch_carries_its_context_to_every_item_and_the_database_guards_the_f
             .await
             .unwrap_err();
     assert!(change.to_string().contains("immutable"), "{change}");
+}
+
+/// Recovery asks the provider's reconcile probe about a command a dead
+/// custodian left `effect_started`: the question carries the command's
+/// trace too.
+#[tokio::test]
+async fn the_reconcile_probe_asks_in_the_commands_trace() {
+    use command_ledger::custodian::StepReport;
+    use command_ledger::custodian::http_executor::HttpExecutor;
+    use command_ledger::custodian::recovery::Recovery;
+
+    let app = TestApp::spawn().await;
+    let token = app.token("dev", Role::Device).await;
+    let seen: Shared = Arc::default();
+    let base = collector_and_provider(Arc::clone(&seen)).await;
+    let effects = || {
+        let mut effects = command_ledger::custodian::Effects::default();
+        let executor = HttpExecutor::new(
+            format!("{base}/refunds"),
+            Default::default(),
+            Duration::from_millis(200),
+        )
+        .unwrap()
+        .with_reconcile_url(Some(format!("{base}/applied/{{key}}")));
+        effects.register_with_margin(
+            "refund",
+            executor,
+            Duration::from_millis(200),
+            Duration::ZERO,
+        );
+        effects
+    };
+    let traced = format!("00-{TRACE_ID}-{CALLER_SPAN}-01");
+    let resp = app
+        .client
+        .post(app.url("/v1/commands"))
+        .bearer_auth(&token)
+        .header("Idempotency-Key", "probed-1")
+        .header("traceparent", &traced)
+        .json(&crate::harness::refund(100))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 202);
+    // A custodian starts it and dies before dispatching; its lease lapses.
+    let c = crate::harness::custodian(&app.pool, &["payments"], effects(), Duration::from_secs(10));
+    c.heartbeat().await.unwrap();
+    let started = c
+        .claim_and_start(10, &mut StepReport::default())
+        .await
+        .unwrap();
+    assert_eq!(started.len(), 1);
+    sqlx::query("update authorities set lease_expires_at = now() - interval '1 second' where id = 'payments'")
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let recovery = Recovery::new(
+        crate::harness::as_role(&app.pool, command_ledger::db::roles::ServiceRole::Custodian),
+        crate::harness::ledger_backend(),
+        Arc::new(effects()),
+        "recovery:test".into(),
+    );
+    assert_eq!(
+        recovery.run_once().await.unwrap().failed,
+        1,
+        "the probe said not applied"
+    );
+    assert_eq!(seen.lock().unwrap().probe, vec![Some(traced)]);
 }
