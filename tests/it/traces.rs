@@ -312,6 +312,37 @@ async fn a_traceparent_that_does_not_conform_is_ignored_not_refused() {
     assert_eq!(stored, (None, None));
 }
 
+/// A trace context is not part of a command's fingerprint: the same request
+/// sent again from another trace is a replay of the first command, which
+/// keeps the first context.
+#[tokio::test]
+async fn a_copy_sent_from_another_trace_is_the_same_command() {
+    let app = TestApp::spawn().await;
+    let token = app.token("dev", Role::Device).await;
+    let send = |span: &'static str| {
+        app.client
+            .post(app.url("/v1/commands"))
+            .bearer_auth(&token)
+            .header("Idempotency-Key", "twice-traced")
+            .header("traceparent", format!("00-{TRACE_ID}-{span}-01"))
+            .json(&crate::harness::refund(100))
+            .send()
+    };
+    let first = send(CALLER_SPAN).await.unwrap();
+    assert_eq!(first.status(), 202);
+    let again = send("00000000000000aa").await.unwrap();
+    assert_eq!(again.status(), 200, "a replay, not a conflict");
+    let again: Value = again.json().await.unwrap();
+    assert_eq!(again["disposition"], "replay", "{again}");
+    let kept: Option<String> = sqlx::query_scalar(
+        "select trace_parent from commands where idempotency_key = 'twice-traced'",
+    )
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(kept, Some(format!("00-{TRACE_ID}-{CALLER_SPAN}-01")));
+}
+
 /// Every item of a batch is recorded with the batch request's context, and
 /// the database refuses a context written by hand that does not conform,
 /// or a change to one.
