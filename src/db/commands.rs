@@ -15,6 +15,7 @@ use uuid::Uuid;
 use super::txn;
 
 use crate::domain::CommandState;
+use crate::domain::trace_context::TraceContext;
 
 /// One command as stored: a row of `commands`, also as the composite value
 /// of that row type (what an engine step returns on Citus, where a call is
@@ -55,22 +56,18 @@ pub struct CommandRow {
     /// engine step that moves the command (migration 0030); a cache that
     /// `verify` recomputes and never trusts.
     pub identity_digest: Option<Vec<u8>>,
-    /// The W3C `traceparent` it was submitted with (migration 0044): the
-    /// caller's trace, which the custodian's spans and the provider's
+    /// The W3C `traceparent` and `tracestate` it was submitted with
+    /// (migration 0044), which the custodian's spans and the provider's
     /// request join. Not part of the fingerprint.
     pub trace_parent: Option<String>,
-    /// The `tracestate` sent beside it.
     pub trace_state: Option<String>,
 }
 
 impl CommandRow {
     /// The trace context it was submitted with, if any (as stored: the
     /// guard admits only the version-00 form).
-    pub fn trace(&self) -> Option<crate::domain::trace_context::TraceContext> {
-        crate::domain::trace_context::TraceContext::from_headers(
-            self.trace_parent.as_deref(),
-            self.trace_state.as_deref(),
-        )
+    pub fn trace(&self) -> Option<TraceContext> {
+        TraceContext::from_headers(self.trace_parent.as_deref(), self.trace_state.as_deref())
     }
 
     /// The state as the domain type. The schema's check
@@ -114,7 +111,7 @@ pub struct Request<'a> {
     pub not_before: Option<DateTime<Utc>>,
     pub priority: i16,
     /// The caller's trace (not part of the request's digests).
-    pub trace: Option<&'a crate::domain::trace_context::TraceContext>,
+    pub trace: Option<&'a TraceContext>,
 }
 
 /// What a submission records. Assembled only by [`NewCommand::new`]. It owns
