@@ -16,6 +16,7 @@
 use sqlx::migrate::{Migration, Migrator};
 use sqlx::{Connection as _, PgConnection, PgPool, SqlSafeStr as _};
 
+use super::clash::{again_after_a_clash, copies_met_another_database};
 use super::{Backend, DbError, roles, statements};
 
 /// The baseline and every later migration, embedded in the binary.
@@ -101,64 +102,6 @@ impl Stretch {
 /// migration adds are distributed by the next run).
 pub async fn migrate(pool: &PgPool) -> Result<(), DbError> {
     again_after_a_clash(pool, migrate_once).await
-}
-
-/// Runs `once`, and again (up to five times in all) while it fails on what
-/// a migration of another database of the cluster did at the same moment.
-async fn again_after_a_clash(
-    pool: &PgPool,
-    once: impl AsyncFn(&PgPool) -> Result<(), DbError>,
-) -> Result<(), DbError> {
-    let mut attempt = 1;
-    loop {
-        match once(pool).await {
-            Err(e) if attempt < 5 && clashed_with_another_database(&e) => {
-                tracing::info!(error = %e, attempt, "a migration met another database's, on the same cluster; running it again");
-                tokio::time::sleep(std::time::Duration::from_millis(100 * attempt)).await;
-                attempt += 1;
-            }
-            done => return done,
-        }
-    }
-}
-
-/// Whether a migration failed on what the cluster's databases share (its
-/// roles): created, granted or revoked at the same moment by a process
-/// migrating another database. Nothing of the failed migration stays (each
-/// runs in a transaction), so it can run again.
-fn clashed_with_another_database(e: &DbError) -> bool {
-    use sqlx::migrate::MigrateError;
-    let database = match e {
-        DbError::Migrate(MigrateError::ExecuteMigration(sqlx::Error::Database(d), _)) => d,
-        DbError::Sqlx(sqlx::Error::Database(d)) => d,
-        DbError::SharedRolesChanged(_) => return true,
-        _ => return false,
-    };
-    shared_catalog_clash(database.code().as_deref(), database.message())
-}
-
-/// The errors of [`clashed_with_another_database`], by SQLSTATE and message.
-/// CL010, or 42501 naming the engine's role or one of its functions (a grant
-/// on it by a role no longer its member): it lost its member; 23505: a role
-/// (or a membership) made twice; XX000 "tuple concurrently deleted" (or
-/// "updated"): a membership revoked (or a role altered) by two processes at
-/// once, on the coordinator or on a worker Citus propagated it to.
-fn shared_catalog_clash(code: Option<&str>, message: &str) -> bool {
-    match code {
-        Some("CL010" | "23505") => true,
-        Some("42501") => [
-            roles::ENGINE,
-            "ledger_claim_start",
-            "ledger_record_outcomes",
-        ]
-        .iter()
-        .any(|name| message.contains(name)),
-        Some("XX000") => {
-            message.contains("tuple concurrently deleted")
-                || message.contains("tuple concurrently updated")
-        }
-        _ => false,
-    }
 }
 
 async fn migrate_once(pool: &PgPool) -> Result<(), DbError> {
@@ -403,22 +346,6 @@ async fn distribute(conn: &mut PgConnection) -> Result<(), DbError> {
     Ok(())
 }
 
-/// Whether a node's maker of the steps' copies failed on what the
-/// cluster's databases share: the migrating role's membership in
-/// [`roles::ENGINE`], granted while it migrates, revoked meanwhile by a
-/// process that finished migrating another database (the lock that keeps
-/// them apart is a database's own), which leaves it unable to own, revoke
-/// or replace the copies; or a role changed by two at once. Not
-/// [`shared_catalog_clash`]: `run_command_on_all_nodes` gives the message
-/// without its SQLSTATE, and a `CL016` naming a step would read as a clash
-/// there.
-fn copies_met_another_database(message: &str) -> bool {
-    message.contains(&format!("must be member of role \"{}\"", roles::ENGINE))
-        || message.contains("must be owner of function ledger_")
-        || message.contains("permission denied for function ledger_")
-        || message.contains("tuple concurrently")
-}
-
 /// Records a baseline's migrations as applied to a database that finished
 /// the stretch of the legacy chain it replaced: it holds their schema
 /// already.
@@ -516,70 +443,4 @@ async fn run_chain(
         super::citus_session_defaults(&mut *conn).await?;
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::shared_catalog_clash;
-
-    #[test]
-    fn what_another_database_s_migration_did_to_the_shared_roles_is_a_clash() {
-        assert!(shared_catalog_clash(
-            Some("CL010"),
-            "the engine steps (0033) need ..."
-        ));
-        assert!(shared_catalog_clash(
-            Some("23505"),
-            "duplicate key value violates unique constraint"
-        ));
-        assert!(shared_catalog_clash(
-            Some("42501"),
-            "permission denied for function ledger_record_outcomes"
-        ));
-        assert!(shared_catalog_clash(
-            Some("42501"),
-            "must be able to SET ROLE \"ledger_engine\""
-        ));
-        // Two processes revoking the one membership (seen on Citus, where
-        // the revoke reaches every worker).
-        assert!(shared_catalog_clash(
-            Some("XX000"),
-            "tuple concurrently deleted"
-        ));
-        assert!(shared_catalog_clash(
-            Some("XX000"),
-            "tuple concurrently updated"
-        ));
-    }
-
-    #[test]
-    fn a_maker_of_copies_that_lost_the_engine_s_membership_met_another_database() {
-        use super::copies_met_another_database as met;
-        assert!(met("must be member of role \"ledger_engine\""));
-        assert!(met(
-            "must be owner of function ledger_record_outcomes_s102083"
-        ));
-        assert!(met(
-            "permission denied for function ledger_claim_start_authority_s102085"
-        ));
-        assert!(met("tuple concurrently updated"));
-        assert!(!met(
-            "ledger_record_outcomes names holds, a table of its shard group that the copies do not name by shard"
-        ));
-        assert!(!met("connection to the remote node failed"));
-    }
-
-    #[test]
-    fn other_errors_are_not_run_again() {
-        assert!(!shared_catalog_clash(
-            Some("42501"),
-            "permission denied for table commands"
-        ));
-        assert!(!shared_catalog_clash(Some("XX000"), "cache lookup failed"));
-        assert!(!shared_catalog_clash(
-            Some("42P01"),
-            "relation does not exist"
-        ));
-        assert!(!shared_catalog_clash(None, "tuple concurrently deleted"));
-    }
 }

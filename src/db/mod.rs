@@ -42,6 +42,7 @@
 
 pub mod authorities;
 pub mod backend;
+mod clash;
 pub mod cluster;
 pub mod commands;
 pub mod counts;
