@@ -131,6 +131,26 @@ fn custodian(app: &TestApp, catalog: &std::path::Path, collector: &str) -> Child
         .unwrap()
 }
 
+/// Waits until a custodian holds `payments` (its signal handlers are set by
+/// then: a SIGTERM before would end it by the signal).
+async fn leased(app: &TestApp) {
+    for _ in 0..300 {
+        let holder: Option<String> =
+            sqlx::query_scalar("select lease_holder from authorities where id = 'payments'")
+                .fetch_optional(&app.pool)
+                .await
+                .unwrap()
+                .flatten();
+        if holder.is_some() {
+            // The process sets its signal handlers as its custodian starts.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("no custodian took the lease within 30 s");
+}
+
 /// SIGTERM, and the exit it asks for (the spans queued are flushed first).
 fn terminate(mut child: Child) {
     let pid = child.id().to_string();
@@ -172,6 +192,7 @@ async fn a_callers_trace_runs_from_its_request_to_the_providers_call_across_a_cu
 
     // A first custodian takes the lease, and stops before the command is due.
     let first = custodian(&app, &catalog, &base);
+    leased(&app).await;
     let not_before = chrono::Utc::now() + chrono::Duration::seconds(4);
     let mut body = crate::harness::refund(700);
     body["not_before"] = json!(not_before.to_rfc3339());
