@@ -100,6 +100,8 @@ pub(super) struct BatchAnswer<'a> {
 /// no items or more than 500.
 #[utoipa::path(post, path = "/v1/commands/batch", operation_id = "submitBatch", tag = "commands",
     request_body = BatchBody,
+    params(("traceparent" = Option<String>, Header, description = "W3C Trace Context, kept with every item's command (not part of its fingerprint); one that does not conform is ignored"),
+           ("tracestate" = Option<String>, Header, description = "W3C Trace Context, beside traceparent")),
     responses((status = 200, description = "one answer per item, in order", body = BatchAnswer<'static>),
               (status = 400, body = Problem), (status = 401, body = Problem), (status = 408, body = Problem),
               (status = 413, body = Problem), (status = 415, body = Problem),

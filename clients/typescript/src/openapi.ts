@@ -1199,6 +1199,10 @@ export interface operations {
             header?: {
                 /** @description wait=N (default 30) */
                 Prefer?: string | null;
+                /** @description W3C Trace Context: kept with the command (not part of its fingerprint), joined by the custodian's spans and sent on to the provider; one that does not conform is ignored */
+                traceparent?: string | null;
+                /** @description W3C Trace Context, beside traceparent */
+                tracestate?: string | null;
             };
             path?: never;
             cookie?: never;
@@ -1823,6 +1827,10 @@ export interface operations {
                 "Idempotency-Key": string;
                 /** @description wait=N: answer once the command is terminal, at most N seconds */
                 Prefer?: string | null;
+                /** @description W3C Trace Context: kept with the command (not part of its fingerprint), joined by the custodian's spans and sent on to the provider; one that does not conform is ignored */
+                traceparent?: string | null;
+                /** @description W3C Trace Context, beside traceparent */
+                tracestate?: string | null;
             };
             path?: never;
             cookie?: never;
@@ -1932,7 +1940,12 @@ export interface operations {
     submitBatch: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description W3C Trace Context, kept with every item's command (not part of its fingerprint); one that does not conform is ignored */
+                traceparent?: string | null;
+                /** @description W3C Trace Context, beside traceparent */
+                tracestate?: string | null;
+            };
             path?: never;
             cookie?: never;
         };
@@ -2906,6 +2919,10 @@ export interface operations {
             header?: {
                 /** @description wait=N (default 30) */
                 Prefer?: string | null;
+                /** @description W3C Trace Context: kept with the command (not part of its fingerprint), joined by the custodian's spans and sent on to the provider; one that does not conform is ignored */
+                traceparent?: string | null;
+                /** @description W3C Trace Context, beside traceparent */
+                tracestate?: string | null;
             };
             path?: never;
             cookie?: never;
