@@ -151,6 +151,12 @@ impl Supervisor {
     }
 
     pub(super) fn shutdown(mut self) {
+        self.stop_all();
+    }
+
+    /// Stops restarting, resumes the process (a zombie is SIGSTOPped) and
+    /// kills it, and waits for the supervising thread.
+    fn stop_all(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
         for _ in 0..50 {
             if let Some(pid) = self.pid() {
@@ -165,6 +171,16 @@ impl Supervisor {
         }
         if let Some(t) = self.thread.take() {
             let _ = t.join();
+        }
+    }
+}
+
+/// A campaign that fails (a panic) still stops what it supervises, a
+/// paused zombie among them, instead of leaving it running.
+impl Drop for Supervisor {
+    fn drop(&mut self) {
+        if self.thread.is_some() {
+            self.stop_all();
         }
     }
 }
@@ -340,6 +356,15 @@ impl World {
         let _ = self.sink.kill();
         let _ = self.sink.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A campaign that fails (a panic) still stops its demo sink; its
+/// directory is left for a look.
+impl Drop for World {
+    fn drop(&mut self) {
+        let _ = self.sink.kill();
+        let _ = self.sink.wait();
     }
 }
 
