@@ -265,15 +265,7 @@ fn request_span<B>(request: &axum::http::Request<B>) -> tracing::Span {
         path = %request.uri().path(),
         request_id = %id,
     );
-    let header = |name: &str| request.headers().get(name).and_then(|v| v.to_str().ok());
-    crate::telemetry::join(
-        &span,
-        crate::domain::trace_context::TraceContext::from_headers(
-            header("traceparent"),
-            header("tracestate"),
-        )
-        .as_ref(),
-    );
+    crate::telemetry::join(&span, params::callers_trace(request.headers()).as_ref());
     span
 }
 

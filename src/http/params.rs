@@ -233,11 +233,13 @@ pub(super) struct SubmitBody {
 /// trace), else the caller's `traceparent` and `tracestate` as sent. A
 /// header that does not conform is ignored, as W3C Trace Context says.
 pub(super) fn trace_of(headers: &HeaderMap) -> Option<TraceContext> {
+    crate::telemetry::current_trace(callers_trace(headers))
+}
+
+/// The `traceparent` and `tracestate` a caller sent, if they conform.
+pub(super) fn callers_trace(headers: &HeaderMap) -> Option<TraceContext> {
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    crate::telemetry::current_trace(TraceContext::from_headers(
-        header("traceparent"),
-        header("tracestate"),
-    ))
+    TraceContext::from_headers(header("traceparent"), header("tracestate"))
 }
 
 /// A submission as admission takes it, from the body of `POST /v1/commands`

@@ -300,7 +300,7 @@ async fn a_custodian_process_executes_what_the_api_records() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-fn interrupt_and_wait_term(mut child: Child) {
+pub(crate) fn interrupt_and_wait_term(mut child: Child) {
     let pid = child.id().to_string();
     assert!(
         Command::new("kill")

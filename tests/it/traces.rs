@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::harness::TestApp;
+use crate::serve_binary::interrupt_and_wait_term;
 use command_ledger::db::Role;
 
 const BIN: &str = env!("CARGO_BIN_EXE_command-ledger");
@@ -151,27 +152,6 @@ async fn leased(app: &TestApp) {
     panic!("no custodian took the lease within 30 s");
 }
 
-/// SIGTERM, and the exit it asks for (the spans queued are flushed first).
-fn terminate(mut child: Child) {
-    let pid = child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
-    for _ in 0..300 {
-        if let Some(status) = child.try_wait().unwrap() {
-            assert!(status.success(), "exited with {status}");
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let _ = child.kill();
-    panic!("the custodian did not stop within 30 s of SIGTERM");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_callers_trace_runs_from_its_request_to_the_providers_call_across_a_custodian_restart() {
     let app = TestApp::spawn().await;
@@ -227,7 +207,8 @@ async fn a_callers_trace_runs_from_its_request_to_the_providers_call_across_a_cu
         "the command keeps the caller's context"
     );
     tokio::time::sleep(Duration::from_millis(500)).await;
-    terminate(first);
+    // SIGTERM: the spans queued are flushed before it exits.
+    interrupt_and_wait_term(first);
 
     // Another custodian process runs it when it comes due.
     let second = custodian(&app, &catalog, &base);
@@ -244,7 +225,7 @@ async fn a_callers_trace_runs_from_its_request_to_the_providers_call_across_a_cu
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(state, "applied");
-    terminate(second);
+    interrupt_and_wait_term(second);
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     let seen = seen.lock().unwrap();
