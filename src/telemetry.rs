@@ -54,8 +54,14 @@ impl Telemetry {
 /// environment asks for them. An `OTEL_*` setting this build cannot honour
 /// (gRPC, an unknown exporter) is an error: the caller says it and stops.
 pub fn init(format: LogFormat) -> Result<Telemetry, String> {
+    init_with_default(format, DEFAULT_FILTER)
+}
+
+/// [`init`] with another default for the log levels when `RUST_LOG` is
+/// unset (the benchmark logs its own progress, not the service's).
+pub fn init_with_default(format: LogFormat, default_filter: &str) -> Result<Telemetry, String> {
     let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER));
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
     let ansi = std::io::stderr().is_terminal();
     let env = |name: &str| std::env::var(name).ok();
     let traces = if otel_wanted(&env)? {

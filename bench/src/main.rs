@@ -135,18 +135,24 @@ fn main() -> anyhow::Result<()> {
     if args.ten_million && !args.ledger_sizes.contains(&10_000_000) {
         args.ledger_sizes.push(10_000_000);
     }
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                // A COMMIT refused with a serialization failure ends the
-                // transaction; the driver's ROLLBACK after it draws a notice.
-                .unwrap_or_else(|_| "warn,sqlx::postgres::notice=error,ledger_bench=info".into()),
-        )
-        .init();
+    // The service's own setup: traces are exported when the standard
+    // OTEL_* variables ask (the cost of tracing on is measured so). A COMMIT
+    // refused with a serialization failure ends the transaction; the
+    // driver's ROLLBACK after it draws a notice, kept out of the log.
+    let telemetry = command_ledger::telemetry::init_with_default(
+        command_ledger::telemetry::LogFormat::Text,
+        "warn,sqlx::postgres::notice=error,ledger_bench=info",
+    )
+    .map_err(anyhow::Error::msg)?;
+    if telemetry.exporting() {
+        println!("traces: exported over OTLP/HTTP as the OTEL_* variables say");
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(run(args))
+    let outcome = runtime.block_on(run(args));
+    telemetry.shutdown();
+    outcome
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
