@@ -2,7 +2,9 @@
 //! exactly what it runs, so that the service's modules can change behind it.
 //! It opens the ledger database as the service does, serves the API, starts
 //! custodians and issues tokens; the types it shares with the service
-//! (custodian settings, effects, roles) are re-exported here.
+//! (custodian settings, effects, roles) and its logs-and-traces setup
+//! (the `OTEL_*` variables honoured as `serve` honours them) are
+//! re-exported here.
 
 use anyhow::Context as _;
 use sqlx::PgPool;
@@ -18,6 +20,7 @@ pub use crate::db::Role;
 pub use crate::db::roles::ServiceRole;
 pub use crate::domain::EffectOutcome;
 pub use crate::embedded_pg::find_bin_dir;
+pub use crate::telemetry::{LogFormat, Telemetry, init_with_default as init_telemetry};
 
 use crate::cli::Database;
 use crate::domain::admission::Policies;

@@ -139,8 +139,8 @@ fn main() -> anyhow::Result<()> {
     // OTEL_* variables ask (the cost of tracing on is measured so). A COMMIT
     // refused with a serialization failure ends the transaction; the
     // driver's ROLLBACK after it draws a notice, kept out of the log.
-    let telemetry = command_ledger::telemetry::init_with_default(
-        command_ledger::telemetry::LogFormat::Text,
+    let telemetry = command_ledger::bench::init_telemetry(
+        command_ledger::bench::LogFormat::Text,
         "warn,sqlx::postgres::notice=error,ledger_bench=info",
     )
     .map_err(anyhow::Error::msg)?;

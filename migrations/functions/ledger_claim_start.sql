@@ -77,66 +77,51 @@ begin
         where c.authority_id = v.authority_id and c.id = v.id
         returning c as r, v.prev, v.prev_seq
     ),
-    first as materialized (
-        -- The entry out of pending: to prepared, or to expired.
+    one as materialized (
+        -- One entry out of pending: to effect_started through prepared
+        -- (both transitions in this transaction, at one instant: one entry
+        -- names both, 0045), or to expired.
         select (m.r).authority_id as authority_id, (m.r).id as id, (m.r).state as state,
-               (m.r).authority_generation as generation, (m.r).identity_digest as identity, m.prev, m.prev_seq,
-               case when (m.r).state = 'expired' then 'expired' else 'prepared' end as to_state,
+               (m.r).authority_generation as generation, m.prev, m.prev_seq,
+               case when (m.r).state = 'effect_started' then 'prepared' end as through,
                coalesce(why, (m.r).error ->> 'reason') as reason,
-               ledger_row_digest_v2((m.r).identity_digest,
-                                    case when (m.r).state = 'expired' then 'expired' else 'prepared' end,
-                                    (m.r).authority_generation, null, (m.r).error, (m.r).finished_at) as digest
+               ledger_row_digest_v2((m.r).identity_digest, (m.r).state, (m.r).authority_generation, null,
+                                    (m.r).error, (m.r).finished_at) as digest
         from moved m
     ),
-    first_hashed as materialized (
-        select f.*, ledger_entry_hash(f.prev, f.id, 'pending', f.to_state, at, who, f.generation, f.reason,
-                                      f.digest) as hash
-        from first f
-    ),
-    second as materialized (
-        -- The entry out of prepared, for the started ones.
-        select f.authority_id, f.id, f.generation, why as reason, f.hash as prev, f.prev_seq + 1 as prev_seq,
-               ledger_row_digest_v2(f.identity, 'effect_started', f.generation, null, null, null) as digest
-        from first_hashed f
-        where f.state = 'effect_started'
-    ),
     entries as (
-        insert into command_history (authority_id, command_id, from_state, to_state, at, actor,
+        insert into command_history (authority_id, command_id, from_state, through, to_state, at, actor,
                                      authority_generation, reason, row_digest, prev_hash, hash, seq)
-        select e.authority_id, e.id, e.from_state, e.to_state, at, who, e.generation, e.reason,
-               e.digest, e.prev, e.hash, e.prev_seq + 1
-        from (
-            select f.authority_id, f.id, 1 as step, 'pending' as from_state, f.to_state, f.generation,
-                   f.reason, f.digest, f.prev, f.hash, f.prev_seq
-            from first_hashed f
-            union all
-            select s.authority_id, s.id, 2, 'prepared', 'effect_started', s.generation, s.reason, s.digest,
-                   s.prev,
-                   ledger_entry_hash(s.prev, s.id, 'prepared', 'effect_started', at, who, s.generation,
-                                     s.reason, s.digest),
-                   s.prev_seq
-            from second s
-        ) e
-        order by e.id, e.step
+        select o.authority_id, o.id, 'pending', o.through, o.state, at, who, o.generation, o.reason, o.digest,
+               o.prev,
+               case when o.through is null
+                    then ledger_entry_hash(o.prev, o.id, 'pending', o.state, at, who, o.generation, o.reason,
+                                           o.digest)
+                    else ledger_entry_hash_v2(o.prev, o.id, 'pending', o.through, o.state, at, who, o.generation,
+                                              o.reason, o.digest)
+               end,
+               o.prev_seq + 1
+        from one o
+        order by o.id
         returning 1
     ),
     flying as (
         insert into command_in_flight (authority_id, id)
-        select f.authority_id, f.id from first f where f.state = 'effect_started'
+        select o.authority_id, o.id from one o where o.state = 'effect_started'
         returning 1
     ),
     counted as (
         -- What the history's counting trigger adds for other writers.
         insert into ledger_counts (minute, counter, source, n)
         select date_trunc('minute', at), 'executions', 'pg:' || pg_backend_pid(), count(*)
-        from first f
-        where f.state = 'effect_started'
+        from one o
+        where o.state = 'effect_started'
         having count(*) > 0
         on conflict (minute, counter, source) do update set n = ledger_counts.n + excluded.n
         returning 1
     ),
     finished as (
-        select pg_notify('command_ledger_outcome', f.id::text) from first f where f.state = 'expired'
+        select pg_notify('command_ledger_outcome', o.id::text) from one o where o.state = 'expired'
     )
     select (m.r).* from moved m
     where (select count(*) from dequeued) >= 0 and (select count(*) from entries) >= 0
@@ -149,7 +134,7 @@ $function$
 alter function ledger_claim_start(p_authorities text[], p_holder text, p_limit integer) owner to ledger_engine;
 
 comment on function ledger_claim_start(p_authorities text[], p_holder text, p_limit integer) is
-    'Engine step (0030): up to p_limit queued commands of the authorities p_holder leases, lowest claim rank first, moved pending -> prepared -> effect_started under the lease''s generation (two history entries), or pending -> expired (deadline passed, pinned generation not the lease''s), with the queue and in-flight tables kept. Returns the rows as they now are. Fenced by the lease row held for share; no effect starts before it commits.';
+    'Engine step (0030): up to p_limit queued commands of the authorities p_holder leases, lowest claim rank first, moved pending -> prepared -> effect_started under the lease''s generation (one history entry naming both transitions, 0045), or pending -> expired (deadline passed, pinned generation not the lease''s), with the queue and in-flight tables kept. Returns the rows as they now are. Fenced by the lease row held for share; no effect starts before it commits.';
 
 revoke all on function ledger_claim_start(p_authorities text[], p_holder text, p_limit integer) from public;
 grant execute on function ledger_claim_start(p_authorities text[], p_holder text, p_limit integer) to ledger_custodian;

@@ -38,7 +38,6 @@ AS $function$
         prev_seq integer;
         hash bytea;
         digest bytea;
-        to_state text;
         one uuid;
         one_state text;
         one_generation bigint;
@@ -141,25 +140,25 @@ AS $function$
                 select h.hash, h.seq into prev, prev_seq from command_history h
                 where h.authority_id = p_authority and h.command_id = one
                 order by h.seq desc limit 1;
-                to_state := case when one_state = 'expired' then 'expired' else 'prepared' end;
-                digest := ledger_row_digest_v2(identities[i], to_state, one_generation, null, one_error,
+                -- One entry: to expired, or to effect_started through
+                -- prepared (one instant, one entry naming both, 0045).
+                digest := ledger_row_digest_v2(identities[i], one_state, one_generation, null, one_error,
                                                one_finished);
-                hash := ledger_entry_hash(prev, one, 'pending', to_state, at, who, one_generation, one_reason,
-                                          digest);
-                insert into command_history (authority_id, command_id, from_state, to_state, at, actor,
-                                             authority_generation, reason, row_digest, prev_hash, hash, seq)
-                values (p_authority, one, 'pending', to_state, at, who, one_generation, one_reason, digest,
-                        prev, hash, prev_seq + 1);
                 if one_state = 'effect_started' then
-                    prev := hash;
-                    digest := ledger_row_digest_v2(identities[i], 'effect_started', one_generation, null, null,
-                                                   null);
-                    hash := ledger_entry_hash(prev, one, 'prepared', 'effect_started', at, who, one_generation,
-                                              why, digest);
+                    hash := ledger_entry_hash_v2(prev, one, 'pending', 'prepared', one_state, at, who,
+                                                 one_generation, one_reason, digest);
+                    insert into command_history (authority_id, command_id, from_state, through, to_state, at,
+                                                 actor, authority_generation, reason, row_digest, prev_hash, hash,
+                                                 seq)
+                    values (p_authority, one, 'pending', 'prepared', one_state, at, who, one_generation,
+                            one_reason, digest, prev, hash, prev_seq + 1);
+                else
+                    hash := ledger_entry_hash(prev, one, 'pending', one_state, at, who, one_generation, one_reason,
+                                              digest);
                     insert into command_history (authority_id, command_id, from_state, to_state, at, actor,
                                                  authority_generation, reason, row_digest, prev_hash, hash, seq)
-                    values (p_authority, one, 'prepared', 'effect_started', at, who, one_generation, why,
-                            digest, prev, hash, prev_seq + 2);
+                    values (p_authority, one, 'pending', one_state, at, who, one_generation, one_reason, digest,
+                            prev, hash, prev_seq + 1);
                 end if;
                 update commands c
                 set state = one_state, authority_generation = one_generation, error = one_error,
@@ -175,38 +174,30 @@ AS $function$
                   where h.authority_id = p_authority and h.command_id = any(ids)
                   order by h.command_id, h.seq desc) h;
             -- The entries first: the webhook trigger of a terminal row reads its
-            -- entry when the update below fires it. Out of pending (to prepared,
-            -- or to expired), and for the started ones out of prepared, chained.
-            insert into command_history (authority_id, command_id, from_state, to_state, at, actor,
+            -- entry when the update below fires it. One out of pending each: to
+            -- expired, or to effect_started through prepared (one instant, one
+            -- entry naming both, 0045), chained.
+            insert into command_history (authority_id, command_id, from_state, through, to_state, at, actor,
                                          authority_generation, reason, row_digest, prev_hash, hash, seq)
-            select p_authority, e.id, e.from_state, e.to_state, at, who, f.generation, e.reason, e.digest, e.prev,
-                   e.hash, f.prev_seq + e.step
+            select p_authority, x.id, 'pending', x.through, x.state, at, who, x.generation, x.reason, x.digest,
+                   p.prev,
+                   case when x.through is null
+                        then ledger_entry_hash(p.prev, x.id, 'pending', x.state, at, who, x.generation, x.reason,
+                                               x.digest)
+                        else ledger_entry_hash_v2(p.prev, x.id, 'pending', x.through, x.state, at, who,
+                                                  x.generation, x.reason, x.digest)
+                   end,
+                   p.prev_seq + 1
             from (
-                select x.*, p.prev, p.prev_seq,
-                       ledger_entry_hash(p.prev, x.id, 'pending', x.to_state, at, who, x.generation, x.reason,
-                                         x.digest) as hash
-                from (
-                    select v.id, v.identity, v.state, v.generation, v.reason,
-                           case when v.state = 'expired' then 'expired' else 'prepared' end as to_state,
-                           ledger_row_digest_v2(v.identity,
-                                                case when v.state = 'expired' then 'expired' else 'prepared' end,
-                                                v.generation, null, v.error, v.finished_at) as digest
-                    from unnest(ids, identities, states, generations, errors, finished, reasons)
-                         as v (id, identity, state, generation, error, finished_at, reason)
-                ) x
-                left join unnest(prev_ids, prevs, prev_seqs) as p (id, prev, prev_seq) on p.id = x.id
-            ) f
-            cross join lateral (
-                select f.id, 1 as step, 'pending' as from_state, f.to_state, f.reason, f.digest, f.prev, f.hash
-                union all
-                select f.id, 2, 'prepared', 'effect_started', why, s.digest, f.hash,
-                       ledger_entry_hash(f.hash, f.id, 'prepared', 'effect_started', at, who, f.generation, why,
-                                         s.digest)
-                from (select ledger_row_digest_v2(f.identity, 'effect_started', f.generation, null, null, null)
-                             as digest) s
-                where f.state = 'effect_started'
-            ) e
-            order by e.id, e.step;
+                select v.id, v.state, v.generation, v.reason,
+                       case when v.state = 'effect_started' then 'prepared' end as through,
+                       ledger_row_digest_v2(v.identity, v.state, v.generation, null, v.error, v.finished_at)
+                           as digest
+                from unnest(ids, identities, states, generations, errors, finished, reasons)
+                     as v (id, identity, state, generation, error, finished_at, reason)
+            ) x
+            left join unnest(prev_ids, prevs, prev_seqs) as p (id, prev, prev_seq) on p.id = x.id
+            order by x.id;
             update commands c
             set state = v.state, authority_generation = v.generation, error = v.error,
                 finished_at = v.finished_at, updated_at = at

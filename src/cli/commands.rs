@@ -12,7 +12,8 @@ use uuid::Uuid;
 
 use super::Database;
 use super::inspect::{Output, actor, command_json, print_json, print_table, time};
-use crate::db::commands::{CommandRow, HistoryRow, ListFilter};
+use crate::db::HistoryRow;
+use crate::db::commands::{CommandRow, ListFilter};
 use crate::db::resolutions::ResolutionRow;
 use crate::domain::CommandState;
 use crate::http::json;
@@ -154,7 +155,7 @@ async fn run_on(db: &Database, cmd: CommandsCommand) -> anyhow::Result<()> {
             match crate::db::commands::get(&db.pool, id, None).await? {
                 None => Err(anyhow::anyhow!("no command {id}")),
                 Some(row) => {
-                    let history = crate::db::commands::history(&db.pool, id).await?;
+                    let history = crate::db::history::history(&db.pool, id).await?;
                     let resolution =
                         crate::db::resolutions::get(&db.pool, &row.authority_id, id).await?;
                     if output.json {

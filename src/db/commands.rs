@@ -80,18 +80,6 @@ impl CommandRow {
     }
 }
 
-/// One entry of a command's history.
-#[derive(Debug, Clone, PartialEq)]
-pub struct HistoryRow {
-    pub id: i64,
-    pub from_state: Option<String>,
-    pub to_state: String,
-    pub at: DateTime<Utc>,
-    pub actor: String,
-    pub authority_generation: Option<i64>,
-    pub reason: Option<String>,
-}
-
 /// A request as the ledger records it, for a command and for a hold alike:
 /// who asked, for what, under which authority, in canonical form.
 #[derive(Debug, Clone, Copy)]
@@ -400,22 +388,6 @@ pub async fn list(
         filter.key.as_deref(),
         filter.principal.as_deref(),
         low_id,
-    )
-    .fetch_all(ex)
-    .await
-}
-
-/// The history of a command, oldest first.
-pub async fn history(ex: impl PgExecutor<'_>, id: Uuid) -> Result<Vec<HistoryRow>, sqlx::Error> {
-    sqlx::query_as!(
-        HistoryRow,
-        r#"
-        select id, from_state, to_state, at, actor, authority_generation, reason
-        from command_history
-        where command_id = $1
-        order by seq
-        "#,
-        id,
     )
     .fetch_all(ex)
     .await

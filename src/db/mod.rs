@@ -48,6 +48,7 @@ pub mod commands;
 pub mod counts;
 pub mod functions;
 pub mod group_commit;
+pub mod history;
 pub mod holds;
 pub mod inspector;
 pub mod lifecycle;
@@ -71,7 +72,8 @@ use std::time::Duration;
 
 pub use backend::Backend;
 pub use cluster::{Cluster, Route};
-pub use commands::{CancelOutcome, CommandRow, HistoryRow, ListFilter, NewCommand, Request};
+pub use commands::{CancelOutcome, CommandRow, ListFilter, NewCommand, Request};
+pub use history::HistoryRow;
 pub use migrations::{MIGRATOR, migrate, migrations_current};
 pub use principals::{Principal, Role, TokenRow};
 

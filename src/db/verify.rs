@@ -116,16 +116,16 @@ pub async fn chains(
             from subjects s
         ),
         entries as (
-            select h.command_id, h.id, h.seq, h.from_state, h.to_state, h.at, h.actor, h.authority_generation,
-                   h.reason, h.row_digest, h.prev_hash, h.hash
+            select h.command_id, h.id, h.seq, h.from_state, h.through, h.to_state, h.at, h.actor,
+                   h.authority_generation, h.reason, h.row_digest, h.prev_hash, h.hash
             from command_history h
             where ($1::text is null and $2::timestamptz is null)
                or exists (select 1 from commands c where c.authority_id = h.authority_id and c.id = h.command_id
                           and ($1::text is null or c.authority_id = $1)
                           and ($2::timestamptz is null or c.created_at >= $2))
             union all
-            select e.command_id, e.id, e.seq, e.from_state, e.to_state, e.at, e.actor, e.authority_generation,
-                   e.reason, e.row_digest, e.prev_hash, e.hash
+            select e.command_id, e.id, e.seq, e.from_state, e.through, e.to_state, e.at, e.actor,
+                   e.authority_generation, e.reason, e.row_digest, e.prev_hash, e.hash
             from pruned_commands a
             cross join lateral jsonb_populate_recordset(null::command_history, a.record -> 'history') e
             where ($1::text is null or a.authority_id = $1) and ($2::timestamptz is null or a.created_at >= $2)
@@ -137,11 +137,19 @@ pub async fn chains(
                    lag(e.id) over w as before_id,
                    row_number() over w as n,
                    count(*) over (partition by e.command_id) as total,
-                   sha256(convert_to(jsonb_build_array(
-                       'entry-v1', encode(e.prev_hash, 'hex'), e.command_id, e.from_state, e.to_state,
-                       to_char(e.at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), e.actor,
-                       e.authority_generation, e.reason, encode(e.row_digest, 'hex'))::text, 'UTF8'))
-                       as recomputed
+                   case when e.through is null then
+                       sha256(convert_to(jsonb_build_array(
+                           'entry-v1', encode(e.prev_hash, 'hex'), e.command_id, e.from_state, e.to_state,
+                           to_char(e.at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), e.actor,
+                           e.authority_generation, e.reason, encode(e.row_digest, 'hex'))::text, 'UTF8'))
+                   else
+                       -- entry-v2 (0045): an entry that names the state it
+                       -- passed through.
+                       sha256(convert_to(jsonb_build_array(
+                           'entry-v2', encode(e.prev_hash, 'hex'), e.command_id, e.from_state, e.through,
+                           e.to_state, to_char(e.at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+                           e.actor, e.authority_generation, e.reason, encode(e.row_digest, 'hex'))::text, 'UTF8'))
+                   end as recomputed
             from entries e
             -- In chain order (0037); an archive made before 0037 has no
             -- places, and its entries were written in id order.
@@ -160,13 +168,19 @@ pub async fn chains(
                    when o.n = 1 and (o.from_state is not null or o.to_state <> 'pending') then
                        'illegal_transition: the first entry is not the creation of a pending command'
                    when o.n > 1 and (o.from_state is distinct from o.before_state
-                                     or (o.from_state, o.to_state) not in (
+                                     -- An entry that names the state it passed
+                                     -- through records two transitions (0045).
+                                     or exists (select 1 from (values (o.from_state, coalesce(o.through, o.to_state)),
+                                                                      (o.through, o.to_state)) as t (f, s)
+                                                where t.f is not null
+                                                  and (t.f, t.s) not in (
                                          ('pending', 'prepared'), ('pending', 'cancelled'), ('pending', 'expired'),
                                          ('prepared', 'effect_started'), ('prepared', 'cancelled'),
                                          ('prepared', 'expired'), ('prepared', 'prepared'),
                                          ('effect_started', 'applied'), ('effect_started', 'failed'),
-                                         ('effect_started', 'ambiguous'))) then
-                       'illegal_transition: ' || coalesce(o.from_state, 'nothing') || ' -> ' || o.to_state
+                                         ('effect_started', 'ambiguous')))) then
+                       'illegal_transition: ' || coalesce(o.from_state, 'nothing')
+                       || coalesce(' -> ' || o.through, '') || ' -> ' || o.to_state
                        || ' after ' || coalesce(o.before_state, 'nothing') || ' is not a transition of the state machine'
                    end as problem
             from ordered o

@@ -260,7 +260,7 @@ pub(super) async fn history(
     db::commands::get(state.pool(), id, principal.visible_scope().as_deref())
         .await?
         .ok_or(ApiError::NotFound)?;
-    let entries = db::commands::history(state.pool(), id).await?;
+    let entries = db::history::history(state.pool(), id).await?;
     Ok(Json(HistoryView {
         command_id: id,
         entries: entries.into_iter().map(Into::into).collect(),

@@ -13,10 +13,10 @@ use serde_json::Value;
 use std::time::Duration;
 use uuid::Uuid;
 
-use crate::db::commands::{CommandRow, HistoryRow};
 use crate::db::holds::HoldRow;
 use crate::db::resolutions::ResolutionRow;
 use crate::db::webhooks::{AttemptRow, EndpointRow, EventRow};
+use crate::db::{CommandRow, HistoryRow};
 use crate::domain::Disposition;
 use crate::domain::hold::IntentNow;
 use crate::ledger::holds::HoldNow;
@@ -466,9 +466,9 @@ pub(super) fn applied_wait(response: &mut Response, waited: Option<Duration>) {
 pub mod json {
     use serde_json::Value;
 
-    use crate::db::commands::{CommandRow, HistoryRow};
     use crate::db::resolutions::ResolutionRow;
     use crate::db::webhooks::{AttemptRow, EndpointRow, EventRow};
+    use crate::db::{CommandRow, HistoryRow};
     use crate::ledger::holds::HoldNow;
 
     fn value(v: impl serde::Serialize) -> Value {

@@ -31,7 +31,7 @@ fn prioritised() -> Policies {
 
 async fn claimed_at(app: &TestApp, id: &str) -> Option<DateTime<Utc>> {
     sqlx::query_scalar(
-        "select at from command_history where command_id = $1::uuid and to_state = 'prepared'",
+        "select at from command_history where command_id = $1::uuid and 'prepared' in (to_state, through)",
     )
     .bind(id)
     .fetch_optional(&app.pool)

@@ -453,9 +453,11 @@ async fn fingerprint(pool: &PgPool, columns: &[String]) -> (Vec<String>, Vec<Str
     .await
     .unwrap();
     // History's authority_id came later (0019, filled from the command),
-    // and so did its place in the chain (0037); both are checked below.
+    // and so did its place in the chain (0037); both are checked below. The
+    // state an entry passed through came later still (0045), null on every
+    // entry written before.
     let history = sqlx::query_scalar(
-        "select (to_jsonb(h) - 'authority_id' - 'seq')::text from command_history h order by id",
+        "select (to_jsonb(h) - 'authority_id' - 'seq' - 'through')::text from command_history h order by id",
     )
     .fetch_all(pool)
     .await
@@ -492,6 +494,15 @@ async fn a_populated_v1_database_migrates_to_v2_without_losing_a_row_or_an_entry
     assert!(db::migrations_current(&pool).await.unwrap());
     let after = fingerprint(&pool, &v1_columns).await;
     assert_eq!(before, after, "every row and every history entry as it was");
+    let through: i64 =
+        sqlx::query_scalar("select count(*) from command_history where through is not null")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        through, 0,
+        "no entry written before 0045 names a state it passed through"
+    );
     let misplaced: i64 = sqlx::query_scalar(
         "select count(*) from command_history h join commands c on c.id = h.command_id \
          where h.authority_id is distinct from c.authority_id",

@@ -458,3 +458,85 @@ async fn a_hundred_thousand_untouched_commands_verify_clean() {
         doc["seconds"].as_f64().unwrap()
     );
 }
+
+/// The engine's claim writes one entry for pending -> prepared ->
+/// effect_started (0045), which names the state it passed through and is
+/// hashed as entry-v2 over that name: such a chain verifies; an entry whose
+/// `through` is erased no longer hashes to its hash; and a forger who
+/// erases it and recomputes the whole chain as entry-v1 is left with
+/// pending -> effect_started, which is no transition.
+#[tokio::test]
+async fn the_claims_one_entry_names_both_transitions_and_its_hash_covers_them() {
+    let (url, pool) = fresh_database().await;
+    let ids = crate::storage::insert_commands(&pool, "payments", 3).await;
+    let c = crate::harness::custodian(
+        &pool,
+        &["payments"],
+        command_ledger::custodian::Effects::default(),
+        std::time::Duration::from_secs(10),
+    );
+    c.heartbeat().await.unwrap();
+    crate::harness::claim_execute_record(&c, 3).await;
+    c.release_leases().await;
+    let paths: Vec<String> = sqlx::query_scalar(
+        "select string_agg(coalesce(from_state, '') || coalesce('>' || through, '') || '>' || to_state, ' '
+                           order by seq)
+         from command_history where command_id = any($1) group by command_id",
+    )
+    .bind(&ids)
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        paths,
+        [">pending pending>prepared>effect_started effect_started>applied"; 3]
+    );
+    let (ok, doc) = verify(&url, &[]).await;
+    assert!(ok, "{doc}");
+
+    // Erased: the entry-v2 hash no longer matches.
+    let erased_entry = entries_of(&pool, ids[0]).await[1];
+    tamper(
+        &pool,
+        &format!("update command_history set through = null where id = {erased_entry}"),
+    )
+    .await;
+    // Erased, and the chain recomputed as entry-v1 from there on.
+    tamper(
+        &pool,
+        &format!(
+            "update command_history set through = null where command_id = '{rewritten}' and through is not null;
+             do $$
+             declare e record; prev bytea;
+             begin
+                 for e in select * from command_history where command_id = '{rewritten}' order by seq loop
+                     update command_history
+                     set prev_hash = prev,
+                         hash = ledger_entry_hash(prev, e.command_id, e.from_state, e.to_state, e.at, e.actor,
+                                                  e.authority_generation, e.reason, e.row_digest)
+                     where id = e.id returning hash into prev;
+                 end loop;
+             end $$;",
+            rewritten = ids[1]
+        ),
+    )
+    .await;
+    let rewritten_entry = entries_of(&pool, ids[1]).await[1];
+    let (ok, doc) = verify(&url, &[]).await;
+    assert!(!ok);
+    let found = breaks(&doc);
+    for expected in [
+        ("edited".to_owned(), ids[0].to_string(), Some(erased_entry)),
+        (
+            "illegal_transition".to_owned(),
+            ids[1].to_string(),
+            Some(rewritten_entry),
+        ),
+    ] {
+        assert!(found.contains(&expected), "{expected:?} in {found:?}");
+    }
+    assert!(
+        !found.iter().any(|(_, id, _)| *id == ids[2].to_string()),
+        "the untouched chain verifies: {found:?}"
+    );
+}

@@ -575,26 +575,30 @@ pub(super) async fn check(world: &World, acked: &BTreeMap<String, String>) -> Ch
             _ => {}
         }
     }
-    // Every history is a path of the state machine.
-    let history: Vec<(uuid::Uuid, Option<String>, String)> =
-        sqlx::query_as("select command_id, from_state, to_state from command_history order by id")
-            .fetch_all(&world.pool)
-            .await
-            .unwrap();
+    // Every history is a path of the state machine (an entry that names the
+    // state it passed through, the claim's, is two steps of it).
+    let history: Vec<(uuid::Uuid, Option<String>, Option<String>, String)> = sqlx::query_as(
+        "select command_id, from_state, through, to_state from command_history order by id",
+    )
+    .fetch_all(&world.pool)
+    .await
+    .unwrap();
+    let step = |f: &str, t: &str| {
+        let (f, t): (CommandState, CommandState) = (f.parse().unwrap(), t.parse().unwrap());
+        can_transition(f, t) || (f == CommandState::Prepared && t == CommandState::Prepared)
+    };
     let mut last: HashMap<uuid::Uuid, String> = HashMap::new();
-    for (id, from, to) in history {
-        let ok = match (last.get(&id), from.as_deref()) {
-            (None, None) => to == "pending",
-            (Some(prev), Some(f)) if prev == f => {
-                let (f, t): (CommandState, CommandState) =
-                    (f.parse().unwrap(), to.parse().unwrap());
-                can_transition(f, t) || (f == CommandState::Prepared && t == CommandState::Prepared)
-            }
+    for (id, from, through, to) in history {
+        let ok = match (last.get(&id), from.as_deref(), through.as_deref()) {
+            (None, None, None) => to == "pending",
+            (Some(prev), Some(f), None) if prev == f => step(f, &to),
+            (Some(prev), Some(f), Some(p)) if prev == f => step(f, p) && step(p, &to),
             _ => false,
         };
         if !ok {
-            out.violations
-                .push(format!("{id}: illegal history step {from:?} -> {to}"));
+            out.violations.push(format!(
+                "{id}: illegal history step {from:?} -> {through:?} -> {to}"
+            ));
         }
         last.insert(id, to);
     }
