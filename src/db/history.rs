@@ -42,12 +42,12 @@ pub async fn history(ex: impl PgExecutor<'_>, id: Uuid) -> Result<Vec<HistoryRow
             authority_generation: e.authority_generation,
             reason: e.reason.clone(),
         };
-        match e.through.clone() {
+        match e.through {
             Some(through) => {
-                rows.push(row(e.from_state.clone(), through.clone()));
-                rows.push(row(Some(through), e.to_state.clone()));
+                rows.push(row(e.from_state, through.clone()));
+                rows.push(row(Some(through), e.to_state));
             }
-            None => rows.push(row(e.from_state.clone(), e.to_state.clone())),
+            None => rows.push(row(e.from_state, e.to_state)),
         }
     }
     Ok(rows)
