@@ -181,6 +181,10 @@ begin
             raise exception 'new row for relation "commands" violates check constraint "commands_trace_state_length"'
                 using errcode = 'check_violation', constraint = 'commands_trace_state_length', table = 'commands';
         end if;
+        if new.attempt <> 1 then
+            raise exception 'attempt % of a chain is written only by the engine''s record step', new.attempt
+                using errcode = 'CL003';
+        end if;
         new.updated_at := new.created_at;
         return new;
     end if;
@@ -214,7 +218,8 @@ begin
     end if;
     if new.intent_digest is distinct from old.intent_digest
        or new.canonical_rules is distinct from old.canonical_rules
-       or new.intent_epoch is distinct from old.intent_epoch then
+       or new.intent_epoch is distinct from old.intent_epoch
+       or new.attempt <> old.attempt then
         raise exception 'command % intent columns are immutable', old.id
             using errcode = 'CL003';
     end if;
@@ -252,7 +257,7 @@ $_$;
 -- Name: FUNCTION commands_guard(); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.commands_guard() IS 'Before each row change of commands: on insert, a command created pending and its immutable columns'' rules (0034: formats, lengths, ranges; SQLSTATE 23514 under the former CHECK constraints'' names); on update, the state machine and the immutability of the identity columns (the trace context among them); on delete, only terminal commands.';
+COMMENT ON FUNCTION public.commands_guard() IS 'Before each row change of commands: on insert, a command created pending and its immutable columns'' rules (0034: formats, lengths, ranges; SQLSTATE 23514 under the former CHECK constraints'' names); on update, the state machine and the immutability of the identity columns (the trace context and the attempt among them); only the engine writes an attempt after the first; on delete, only terminal commands.';
 
 --
 -- Name: commands_guard_delete(); Type: FUNCTION; Schema: public; Owner: -
@@ -773,6 +778,8 @@ CREATE TABLE public.commands (
     identity_digest bytea,
     trace_parent text,
     trace_state text,
+    attempt integer DEFAULT 1 NOT NULL,
+    CONSTRAINT commands_attempt_follows_its_chain CHECK (((attempt >= 1) AND ((attempt = 1) OR (retry_of IS NOT NULL)))),
     CONSTRAINT commands_deadline_after_not_before CHECK (((not_before IS NULL) OR (deadline_at IS NULL) OR (deadline_at > not_before))),
     CONSTRAINT commands_finished_iff_terminal CHECK (((state = ANY (ARRAY['applied'::text, 'failed'::text, 'ambiguous'::text, 'cancelled'::text, 'expired'::text])) = (finished_at IS NOT NULL))),
     CONSTRAINT commands_generation_non_negative CHECK ((authority_generation >= 0)),
@@ -956,6 +963,12 @@ COMMENT ON COLUMN public.commands.trace_parent IS 'The W3C traceparent the comma
 --
 
 COMMENT ON COLUMN public.commands.trace_state IS 'The W3C tracestate sent beside trace_parent (at most 32 members, 512 characters), or null.';
+
+--
+-- Name: COLUMN commands.attempt; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.commands.attempt IS 'Which attempt of its chain the command is: 1 for a command a caller submitted, n > 1 for one the record step scheduled after attempt n - 1 failed with nothing done (the kind''s retry policy); such a command names the chain''s first command in retry_of.';
 
 --
 -- Name: CONSTRAINT commands_state_known ON commands; Type: COMMENT; Schema: public; Owner: -
@@ -1576,8 +1589,9 @@ declare
 begin
     return query
     with outcome as materialized (
-        select o.id, o.state, o.result, o.error
-        from jsonb_to_recordset(p_outcomes) as o (id uuid, state text, result jsonb, error jsonb)
+        select o.id, o.state, o.result, o.error, o.retry_in, o.retry_within
+        from jsonb_to_recordset(p_outcomes)
+             as o (id uuid, state text, result jsonb, error jsonb, retry_in float8, retry_within float8)
         where o.state in ('applied', 'failed', 'ambiguous')
     ),
     fenced as materialized (
@@ -1626,6 +1640,36 @@ begin
         order by d.id
         returning 1
     ),
+    next_attempts as (
+        -- The attempt after each failure the custodian found retryable (a
+        -- failure with nothing done, under the kind's retry policy): a
+        -- command of its own, pending, not claimed before the wait is over,
+        -- naming the chain's first command; none that could not start
+        -- before the chain's deadline (the command's, tightened on the
+        -- first attempt by the policy's).
+        insert into commands (id, scope, idempotency_key, request_digest, digest_version, kind, authority_id,
+                              run_id, args, canonical, deadline_at, pinned_generation, intent_digest,
+                              canonical_rules, retry_of, not_before, priority, trace_parent, trace_state,
+                              attempt)
+        select ledger_uuid_v7(), c.scope, 'attempt:' || n.first || ':' || (c.attempt + 1), c.request_digest,
+               c.digest_version, c.kind, c.authority_id, c.run_id, c.args, c.canonical, n.deadline,
+               c.pinned_generation, c.intent_digest, c.canonical_rules, n.first, n.ready, c.priority,
+               c.trace_parent, c.trace_state, c.attempt + 1
+        from fenced f
+        join commands c on c.authority_id = p_authority and c.id = f.id
+        cross join lateral (
+            select case when c.attempt > 1 then c.retry_of else c.id end as first,
+                   at + make_interval(secs => f.retry_in) as ready,
+                   case when c.attempt = 1 and f.retry_within is not null
+                        then least(c.deadline_at, c.created_at + make_interval(secs => f.retry_within))
+                        else c.deadline_at end as deadline
+        ) n
+        where f.state = 'failed' and f.retry_in is not null
+          and (n.deadline is null or n.ready < n.deadline)
+          and f.id = any (array(select m.id from moved m))
+        order by f.id
+        returning 1
+    ),
     landed as (
         -- By key, one probe a row (a join with the CTE rescans it per row).
         delete from command_in_flight f
@@ -1652,7 +1696,8 @@ begin
     )
     select m.id from moved m
     where (select count(*) from entries) >= 0 and (select count(*) from landed) >= 0
-      and (select count(*) from counted) >= 0 and (select count(*) from told) >= 0;
+      and (select count(*) from counted) >= 0 and (select count(*) from told) >= 0
+      and (select count(*) from next_attempts) >= 0;
 end;
 $$;
 
@@ -1660,7 +1705,7 @@ $$;
 -- Name: FUNCTION ledger_record_outcomes(p_authority text, p_generation bigint, p_outcomes jsonb); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.ledger_record_outcomes(p_authority text, p_generation bigint, p_outcomes jsonb) IS 'Engine step (0030): records the outcomes (a JSON array of {id, state, result, error}; state applied, failed or ambiguous) of p_authority''s effect_started commands, only while the authority is at p_generation, with one history entry each, the in-flight rows removed and a NOTIFY command_ledger_outcome each. Returns the ids recorded. Run it in a SERIALIZABLE transaction.';
+COMMENT ON FUNCTION public.ledger_record_outcomes(p_authority text, p_generation bigint, p_outcomes jsonb) IS 'Engine step (0030): records the outcomes (a JSON array of {id, state, result, error, retry_in, retry_within}; state applied, failed or ambiguous) of p_authority''s effect_started commands, only while the authority is at p_generation, with one history entry each, the in-flight rows removed and a NOTIFY command_ledger_outcome each. A failure with retry_in (seconds) gets its next attempt (0046): a pending command of attempt + 1, naming the chain''s first command in retry_of, not claimed before retry_in after the record, and not written when it could not start before the chain''s deadline (deadline_at, on a first attempt tightened to created_at + retry_within seconds). Returns the ids recorded. Run it in a SERIALIZABLE transaction.';
 
 --
 -- Name: ledger_remember_coalesced(text, uuid, bytea, uuid, text); Type: FUNCTION; Schema: public; Owner: -
@@ -4080,6 +4125,18 @@ COMMENT ON INDEX public.command_queue_overdue IS 'Pending commands with a deadli
 CREATE INDEX command_queue_scheduled ON public.command_queue USING btree (authority_id, ready_at) WHERE (ready_at IS NOT NULL);
 
 --
+-- Name: commands_attempts; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX commands_attempts ON public.commands USING btree (authority_id, retry_of, attempt) WHERE (attempt > 1);
+
+--
+-- Name: INDEX commands_attempts; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON INDEX public.commands_attempts IS 'The attempts after the first of each chain, by the chain''s first command (retry_of) and attempt: a chain''s last attempt, and an attempt''s successor, in one probe.';
+
+--
 -- Name: commands_authority_id_idx; Type: INDEX; Schema: public; Owner: -
 --
 
@@ -4549,7 +4606,7 @@ GRANT SELECT,INSERT ON TABLE public.commands TO ledger_api;
 GRANT SELECT,UPDATE ON TABLE public.commands TO ledger_custodian;
 GRANT SELECT ON TABLE public.commands TO ledger_inspector;
 GRANT SELECT ON TABLE public.commands TO ledger_retention;
-GRANT SELECT,UPDATE ON TABLE public.commands TO ledger_engine;
+GRANT SELECT,INSERT,UPDATE ON TABLE public.commands TO ledger_engine;
 
 --
 -- Name: COLUMN commands.state; Type: ACL; Schema: public; Owner: -

@@ -35,6 +35,17 @@
 //! required = ["to", "amount"]
 //! properties.to = { type = "string", format = "email" }
 //!
+//! [kinds.refund.retry]                  # retries of failures with nothing done
+//! max_attempts = 5                       # attempts in all, the first included
+//! initial_interval = "1s"                # the first wait (default 1s)
+//! coefficient = 2.0                      # each wait this times the one before (default 2)
+//! max_interval = "1m"                    # the longest wait (default 1m)
+//! deadline = "10m"                       # no attempt starts later than this after the first
+//! jitter = 0.2                           # each wait drawn within 20 % either side (default 0.2)
+//! statuses = [429, 503]                  # the provider's answers that mean "not applied"
+//! error_field = "/error/code"            # optional: a listed status counts only if the value
+//! error_values = ["rate_limited"]        # at this JSON pointer is one of these
+//!
 //! [kinds.ping]
 //! executor = "noop"                      # built in
 //! ```
@@ -50,6 +61,7 @@ use crate::domain::admission::{
 };
 use crate::domain::args_schema::ArgsSchema;
 use crate::domain::canonical::Policy;
+use crate::domain::retry::{NotAppliedContract, RetryPolicy};
 use crate::domain::schedule::PriorityRule;
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -119,6 +131,60 @@ pub struct KindConfig {
     /// The highest priority a command of the kind may ask for (default:
     /// `priority`).
     pub max_priority: Option<i64>,
+    /// Retries of failures with nothing done (`domain::retry`).
+    pub retry: Option<RetryConfig>,
+}
+
+/// `[kinds.<kind>.retry]`: see `domain::retry::RetryPolicy`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetryConfig {
+    pub max_attempts: u32,
+    pub initial_interval: Option<String>,
+    pub coefficient: Option<f64>,
+    pub max_interval: Option<String>,
+    pub deadline: Option<String>,
+    pub jitter: Option<f64>,
+    #[serde(default)]
+    pub statuses: Vec<u16>,
+    pub error_field: Option<String>,
+    #[serde(default)]
+    pub error_values: Vec<String>,
+}
+
+impl RetryConfig {
+    /// The policy this section describes, or what is wrong with it.
+    pub fn policy(&self) -> Result<RetryPolicy, String> {
+        let defaults = RetryPolicy::default();
+        let duration = |field: &str, value: &Option<String>, default: Duration| match value {
+            Some(v) => parse_duration(v)
+                .ok_or_else(|| format!("retry.{field} {v:?} is not like 500ms, 10s or 2m")),
+            None => Ok(default),
+        };
+        RetryPolicy {
+            max_attempts: self.max_attempts,
+            initial_interval: duration(
+                "initial_interval",
+                &self.initial_interval,
+                defaults.initial_interval,
+            )?,
+            coefficient: self.coefficient.unwrap_or(defaults.coefficient),
+            max_interval: duration("max_interval", &self.max_interval, defaults.max_interval)?,
+            deadline: self
+                .deadline
+                .as_ref()
+                .map(|d| duration("deadline", &Some(d.clone()), Duration::ZERO))
+                .transpose()?,
+            jitter: self.jitter.unwrap_or(defaults.jitter),
+            contract: NotAppliedContract {
+                statuses: self.statuses.clone(),
+                error_field: self.error_field.clone(),
+                error_values: self.error_values.clone(),
+            },
+        }
+        .checked()
+        .map_err(|e| format!("retry: {e}"))
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -214,6 +280,11 @@ impl Catalog {
             if let Some(a) = &cfg.authority {
                 crate::domain::AuthorityId::parse(a).map_err(|e| invalid(e.to_string()))?;
             }
+            // The custodian applies the policy; the API refuses a catalog
+            // whose policy cannot work, as the custodian would.
+            if let Some(retry) = &cfg.retry {
+                retry.policy().map_err(invalid)?;
+            }
             let policy = KindPolicy {
                 canonical: Policy {
                     auto_detect: cfg.auto_detect.unwrap_or(true),
@@ -270,7 +341,7 @@ pub fn quickstart_refund(policies: &mut Policies) {
             "to": {"type": "string", "format": "email", "description": "who gets the money"},
             "amount": {"type": "string", "description": crate::domain::admission::MONEY_DESCRIPTION},
             "currency": {"type": "string", "description": "ISO 4217, when the amount does not name it"},
-            "mode": {"type": "string", "enum": ["hang", "stall", "reject", "late"],
+            "mode": {"type": "string", "enum": ["hang", "stall", "reject", "late", "busy"],
                      "description": "demo only: how the sink misbehaves"}
         },
         "required": ["to", "amount"]
@@ -302,6 +373,24 @@ pub fn quickstart_refund(policies: &mut Policies) {
             ),
         },
     );
+}
+
+/// The retry policy of the quickstart's `refund` with the demo sink: its
+/// `503` means "not applied" (the sink's `busy` mode answers it, with
+/// `Retry-After: 1`), retried up to 3 attempts in all.
+pub fn quickstart_refund_retry() -> RetryPolicy {
+    RetryPolicy {
+        max_attempts: 3,
+        initial_interval: Duration::from_secs(1),
+        coefficient: 2.0,
+        max_interval: Duration::from_secs(10),
+        deadline: Some(Duration::from_secs(60)),
+        jitter: 0.2,
+        contract: NotAppliedContract {
+            statuses: vec![503],
+            ..NotAppliedContract::default()
+        },
+    }
 }
 
 /// `500ms`, `10s`, `2m`, `24h`, `7d`.

@@ -13,7 +13,10 @@
 //! anything); `reset-after-apply` applies and breaks the connection before
 //! the response body; `late` takes the request, never answers, and applies
 //! it 3 s later whether or not its caller is still there (a provider that
-//! finishes what it was sent after its caller gave up).
+//! finishes what it was sent after its caller gave up); `busy` answers
+//! `503` with `Retry-After: 1`, nothing applied, until the request says it
+//! is attempt [`BUSY_UNTIL`] (`Ledger-Command-Attempt`), and then applies as `ok`
+//! (a provider that is over its limit for a while).
 
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -31,7 +34,9 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
-use crate::custodian::http_executor::{HEADER_AUTHORITY, HEADER_GENERATION, HEADER_KEY};
+use crate::custodian::http_executor::{
+    HEADER_ATTEMPT, HEADER_AUTHORITY, HEADER_GENERATION, HEADER_KEY,
+};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -42,7 +47,11 @@ pub enum Mode {
     Stall,
     ResetAfterApply,
     Late,
+    Busy,
 }
+
+/// The attempt from which the `busy` mode applies.
+pub const BUSY_UNTIL: u32 = 3;
 
 /// How long after a request the `late` mode applies it.
 pub const LATE_BY: std::time::Duration = std::time::Duration::from_secs(3);
@@ -194,6 +203,14 @@ async fn apply(State(sink): State<Sink>, headers: HeaderMap, body: Bytes) -> Res
             });
             return std::future::pending().await;
         }
+        Mode::Busy
+            if text(HEADER_ATTEMPT)
+                .and_then(|a| a.parse::<u32>().ok())
+                .unwrap_or(1)
+                < BUSY_UNTIL =>
+        {
+            return busy(&sink, &key, &authority, generation, trace.as_deref());
+        }
         _ => {}
     }
     let (status, response) =
@@ -212,10 +229,41 @@ async fn apply(State(sink): State<Sink>, headers: HeaderMap, body: Bytes) -> Res
             .header(header::CONTENT_LENGTH, "64")
             .body(Body::new(Broken))
             .expect("a valid response"),
-        Mode::Ok | Mode::Reject | Mode::Stall | Mode::Late => {
+        Mode::Ok | Mode::Reject | Mode::Stall | Mode::Late | Mode::Busy => {
             (StatusCode::OK, axum::Json(response)).into_response()
         }
     }
+}
+
+/// The `busy` mode's answer before [`BUSY_UNTIL`]: logged (`busy`), nothing
+/// applied, `503` with `Retry-After: 1`.
+fn busy(
+    sink: &Sink,
+    key: &str,
+    authority: &str,
+    generation: i64,
+    traceparent: Option<&str>,
+) -> Response {
+    let response = json!({"error": "busy", "retry_after_s": 1});
+    let line = LogLine {
+        event: "busy".to_owned(),
+        key: key.to_owned(),
+        authority: authority.to_owned(),
+        generation,
+        at: chrono::Utc::now(),
+        response: response.clone(),
+        traceparent: traceparent.map(str::to_owned),
+    };
+    if let Err(e) = sink.ledger.lock().expect("sink lock").append(&line) {
+        tracing::error!(error = %e, "demo sink log write failed");
+        return (StatusCode::INTERNAL_SERVER_ERROR, "log write failed").into_response();
+    }
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        [(header::RETRY_AFTER, "1")],
+        axum::Json(response),
+    )
+        .into_response()
 }
 
 /// Applies (or fences, refuses, replays) one request and logs it, durably,

@@ -52,6 +52,10 @@ begin
             raise exception 'new row for relation "commands" violates check constraint "commands_trace_state_length"'
                 using errcode = 'check_violation', constraint = 'commands_trace_state_length', table = 'commands';
         end if;
+        if new.attempt <> 1 then
+            raise exception 'attempt % of a chain is written only by the engine''s record step', new.attempt
+                using errcode = 'CL003';
+        end if;
         new.updated_at := new.created_at;
         return new;
     end if;
@@ -85,7 +89,8 @@ begin
     end if;
     if new.intent_digest is distinct from old.intent_digest
        or new.canonical_rules is distinct from old.canonical_rules
-       or new.intent_epoch is distinct from old.intent_epoch then
+       or new.intent_epoch is distinct from old.intent_epoch
+       or new.attempt <> old.attempt then
         raise exception 'command % intent columns are immutable', old.id
             using errcode = 'CL003';
     end if;
@@ -121,6 +126,6 @@ $function$
 ;
 
 comment on function commands_guard() is
-    'Before each row change of commands: on insert, a command created pending and its immutable columns'' rules (0034: formats, lengths, ranges; SQLSTATE 23514 under the former CHECK constraints'' names); on update, the state machine and the immutability of the identity columns (the trace context among them); on delete, only terminal commands.';
+    'Before each row change of commands: on insert, a command created pending and its immutable columns'' rules (0034: formats, lengths, ranges; SQLSTATE 23514 under the former CHECK constraints'' names); on update, the state machine and the immutability of the identity columns (the trace context and the attempt among them); only the engine writes an attempt after the first; on delete, only terminal commands.';
 
 grant execute on function commands_guard() to public;

@@ -129,13 +129,17 @@ pub(super) async fn run(
         // ambiguous. Its port changes at every start; its log does not.
         // It applies a request at once or never (its `late` mode, 3 s after
         // the request, stays inside the deadline), so 2 s of margin is ample.
+        // Its 503 (the `busy` mode) means "not applied": retried.
+        let retry = crate::catalog::quickstart_refund_retry();
         effects.register_with_margin(
             "refund",
             HttpExecutor::new(format!("{url}/refunds"), Default::default(), timeout)?
-                .with_reconcile_url(Some(format!("{url}/applied/{{key}}"))),
+                .with_reconcile_url(Some(format!("{url}/applied/{{key}}")))
+                .with_contract(retry.contract.clone()),
             timeout,
             std::time::Duration::from_secs(2),
         );
+        effects.retry("refund", retry);
         extras.push(format!(
             "demo sink:      {url} (kind refund, log {})",
             state_dir.join("demo-sink.log").display()

@@ -14,6 +14,7 @@ use uuid::Uuid;
 
 use crate::domain::EffectOutcome;
 use crate::domain::recovery::ProbeAnswer;
+use crate::domain::retry::{NextAttempt, RetryPolicy, next_attempt};
 use crate::domain::trace_context::TraceContext;
 
 /// Everything an executor needs to run one command.
@@ -27,6 +28,10 @@ pub struct EffectCall {
     pub args: Value,
     /// Stable across any retry of the same command: derived from its id.
     pub downstream_key: String,
+    /// Which attempt of its chain this command is: 1, or more for an attempt
+    /// the ledger scheduled after a failure with nothing done
+    /// (`domain::retry`). Sent to an HTTP provider as `Ledger-Command-Attempt`.
+    pub attempt: u32,
     /// The trace context the command was submitted with: the effect's span
     /// joins it and the provider's request carries it on.
     pub trace: Option<TraceContext>,
@@ -79,6 +84,8 @@ pub struct Registered {
     /// applied" (`domain::recovery::weigh`): the request's way to the
     /// provider and the provider's own queue.
     pub probe_margin: Duration,
+    /// Retries of its failures with nothing done, if any.
+    pub retry: Option<RetryPolicy>,
 }
 
 impl Registered {
@@ -130,8 +137,52 @@ impl Effects {
                 effect: Arc::new(effect),
                 timeout,
                 probe_margin,
+                retry: None,
             },
         );
+    }
+
+    /// Failures of `kind` with nothing done are retried under `policy`
+    /// (`domain::retry`). A kind not registered is left alone.
+    pub fn retry(&mut self, kind: &str, policy: RetryPolicy) {
+        if let Some(registered) = self.by_kind.get_mut(kind) {
+            registered.retry = Some(policy);
+        }
+    }
+
+    /// The kinds that have a retry policy.
+    pub fn retried_kinds(&self) -> Vec<&str> {
+        let mut kinds: Vec<&str> = self
+            .by_kind
+            .iter()
+            .filter(|(_, r)| r.retry.is_some())
+            .map(|(k, _)| k.as_str())
+            .collect();
+        kinds.sort_unstable();
+        kinds
+    }
+
+    /// These executors with no retry policy.
+    pub fn without_retries(mut self) -> Self {
+        for registered in self.by_kind.values_mut() {
+            registered.retry = None;
+        }
+        self
+    }
+
+    /// The attempt to schedule after attempt `attempt` of `kind` ended in
+    /// `outcome`, under the kind's retry policy (none: nothing follows).
+    pub fn next_attempt(
+        &self,
+        kind: &str,
+        attempt: u32,
+        outcome: &EffectOutcome,
+    ) -> Option<NextAttempt> {
+        let policy = self.get(kind)?.retry.as_ref()?;
+        // The jitter's draw: 53 random bits as a fraction in [0, 1).
+        let bits = Uuid::new_v4().as_u128() >> 75;
+        let draw = bits as f64 / (1u64 << 53) as f64;
+        next_attempt(Some(policy), attempt, outcome, draw)
     }
 
     pub fn get(&self, kind: &str) -> Option<&Registered> {
@@ -160,6 +211,7 @@ impl crate::ledger::probe::Prober for Effects {
             generation: row.authority_generation.unwrap_or(0),
             args: row.args.clone(),
             downstream_key: EffectCall::downstream_key_for(row.id),
+            attempt: row.attempt(),
             trace: row.trace(),
         };
         Some(Box::pin(async move {
@@ -240,6 +292,7 @@ mod tests {
             generation: 1,
             args: json!({}),
             downstream_key: EffectCall::downstream_key_for(id),
+            attempt: 1,
             trace: None,
         }
     }

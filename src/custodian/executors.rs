@@ -30,6 +30,16 @@ impl Catalog {
                 })?,
                 None => DEFAULT_PROBE_MARGIN,
             };
+            let retry = cfg
+                .retry
+                .as_ref()
+                .map(|r| r.policy())
+                .transpose()
+                .map_err(invalid)?;
+            let contract = retry
+                .as_ref()
+                .map(|r| r.contract.clone())
+                .unwrap_or_default();
             match (cfg.executor.as_deref(), &cfg.url) {
                 // A kind may declare only its admission policy.
                 (None, None) => {}
@@ -37,7 +47,8 @@ impl Catalog {
                 (None | Some("http"), Some(url)) => {
                     let executor = HttpExecutor::new(url.clone(), cfg.headers.clone(), timeout)
                         .map_err(|e| invalid(e.to_string()))?
-                        .with_reconcile_url(cfg.reconcile_url.clone());
+                        .with_reconcile_url(cfg.reconcile_url.clone())
+                        .with_contract(contract);
                     effects.register_with_margin(kind, executor, timeout, margin);
                 }
                 (Some("http"), None) => {
@@ -48,6 +59,14 @@ impl Catalog {
                         "unknown executor {other:?} (http or noop)"
                     )));
                 }
+            }
+            if let Some(policy) = retry {
+                if effects.get(kind).is_none() {
+                    return Err(invalid(
+                        "a retry policy needs an executor (url or executor)".into(),
+                    ));
+                }
+                effects.retry(kind, policy);
             }
         }
         Ok(effects)
@@ -93,6 +112,29 @@ mod tests {
     }
 
     #[test]
+    fn a_kind_may_retry_what_its_provider_did_not_apply() {
+        let catalog: Catalog = toml::from_str(
+            r#"
+            [kinds.refund]
+            url = "http://127.0.0.1:9/refund"
+            [kinds.refund.retry]
+            max_attempts = 4
+            initial_interval = "500ms"
+            deadline = "10m"
+            statuses = [429, 503]
+            "#,
+        )
+        .unwrap();
+        let effects = catalog.effects().unwrap();
+        let policy = effects.get("refund").unwrap().retry.clone().unwrap();
+        assert_eq!(policy.max_attempts, 4);
+        assert_eq!(policy.initial_interval, Duration::from_millis(500));
+        assert_eq!(policy.deadline, Some(Duration::from_secs(600)));
+        assert_eq!(policy.contract.statuses, [429, 503]);
+        assert!(effects.get("noop").unwrap().retry.is_none());
+    }
+
+    #[test]
     fn mistakes_in_the_catalog_are_reported() {
         for bad in [
             "[kinds.refund]\nexecutor = \"http\"\ntimeout = \"1s\"",
@@ -100,6 +142,10 @@ mod tests {
             "[kinds.refund]\nexecutor = \"carrier-pigeon\"",
             "[kinds.refund]\nurl = \"http://x\"\nprobe_margin = \"later\"",
             "[kinds.Refund]\nexecutor = \"noop\"",
+            "[kinds.refund]\nexecutor = \"noop\"\n[kinds.refund.retry]\nmax_attempts = 0",
+            "[kinds.refund]\n[kinds.refund.retry]\nmax_attempts = 3",
+            "[kinds.refund]\nurl = \"http://x\"\n[kinds.refund.retry]\nmax_attempts = 3\njitter = 2.0",
+            "[kinds.refund]\nurl = \"http://x\"\n[kinds.refund.retry]\nmax_attempts = 3\nmax_interval = \"soon\"",
         ] {
             let catalog: Catalog = toml::from_str(bad).unwrap();
             assert!(catalog.effects().is_err(), "{bad}");

@@ -1,6 +1,8 @@
 //! The HTTP executor: POSTs a command's args to a tool endpoint with the
 //! derived idempotency key and the fencing token, and classifies what came
-//! back with `domain::classify_http`:
+//! back with `domain::classify_http_under`: first the kind's contract (the
+//! answers its retry policy lists as "not applied" are `failed`,
+//! `not_applied`, with the provider's `Retry-After`), then the table:
 //!
 //! | what happened | outcome |
 //! |---|---|
@@ -16,13 +18,17 @@ use std::time::Duration;
 
 use super::effects::{Effect, EffectCall, EffectFuture, ProbeFuture};
 use crate::domain::recovery::ProbeAnswer;
-use crate::domain::{HttpAttempt, classify_http};
+use crate::domain::retry::{NotAppliedContract, parse_retry_after};
+use crate::domain::{HttpAttempt, classify_http_under};
 
 /// Header names sent with every call.
 pub const HEADER_KEY: &str = "Idempotency-Key";
 pub const HEADER_AUTHORITY: &str = "Ledger-Authority";
 pub const HEADER_GENERATION: &str = "Ledger-Generation";
 pub const HEADER_COMMAND: &str = "Ledger-Command-Id";
+/// Which attempt of its chain the command is (1 unless the ledger retried
+/// a failure with nothing done).
+pub const HEADER_ATTEMPT: &str = "Ledger-Command-Attempt";
 
 #[derive(Debug, Clone)]
 pub struct HttpExecutor {
@@ -33,6 +39,8 @@ pub struct HttpExecutor {
     /// as `Idempotency-Key`) to ask whether an effect ran: 200 yes (the body
     /// is the result), 404 no, anything else unknown.
     reconcile_url: Option<String>,
+    /// The answers the provider's contract says mean "not applied".
+    contract: NotAppliedContract,
 }
 
 impl HttpExecutor {
@@ -52,11 +60,19 @@ impl HttpExecutor {
             url,
             headers,
             reconcile_url: None,
+            contract: NotAppliedContract::default(),
         })
     }
 
     pub fn with_reconcile_url(mut self, url: Option<String>) -> Self {
         self.reconcile_url = url;
+        self
+    }
+
+    /// Answers listed here are `failed`, `not_applied` (and so retryable
+    /// under the kind's policy) instead of the table's outcome.
+    pub fn with_contract(mut self, contract: NotAppliedContract) -> Self {
+        self.contract = contract;
         self
     }
 
@@ -99,7 +115,7 @@ impl HttpExecutor {
         }
     }
 
-    async fn attempt(&self, call: &EffectCall) -> HttpAttempt {
+    async fn attempt(&self, call: &EffectCall) -> (HttpAttempt, Option<Duration>) {
         let mut request = self
             .client
             .post(&self.url)
@@ -107,6 +123,7 @@ impl HttpExecutor {
             .header(HEADER_AUTHORITY, &call.authority)
             .header(HEADER_GENERATION, call.generation.to_string())
             .header(HEADER_COMMAND, call.command_id.to_string())
+            .header(HEADER_ATTEMPT, call.attempt.to_string())
             .json(&call.args);
         // The command's trace goes on to the provider: from the effect's span
         // when traces are exported, else as the caller sent it.
@@ -117,13 +134,18 @@ impl HttpExecutor {
         let response = match request.send().await {
             Ok(r) => r,
             Err(e) if e.is_connect() || e.is_builder() => {
-                return HttpAttempt::NotSent(e.to_string());
+                return (HttpAttempt::NotSent(e.to_string()), None);
             }
-            Err(e) if e.is_timeout() => return HttpAttempt::TimedOut,
-            Err(e) => return HttpAttempt::LostAfterSend(e.to_string()),
+            Err(e) if e.is_timeout() => return (HttpAttempt::TimedOut, None),
+            Err(e) => return (HttpAttempt::LostAfterSend(e.to_string()), None),
         };
         let status = response.status().as_u16();
-        match response.bytes().await {
+        let retry_after = response
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| parse_retry_after(v, chrono::Utc::now()));
+        let attempt = match response.bytes().await {
             Ok(bytes) => {
                 let body = serde_json::from_slice(&bytes).unwrap_or_else(|_| {
                     Value::String(String::from_utf8_lossy(&bytes).into_owned())
@@ -131,13 +153,17 @@ impl HttpExecutor {
                 HttpAttempt::Response { status, body }
             }
             Err(e) => HttpAttempt::LostAfterSend(format!("response {status} cut short: {e}")),
-        }
+        };
+        (attempt, retry_after)
     }
 }
 
 impl Effect for HttpExecutor {
     fn execute<'a>(&'a self, call: &'a EffectCall) -> EffectFuture<'a> {
-        Box::pin(async move { classify_http(self.attempt(call).await) })
+        Box::pin(async move {
+            let (attempt, retry_after) = self.attempt(call).await;
+            classify_http_under(attempt, &self.contract, retry_after)
+        })
     }
 
     fn reconcile<'a>(&'a self, call: &'a EffectCall) -> Option<ProbeFuture<'a>> {

@@ -88,6 +88,9 @@ pub struct Done {
     pub generation: i64,
     pub id: Uuid,
     pub outcome: EffectOutcome,
+    /// The attempt to schedule after it, when it failed with nothing done
+    /// and its kind's retry policy allows another (`Effects::next_attempt`).
+    pub next: Option<crate::domain::retry::NextAttempt>,
     /// The command's trace context, which the record's span links to.
     pub trace: Option<crate::domain::trace_context::TraceContext>,
 }
@@ -146,6 +149,15 @@ impl Custodian {
     ) -> Self {
         let actor = format!("custodian:{}", config.holder);
         let idle_limit = crate::db::txn::idle_limit(config.lease_ttl);
+        let effects = if backend.records_next_attempts {
+            effects
+        } else {
+            let retried = effects.retried_kinds();
+            if !retried.is_empty() {
+                tracing::warn!(kinds = ?retried, backend = backend.product(), "retry policies have no effect on this backend yet: a failure with nothing done is its command's outcome");
+            }
+            effects.without_retries()
+        };
         let effects = Arc::new(effects);
         // Its own authorities only: it has their executors and probes.
         let recovery = recovery::Recovery::new(

@@ -298,6 +298,7 @@ impl Custodian {
                     generation,
                     id,
                     trace: None,
+                    next: None,
                     outcome: EffectOutcome::Ambiguous {
                         reason: "shutdown",
                         detail: serde_json::json!(
@@ -350,6 +351,7 @@ impl Custodian {
                 authority: s.authority,
                 generation: s.generation,
                 id,
+                next: effects.next_attempt(&s.call.kind, s.call.attempt, &outcome),
                 outcome,
                 trace: s.call.trace,
             };

@@ -13,6 +13,7 @@ use super::effects::{self, EffectCall, Effects};
 use super::{Custodian, CustodianError, Done, Started, Stats, StepReport};
 use crate::crash::{self, CrashPoint};
 use crate::db;
+use crate::db::lifecycle::Outcome;
 use crate::db::txn::{self, TxError};
 use crate::domain::trace_context::TraceContext;
 use crate::domain::{CommandState, EffectOutcome};
@@ -67,7 +68,7 @@ impl Custodian {
     /// (SERIALIZABLE unless configured otherwise). A refused write (fenced)
     /// is counted and logged, never taken for success.
     pub async fn record_outcomes(&self, done: Vec<Done>, report: &mut StepReport) {
-        let mut groups: BTreeMap<(String, i64), Vec<(Uuid, EffectOutcome)>> = BTreeMap::new();
+        let mut groups: BTreeMap<(String, i64), Vec<Outcome>> = BTreeMap::new();
         let mut traces: HashMap<Uuid, TraceContext> = HashMap::new();
         for d in done {
             if let Some(trace) = d.trace {
@@ -76,13 +77,17 @@ impl Custodian {
             groups
                 .entry((d.authority, d.generation))
                 .or_default()
-                .push((d.id, d.outcome));
+                .push(Outcome {
+                    id: d.id,
+                    outcome: d.outcome,
+                    next: d.next,
+                });
         }
         for ((authority, generation), outcomes) in groups {
             crash::point(CrashPoint::AfterEffect);
             let linked: Vec<TraceContext> = outcomes
                 .iter()
-                .filter_map(|(id, _)| traces.get(id).cloned())
+                .filter_map(|o| traces.get(&o.id).cloned())
                 .collect();
             let recorded = match self
                 .record_group_outcomes(&authority, generation, &outcomes, linked)
@@ -95,12 +100,13 @@ impl Custodian {
                     // lease alone, so this is the only way they finish).
                     tracing::warn!(authority, generation, error = %e, count = outcomes.len(), "recording outcomes failed; will retry");
                     self.unrecorded.lock().expect("unrecorded lock").extend(
-                        outcomes.into_iter().map(|(id, outcome)| Done {
+                        outcomes.into_iter().map(|o| Done {
                             authority: authority.clone(),
                             generation,
-                            id,
-                            outcome,
-                            trace: traces.get(&id).cloned(),
+                            id: o.id,
+                            outcome: o.outcome,
+                            next: o.next,
+                            trace: traces.get(&o.id).cloned(),
                         }),
                     );
                     continue;
@@ -108,7 +114,7 @@ impl Custodian {
             };
             crash::point(CrashPoint::AfterOutcome);
             self.outcomes.finished(&recorded).await;
-            for (id, outcome) in &outcomes {
+            for Outcome { id, outcome, next } in &outcomes {
                 if !recorded.contains(id) {
                     report.fenced += 1;
                     self.stats.fenced.fetch_add(1, Ordering::Relaxed);
@@ -123,6 +129,9 @@ impl Custodian {
                 counter.fetch_add(1, Ordering::Relaxed);
                 *tally += 1;
                 tracing::info!(command.id = %id, authority, generation, state = %outcome.state(), "outcome recorded");
+                if let Some(next) = next {
+                    tracing::info!(command.id = %id, authority, wait_s = next.wait.as_secs_f64(), "failed with nothing done; the next attempt is scheduled unless the chain's deadline comes first");
+                }
             }
         }
     }
@@ -136,7 +145,7 @@ impl Custodian {
         &self,
         authority: &str,
         generation: i64,
-        outcomes: &[(Uuid, EffectOutcome)],
+        outcomes: &[Outcome],
         traces: Vec<TraceContext>,
     ) -> Result<Vec<Uuid>, CustodianError> {
         // One record serves the commands of many traces: a link to each.
@@ -162,7 +171,7 @@ impl Custodian {
         route: &db::Route,
         authority: &str,
         generation: i64,
-        outcomes: &[(Uuid, EffectOutcome)],
+        outcomes: &[Outcome],
     ) -> Result<Vec<Uuid>, CustodianError> {
         loop {
             let mut tx = retry.next_attempt().await?;
@@ -174,14 +183,14 @@ impl Custodian {
                 Ok(None) => {}
                 Err(TxError::CommitUnknown(e)) => {
                     tracing::warn!(authority, generation, error = %e, "outcome commit unknown; re-reading");
-                    let ids: Vec<Uuid> = outcomes.iter().map(|(id, _)| *id).collect();
+                    let ids: Vec<Uuid> = outcomes.iter().map(|o| o.id).collect();
                     let rows = db::lifecycle::reread(self.cluster.pool(), &ids, authority).await?;
                     let done: Vec<Uuid> = rows
                         .into_iter()
                         .filter(|row| {
                             outcomes
                                 .iter()
-                                .any(|(o, outcome)| *o == row.id && outcome.state() == row.state())
+                                .any(|o| o.id == row.id && o.outcome.state() == row.state())
                         })
                         .map(|row| row.id)
                         .collect();
@@ -210,6 +219,7 @@ impl Custodian {
                     authority: s.authority,
                     generation: s.generation,
                     id: s.call.command_id,
+                    next: effects.next_attempt(&s.call.kind, s.call.attempt, &outcome),
                     outcome,
                     trace: s.call.trace,
                 }

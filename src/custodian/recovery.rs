@@ -320,6 +320,7 @@ impl Recovery {
             generation,
             args: c.args.clone(),
             downstream_key: EffectCall::downstream_key_for(c.id),
+            attempt: u32::try_from(c.attempt).unwrap_or(1),
             trace: crate::domain::trace_context::TraceContext::from_headers(
                 c.trace_parent.as_deref(),
                 c.trace_state.as_deref(),

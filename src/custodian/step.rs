@@ -429,14 +429,20 @@ impl Custodian {
         let done: Vec<Done> = rows
             .into_iter()
             .filter(|row| row.state() == CommandState::EffectStarted && ours(row))
-            .map(|row| Done {
-                authority: authority.to_owned(),
-                generation,
-                id: row.id,
-                outcome: EffectOutcome::not_dispatched(
+            .map(|row| {
+                let outcome = EffectOutcome::not_dispatched(
                     "the effect_started commit was not confirmed; never dispatched",
-                ),
-                trace: row.trace(),
+                );
+                Done {
+                    authority: authority.to_owned(),
+                    generation,
+                    id: row.id,
+                    next: self
+                        .effects
+                        .next_attempt(&row.kind, row.attempt(), &outcome),
+                    outcome,
+                    trace: row.trace(),
+                }
             })
             .collect();
         self.record_outcomes(done, report).await;
@@ -522,6 +528,7 @@ fn call_for(row: &CommandRow, generation: i64) -> EffectCall {
         generation,
         args: row.args.clone(),
         downstream_key: EffectCall::downstream_key_for(row.id),
+        attempt: row.attempt(),
         trace: row.trace(),
     }
 }

@@ -13,7 +13,6 @@ use uuid::Uuid;
 use super::placement::{Placements, StepRoute};
 use super::txn::{Isolation, Retrying};
 use super::{Backend, CommandRow};
-use crate::domain::EffectOutcome;
 
 /// The pool, the backend and the routes of one process.
 #[derive(Debug)]
@@ -163,7 +162,7 @@ impl Route {
     pub async fn record_outcomes(
         &self,
         ex: impl PgExecutor<'_>,
-        outcomes: &[(Uuid, EffectOutcome)],
+        outcomes: &[super::lifecycle::Outcome],
         authority: &str,
         generation: i64,
     ) -> Result<Vec<Uuid>, sqlx::Error> {

@@ -61,9 +61,27 @@ pub struct CommandRow {
     /// request join. Not part of the fingerprint.
     pub trace_parent: Option<String>,
     pub trace_state: Option<String>,
+    /// Which attempt of its chain it is (migration 0046): 1, or n > 1 for
+    /// one the record step scheduled after attempt n - 1 failed with
+    /// nothing done; such a command names the chain's first in `retry_of`.
+    pub attempt: i32,
 }
 
 impl CommandRow {
+    /// [`CommandRow::attempt`] as a count (the schema keeps it at least 1).
+    pub fn attempt(&self) -> u32 {
+        u32::try_from(self.attempt).unwrap_or(1)
+    }
+
+    /// The first command of its attempt chain: itself, or the one an
+    /// attempt after the first names.
+    pub fn first_attempt(&self) -> Uuid {
+        match self.retry_of {
+            Some(first) if self.attempt > 1 => first,
+            _ => self.id,
+        }
+    }
+
     /// The trace context it was submitted with, if any (as stored: the
     /// guard admits only the version-00 form).
     pub fn trace(&self) -> Option<TraceContext> {

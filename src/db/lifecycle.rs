@@ -14,6 +14,7 @@ use uuid::Uuid;
 
 use super::CommandRow;
 use crate::domain::EffectOutcome;
+use crate::domain::retry::NextAttempt;
 
 /// When the next command of `authorities` that waits for its `not_before`
 /// falls due (`None`: none waits). From the queue's index of scheduled
@@ -137,7 +138,8 @@ pub async fn claim_start(
                c.result, c.error, c.created_at as "created_at!", c.updated_at as "updated_at!",
                c.deadline_at, c.finished_at, c.pinned_generation, c.intent_digest,
                c.canonical_rules as "canonical_rules!", c.intent_epoch, c.retry_of, c.not_before,
-               c.priority as "priority!", c.identity_digest, c.trace_parent, c.trace_state
+               c.priority as "priority!", c.identity_digest, c.trace_parent, c.trace_state,
+               c.attempt as "attempt!"
         from ledger_claim_start($1, $2, $3::bigint::integer) as c
         "#,
         authorities,
@@ -198,7 +200,7 @@ pub async fn claim_start_authority(
 pub async fn record_outcomes(
     ex: impl PgExecutor<'_>,
     copy: Option<i64>,
-    outcomes: &[(Uuid, EffectOutcome)],
+    outcomes: &[Outcome],
     authority: &str,
     generation: i64,
 ) -> Result<Vec<Uuid>, sqlx::Error> {
@@ -227,14 +229,42 @@ pub async fn record_outcomes(
     }
 }
 
+/// An outcome to record, and the attempt to schedule after it: a failure
+/// with nothing done, under its kind's retry policy (`domain::retry`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    pub id: Uuid,
+    pub outcome: EffectOutcome,
+    pub next: Option<NextAttempt>,
+}
+
+impl Outcome {
+    /// An outcome that nothing follows.
+    pub fn new(id: Uuid, outcome: EffectOutcome) -> Self {
+        Outcome {
+            id,
+            outcome,
+            next: None,
+        }
+    }
+}
+
 /// Outcomes as the recordset the record step reads.
-fn outcomes_json(outcomes: &[(Uuid, EffectOutcome)]) -> Value {
+fn outcomes_json(outcomes: &[Outcome]) -> Value {
     Value::Array(
         outcomes
             .iter()
-            .map(|(id, outcome)| {
-                let (result, error) = outcome.columns();
-                serde_json::json!({"id": id, "state": outcome.state().as_str(), "result": result, "error": error})
+            .map(|o| {
+                let (result, error) = o.outcome.columns();
+                let next = o.next.as_ref();
+                serde_json::json!({
+                    "id": o.id,
+                    "state": o.outcome.state().as_str(),
+                    "result": result,
+                    "error": error,
+                    "retry_in": next.map(|n| n.wait.as_secs_f64()),
+                    "retry_within": next.and_then(|n| n.within).map(|w| w.as_secs_f64()),
+                })
             })
             .collect(),
     )

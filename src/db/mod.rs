@@ -40,6 +40,7 @@
 //! [`CommandState`](crate::domain::CommandState). Prose keeps the ordinary
 //! verb: every command is recorded before it is dispatched.
 
+pub mod attempts;
 pub mod authorities;
 pub mod backend;
 mod clash;

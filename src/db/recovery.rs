@@ -30,6 +30,8 @@ pub struct Candidate {
     /// The command's trace context, which the probe's request carries on.
     pub trace_parent: Option<String>,
     pub trace_state: Option<String>,
+    /// Which attempt of its chain the command is.
+    pub attempt: i32,
 }
 
 /// Up to `limit` claimed commands (`prepared`, `effect_started`) that need
@@ -52,7 +54,7 @@ pub async fn claimed(
                a.generation as "current_generation?",
                coalesce(a.lease_expires_at > now(), false) as "lease_live!",
                case when c.state = 'effect_started' then c.updated_at end as "effect_started_at?",
-               now() as "read_at!", c.trace_parent, c.trace_state
+               now() as "read_at!", c.trace_parent, c.trace_state, c.attempt
         from command_in_flight f
         join commands c on c.authority_id = f.authority_id and c.id = f.id
         left join authorities a on a.id = c.authority_id
@@ -98,7 +100,7 @@ pub async fn overdue(
                a.generation as "current_generation?",
                coalesce(a.lease_expires_at > now(), false) as "lease_live!",
                null::timestamptz as "effect_started_at?",
-               now() as "read_at!", c.trace_parent, c.trace_state
+               now() as "read_at!", c.trace_parent, c.trace_state, c.attempt
         from command_queue q
         join commands c on c.authority_id = q.authority_id and c.id = q.id
         left join authorities a on a.id = c.authority_id

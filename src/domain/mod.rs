@@ -14,6 +14,7 @@ pub mod money;
 pub mod names;
 pub mod outcome;
 pub mod recovery;
+pub mod retry;
 pub mod schedule;
 pub mod state;
 pub mod token;
@@ -28,5 +29,5 @@ pub use digest::{
 };
 pub use idempotency_key::{IdempotencyKey, KeyError};
 pub use names::{AuthorityId, AuthorityRef, Kind, NameError};
-pub use outcome::{EffectOutcome, HttpAttempt, classify_http};
+pub use outcome::{EffectOutcome, HttpAttempt, classify_http, classify_http_under};
 pub use state::{CommandState, TRANSITIONS, can_transition};

@@ -88,6 +88,31 @@ pub fn classify_http(attempt: HttpAttempt) -> EffectOutcome {
     }
 }
 
+/// The HTTP table with the kind's contract first: an answer the contract
+/// says means "not applied" (`domain::retry::NotAppliedContract`) is
+/// `failed`, reason `not_applied`, whatever its status, with the provider's
+/// `Retry-After` (if any) kept as `retry_after_s`. Every other attempt is
+/// classified by [`classify_http`].
+pub fn classify_http_under(
+    attempt: HttpAttempt,
+    contract: &super::retry::NotAppliedContract,
+    retry_after: Option<std::time::Duration>,
+) -> EffectOutcome {
+    match attempt {
+        HttpAttempt::Response { status, body } if contract.says_not_applied(status, &body) => {
+            let mut detail = json!({"status": status, "body": body});
+            if let Some(wait) = retry_after {
+                detail["retry_after_s"] = json!(wait.as_secs_f64());
+            }
+            EffectOutcome::Failed {
+                reason: super::retry::NOT_APPLIED,
+                detail,
+            }
+        }
+        other => classify_http(other),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -142,6 +167,48 @@ mod tests {
         let o = classify_http(HttpAttempt::NotSent("connection refused".into()));
         assert_eq!(o.state(), CommandState::Failed);
         assert_eq!(o.columns().1.unwrap()["reason"], "not_dispatched");
+    }
+
+    #[test]
+    fn the_contract_turns_its_answers_into_failures_with_nothing_done() {
+        use super::super::retry::NotAppliedContract;
+        let contract = NotAppliedContract {
+            statuses: vec![503],
+            ..NotAppliedContract::default()
+        };
+        let wait = Some(std::time::Duration::from_secs(2));
+        let o = classify_http_under(
+            HttpAttempt::Response {
+                status: 503,
+                body: json!("busy"),
+            },
+            &contract,
+            wait,
+        );
+        assert_eq!(o.state(), CommandState::Failed);
+        let (_, error) = o.columns();
+        assert_eq!(error.as_ref().unwrap()["reason"], "not_applied");
+        assert_eq!(error.unwrap()["detail"]["retry_after_s"], 2.0);
+        // What the contract does not list keeps the table's answer.
+        for (status, state) in [
+            (500, CommandState::Ambiguous),
+            (200, CommandState::Applied),
+            (400, CommandState::Failed),
+        ] {
+            let o = classify_http_under(
+                HttpAttempt::Response {
+                    status,
+                    body: Value::Null,
+                },
+                &contract,
+                wait,
+            );
+            assert_eq!(o.state(), state, "{status}");
+        }
+        assert_eq!(
+            classify_http_under(HttpAttempt::TimedOut, &contract, wait).state(),
+            CommandState::Ambiguous
+        );
     }
 
     #[test]

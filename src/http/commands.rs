@@ -15,7 +15,7 @@ use super::error::{ApiError, Problem};
 use super::extract::{AppQuery, Auth};
 use super::params::{authority_id_schema, kind_schema, parse_id};
 use super::views::{CommandView, HistoryEntry, applied_wait, key_expiry, resolved_view, view};
-use super::wait::settle;
+use super::wait::{Follow, settle};
 use crate::db::{self, ListFilter};
 use crate::domain::{AuthorityId, CommandState};
 use crate::ledger;
@@ -61,13 +61,22 @@ pub(super) async fn get_one(
         .await?
         .ok_or(ApiError::NotFound)?;
     let wait = q.wait.map(|w| Duration::from_secs(w).min(state.max_wait));
-    let (row, waited) = settle(&state, row, wait).await?;
+    let (row, waited) = settle(&state, row, wait, Follow::Row).await?;
     let resolution = if row.state() == CommandState::Ambiguous {
         db::resolutions::get(state.pool(), &row.authority_id, row.id).await?
     } else {
         None
     };
-    let mut response = Json(resolved_view(&row, resolution.as_ref())).into_response();
+    let last_attempt = if row.state() == CommandState::Failed {
+        Some(
+            db::attempts::last_attempt(state.pool(), row.clone())
+                .await?
+                .id,
+        )
+    } else {
+        None
+    };
+    let mut response = Json(resolved_view(&row, resolution.as_ref(), last_attempt)).into_response();
     applied_wait(&mut response, waited);
     key_expiry(&mut response, &row, state.retention);
     Ok(response)

@@ -21,9 +21,9 @@ use super::params::{
     trace_of,
 };
 use super::views::{
-    CommandView, HeldAnswer, applied_wait, hold_location, key_expiry, location, view,
+    CommandView, HeldAnswer, applied_wait, chain_view, hold_location, key_expiry, location,
 };
-use super::wait::settle;
+use super::wait::{Follow, settle};
 use crate::domain::admission::KeyMode;
 use crate::domain::{Disposition, IdempotencyKey, KeyError, Kind};
 use crate::ledger::submit::{Admitted, Submission, admit};
@@ -94,13 +94,14 @@ pub(super) async fn submit(
         }
         Admitted::Command { row, disposition } => {
             state.counters.count(disposition);
-            let (row, waited) = settle(&state, row, wait).await?;
+            let asked = row.clone();
+            let (row, waited) = settle(&state, row, wait, Follow::Chain).await?;
             let status = if disposition == Disposition::New {
                 StatusCode::ACCEPTED
             } else {
                 StatusCode::OK
             };
-            let body = Submitted::Command(view(&row, Some(disposition)));
+            let body = Submitted::Command(chain_view(&row, &asked, Some(disposition)));
             let mut response = (status, Json(body)).into_response();
             let h = response.headers_mut();
             h.insert(header::LOCATION, location(row.id));
@@ -139,6 +140,10 @@ pub(super) struct InvokeView<'a> {
     #[schema(value_type = Option<Object>)]
     error: Option<&'a Value>,
     hold_id: Option<Uuid>,
+    /// How many attempts the command took, when the ledger retried a
+    /// failure with nothing done (absent: one); `command_id` is the last.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    attempts: Option<u32>,
 }
 
 /// `POST /v1/invoke`: for agents. Records the intent (keyless unless an
@@ -209,12 +214,13 @@ pub(super) async fn invoke(
                 result: None,
                 error: None,
                 hold_id: Some(hold.id),
+                attempts: None,
             };
             Ok((StatusCode::ACCEPTED, Json(v)).into_response())
         }
         Admitted::Command { row, disposition } => {
             state.counters.count(disposition);
-            let (row, _) = settle(&state, row, Some(wait)).await?;
+            let (row, _) = settle(&state, row, Some(wait), Follow::Chain).await?;
             let outcome = match (disposition, row.state().is_terminal()) {
                 (_, false) => "pending",
                 (Disposition::New, true) => "executed",
@@ -236,6 +242,7 @@ pub(super) async fn invoke(
                 result: row.result.as_ref(),
                 error: row.error.as_ref(),
                 hold_id: None,
+                attempts: (row.attempt() > 1).then(|| row.attempt()),
             };
             let mut response = (status, Json(v)).into_response();
             response

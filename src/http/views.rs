@@ -58,6 +58,15 @@ pub(super) struct CommandView<'a> {
     /// The command of the same intent this one retries (that one ended with
     /// nothing done and the kind releases such intents); null otherwise.
     retry_of: Option<Uuid>,
+    /// Which attempt of its chain this is, when the ledger retried a failure
+    /// with nothing done (absent: the first); such an attempt names the
+    /// chain's first command in `retry_of`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    attempt: Option<u32>,
+    /// For a failure the ledger retried, read by id: the chain's last
+    /// attempt so far.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    last_attempt: Option<Uuid>,
     #[serde(skip_serializing_if = "Option::is_none")]
     disposition: Option<&'static str>,
     /// For an ambiguous command read by id: what was later learned about its
@@ -108,18 +117,38 @@ pub(super) fn view(row: &CommandRow, disposition: Option<Disposition>) -> Comman
         canonical_rules: &row.canonical_rules,
         fingerprint: row.intent_digest.as_deref().map(hex::encode),
         retry_of: row.retry_of,
+        attempt: (row.attempt() > 1).then(|| row.attempt()),
+        last_attempt: None,
         disposition: disposition.map(Disposition::as_str),
         resolution: None,
     }
 }
 
-/// A command read by id, with its resolution if one was recorded.
+/// The answer to a submission: the chain's last attempt (`row`), under the
+/// key the submission named (`asked`'s), not the one the ledger recorded a
+/// later attempt under.
+pub(super) fn chain_view<'a>(
+    row: &'a CommandRow,
+    asked: &'a CommandRow,
+    disposition: Option<Disposition>,
+) -> CommandView<'a> {
+    let mut v = view(row, disposition);
+    if row.id != asked.id && row.first_attempt() == asked.first_attempt() {
+        v.idempotency_key = &asked.idempotency_key;
+    }
+    v
+}
+
+/// A command read by id, with its resolution if one was recorded, and the
+/// last attempt of its chain when it failed and the ledger retried it.
 pub(super) fn resolved_view<'a>(
     row: &'a CommandRow,
     resolution: Option<&ResolutionRow>,
+    last_attempt: Option<Uuid>,
 ) -> CommandView<'a> {
     CommandView {
         resolution: resolution.map(|r| Box::new(resolution_view(r))),
+        last_attempt: last_attempt.filter(|id| *id != row.id),
         ..view(row, None)
     }
 }
@@ -482,7 +511,7 @@ pub mod json {
 
     /// As `GET /v1/commands/{id}` returns it: with its resolution, if any.
     pub fn command_resolved(row: &CommandRow, resolution: Option<&ResolutionRow>) -> Value {
-        value(super::resolved_view(row, resolution))
+        value(super::resolved_view(row, resolution, None))
     }
 
     /// As `GET /v1/commands/{id}/history` lists it.

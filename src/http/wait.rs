@@ -156,11 +156,18 @@ impl Drop for Subscription {
 /// every [`REREAD_FALLBACK`]). Re-reads by authority and id, so that on a
 /// distributed backend it asks one shard. Returns the row as it is when the wait ends, and the
 /// wait applied.
+///
+/// With [`Follow::Chain`] (what a key, an intent and an invocation
+/// answer), a failure the ledger retries is not the end: the answer is the
+/// chain's last attempt (`db::commands::last_attempt`), and the wait goes on
+/// for it.
 pub(super) async fn settle(
     state: &super::AppState,
     row: CommandRow,
     wait: Option<Duration>,
+    follow: Follow,
 ) -> Result<(CommandRow, Option<Duration>), ApiError> {
+    let row = follow.apply(state, row).await?;
     let Some(wait) = wait.filter(|w| !w.is_zero()) else {
         return Ok((row, None));
     };
@@ -168,13 +175,22 @@ pub(super) async fn settle(
         return Ok((row, Some(wait)));
     }
     let deadline = tokio::time::Instant::now() + wait;
+    let mut row = row;
     let mut subscription = state.waiters.subscribe(row.id);
     loop {
         let current = reread(state, &row.authority_id, row.id)
             .await?
             .ok_or(ApiError::NotFound)?;
         if current.state().is_terminal() {
-            return Ok((current, Some(wait)));
+            let next = follow.apply(state, current).await?;
+            if next.id == row.id {
+                return Ok((next, Some(wait)));
+            }
+            // Retried: wait on for the next attempt (registered before
+            // it is read again).
+            subscription = state.waiters.subscribe(next.id);
+            row = next;
+            continue;
         }
         tokio::select! {
             () = subscription.changed() => {}
@@ -182,6 +198,24 @@ pub(super) async fn settle(
                 let last = reread(state, &row.authority_id, row.id).await?.ok_or(ApiError::NotFound)?;
                 return Ok((last, Some(wait)));
             }
+        }
+    }
+}
+
+/// What an answer that waits stops at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Follow {
+    /// The command asked for (`GET /v1/commands/{id}`).
+    Row,
+    /// Its attempt chain's last attempt (a submission, an invocation).
+    Chain,
+}
+
+impl Follow {
+    async fn apply(self, state: &super::AppState, row: CommandRow) -> Result<CommandRow, ApiError> {
+        match self {
+            Follow::Row => Ok(row),
+            Follow::Chain => Ok(crate::db::attempts::last_attempt(state.pool(), row).await?),
         }
     }
 }

@@ -379,7 +379,7 @@ async fn a_takeover_waits_for_a_claim_in_flight() {
     assert!(claim(&custodian_pool, "holder-b", 10).await.is_empty());
     let outcomes: Vec<_> = claimed
         .iter()
-        .map(|row| (row.id, EffectOutcome::Applied(json!({}))))
+        .map(|row| db::lifecycle::Outcome::new(row.id, EffectOutcome::Applied(json!({}))))
         .collect();
     let recorded = db::lifecycle::record_outcomes(&custodian_pool, None, &outcomes, "payments", 1)
         .await
@@ -433,7 +433,10 @@ async fn a_zombie_claims_starts_and_records_nothing() {
         .unwrap();
     tx.commit().await.unwrap();
     assert!(late.is_empty(), "a zombie's start of prepared rows");
-    let outcomes = [(started[0].id, EffectOutcome::Applied(json!({})))];
+    let outcomes = [db::lifecycle::Outcome::new(
+        started[0].id,
+        EffectOutcome::Applied(json!({})),
+    )];
     let recorded = db::lifecycle::record_outcomes(&custodian_pool, None, &outcomes, "payments", 1)
         .await
         .unwrap();

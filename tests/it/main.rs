@@ -35,6 +35,7 @@ mod recovery;
 mod release;
 mod resolutions;
 mod retention;
+mod retries;
 mod roles;
 mod schedule;
 mod schema;

@@ -646,6 +646,13 @@ export interface components {
         /** @description A command as the API shows it. */
         CommandView: {
             args: Record<string, never>;
+            /**
+             * Format: int32
+             * @description Which attempt of its chain this is, when the ledger retried a failure
+             *     with nothing done (absent: the first); such an attempt names the
+             *     chain's first command in `retry_of`.
+             */
+            attempt?: number | null;
             authority: components["schemas"]["AuthorityView"];
             /** @description The request in canonical form: what its digests were computed over. */
             canonical: Record<string, never>;
@@ -668,6 +675,12 @@ export interface components {
             id: string;
             idempotency_key: string;
             kind: string;
+            /**
+             * Format: uuid
+             * @description For a failure the ledger retried, read by id: the chain's last
+             *     attempt so far.
+             */
+            last_attempt?: string | null;
             /**
              * Format: date-time
              * @description Not claimed before this instant; null: as soon as possible.
@@ -919,6 +932,12 @@ export interface components {
             tool: string;
         };
         InvokeView: {
+            /**
+             * Format: int32
+             * @description How many attempts the command took, when the ledger retried a
+             *     failure with nothing done (absent: one); `command_id` is the last.
+             */
+            attempts?: number | null;
             /** @description The outcome is `coalesced`: another call's command answered this one. */
             coalesced: boolean;
             /** Format: uuid */
