@@ -255,7 +255,11 @@ fn unsuccessful(name: &str, invoked: &Invoked) -> Option<String> {
              A person (or the kind's reconcile probe) settles it."
         )),
         State::Failed => Some(format!(
-            "FAILED: {name} (command {id}) did not take effect{reason}; nothing was done."
+            "FAILED: {name} (command {id}) did not take effect{reason}{tries}; nothing was done.",
+            tries = match invoked.attempts {
+                Some(n) if n > 1 => format!(", after {n} attempts the ledger made"),
+                _ => String::new(),
+            }
         )),
         State::Expired => Some(format!(
             "NOT DONE: {name} (command {id}) expired before it could start{reason}; \
@@ -407,6 +411,7 @@ mod tests {
             result: None,
             error,
             hold_id: None,
+            attempts: None,
         }
     }
 
@@ -451,6 +456,13 @@ mod tests {
             assert_eq!(structured["command_id"], json!(uuid::Uuid::from_u128(7)));
             assert_eq!(structured["tool"], "refund");
         }
+        let mut tired = invoked(Some(State::Failed), Some(json!({"reason": "not_applied"})));
+        tired.attempts = Some(3);
+        let first = text(&answer("refund", "run", Ok(tired)));
+        assert!(
+            first.contains("(not_applied), after 3 attempts the ledger made"),
+            "{first}"
+        );
         let ambiguous = answer(
             "refund",
             "run",

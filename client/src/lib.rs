@@ -453,6 +453,10 @@ pub struct Invoked {
     pub result: Option<Value>,
     pub error: Option<Value>,
     pub hold_id: Option<Uuid>,
+    /// How many attempts the command took, when the ledger retried a
+    /// failure with nothing done (`None`: one); `command_id` is the last.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempts: Option<u32>,
 }
 
 /// A kind the ledger knows, as `GET /v1/kinds` lists it.

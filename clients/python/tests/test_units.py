@@ -53,6 +53,22 @@ def test_ambiguous_is_an_outcome_of_its_own():
     assert Command.from_json(dict(raw, state="effect_started")).outcome == InFlight(State.EFFECT_STARTED)
 
 
+def test_an_attempt_the_ledger_made_says_which_it_is():
+    from command_ledger.types import Invoked
+
+    raw = {"id": "0193aa00-0000-7000-8000-000000000003", "kind": "refund", "state": "applied",
+           "authority": {"id": "payments", "generation": 1, "pinned": False}, "idempotency_key": "k",
+           "args": {}, "request_digest": "d", "retry_of": "0193aa00-0000-7000-8000-000000000001",
+           "attempt": 3, "created_at": "2026-12-01T00:00:00Z", "updated_at": "2026-12-01T00:00:00Z"}
+    assert Command.from_json(raw).attempt == 3
+    del raw["attempt"]
+    assert Command.from_json(raw).attempt == 1
+    invoked = Invoked.from_json({"outcome": "executed", "fingerprint": "f", "state": "applied", "attempts": 3})
+    assert invoked.attempts == 3
+    assert invoked.to_dict()["attempts"] == 3
+    assert Invoked.from_json({"outcome": "executed", "fingerprint": "f"}).attempts == 1
+
+
 def test_a_server_time_keeps_its_zone_whatever_its_fraction():
     from datetime import timedelta, timezone
 

@@ -204,6 +204,11 @@ class Command:
     scheduled: bool = False
     # Higher is claimed first within the authority (-100..100, with aging).
     priority: int = 0
+    # Which attempt of its chain this is (1 unless the ledger retried a
+    # failure with nothing done; then `retry_of` names the chain's first).
+    attempt: int = 1
+    # Read by id, a failure the ledger retried: the chain's last attempt.
+    last_attempt: Optional[str] = None
     raw: dict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -230,6 +235,8 @@ class Command:
             not_before=_time(j.get("not_before")),
             scheduled=bool(j.get("scheduled", False)),
             priority=int(j.get("priority") or 0),
+            attempt=int(j.get("attempt") or 1),
+            last_attempt=j.get("last_attempt"),
             raw=j,
         )
 
@@ -382,6 +389,9 @@ class Invoked:
     result: Json = None
     error: Json = None
     hold_id: Optional[str] = None
+    # How many attempts the command took (1 unless the ledger retried a
+    # failure with nothing done; `command_id` is then the last).
+    attempts: int = 1
     raw: dict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -394,12 +404,13 @@ class Invoked:
             result=j.get("result"),
             error=j.get("error"),
             hold_id=j.get("hold_id"),
+            attempts=int(j.get("attempts") or 1),
             raw=j,
         )
 
     def to_dict(self) -> dict:
         """The answer as plain JSON (what an agent framework shows its model)."""
-        keep = ("outcome", "command_id", "state", "result", "error", "hold_id")
+        keep = ("outcome", "command_id", "state", "result", "error", "hold_id", "attempts")
         return {k: self.raw.get(k) for k in keep if self.raw.get(k) is not None}
 
 
