@@ -624,6 +624,7 @@ declare
     entry_hash bytea;
     body jsonb;
     event_id uuid;
+    first_key text;
 begin
     -- Live endpoints of the command's scope: for a scope without any, this
     -- one probe of webhook_endpoints_by_scope is all the trigger costs.
@@ -635,6 +636,16 @@ begin
         order by e.id
     loop
         if body is null then
+            -- A failure the ledger retries is not the chain's outcome: its
+            -- next attempt was written in the same statement (the record
+            -- step, 0046), and that attempt's outcome is the one announced.
+            if new.state = 'failed' and exists (
+                select 1 from commands s
+                where s.authority_id = new.authority_id
+                  and s.retry_of = case when new.attempt > 1 then new.retry_of else new.id end
+                  and s.attempt = new.attempt + 1) then
+                return null;
+            end if;
             -- The terminal entry, written by the history trigger before this
             -- one runs (see the head of migration 0029). A terminal state has
             -- no way out, so there is exactly one entry into it.
@@ -642,9 +653,15 @@ begin
             where h.authority_id = new.authority_id and h.command_id = new.id and h.to_state = new.state
             order by h.command_id desc, h.seq desc
             limit 1;
+            -- A later attempt answers under the key its chain was asked by.
+            if new.attempt > 1 then
+                select f.idempotency_key into first_key from commands f
+                where f.authority_id = new.authority_id and f.id = new.retry_of;
+            end if;
             body := jsonb_build_object(
                 'command_id', new.id,
-                'key', new.idempotency_key,
+                'key', coalesce(first_key, new.idempotency_key),
+                'attempts', new.attempt,
                 'kind', new.kind,
                 'authority', new.authority_id,
                 'state', new.state,
@@ -666,7 +683,7 @@ $$;
 -- Name: FUNCTION commands_webhook_events(); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.commands_webhook_events() IS 'After a command''s state becomes terminal: one webhook_events row per live endpoint of its scope that asks for its kind and state, with the hash of its terminal history entry, in the outcome''s transaction. One index probe when the scope has no endpoint.';
+COMMENT ON FUNCTION public.commands_webhook_events() IS 'After a command''s state becomes terminal: one webhook_events row per live endpoint of its scope that asks for its kind and state, with the hash of its terminal history entry, in the outcome''s transaction; none for a failure the record step retried (its next attempt exists: 0046), and a later attempt''s event carries its chain''s key and how many attempts the chain took (attempts). One index probe when the scope has no endpoint.';
 
 --
 -- Name: holds_guard(); Type: FUNCTION; Schema: public; Owner: -
@@ -1558,6 +1575,55 @@ $_$;
 COMMENT ON FUNCTION public.ledger_make_shard_steps_here() IS 'On a node of a Citus cluster: makes (or refreshes) this node''s copies of the engine steps that name the shards of each group of commands placed here (ledger_claim_start_authority_s<shard>, ledger_record_outcomes_s<shard>; 0039), each as ledger_shard_step_copy() makes it from the step today, and drops the copies of groups no longer here. Returns how many copies it made. Run on every node by `command-ledger migrate`, as the owner while it is a member of ledger_engine.';
 
 --
+-- Name: ledger_next_attempt(text, uuid, double precision, double precision); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ledger_next_attempt(p_authority text, p_id uuid, p_retry_in double precision, p_retry_within double precision) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+declare
+    at timestamptz := now();
+begin
+    -- The attempt after p_id, which the calling statement has just recorded
+    -- failed with nothing done (not dispatched, or not applied): a
+    -- command of its own, pending, not claimed before p_retry_in seconds
+    -- from now, naming the chain's first command; none when it could not
+    -- start before the chain's deadline (the command's, tightened on the
+    -- first attempt to its creation plus p_retry_within seconds), and none
+    -- when the chain already has it (commands_attempts is unique).
+    insert into commands (id, scope, idempotency_key, request_digest, digest_version, kind, authority_id,
+                          run_id, args, canonical, deadline_at, pinned_generation, intent_digest,
+                          canonical_rules, retry_of, not_before, priority, trace_parent, trace_state,
+                          attempt)
+    select ledger_uuid_v7(), c.scope, 'attempt:' || n.first || ':' || (c.attempt + 1), c.request_digest,
+           c.digest_version, c.kind, c.authority_id, c.run_id, c.args, c.canonical, n.deadline,
+           c.pinned_generation, c.intent_digest, c.canonical_rules, n.first, n.ready, c.priority,
+           c.trace_parent, c.trace_state, c.attempt + 1
+    from commands c
+    cross join lateral (
+        select case when c.attempt > 1 then c.retry_of else c.id end as first,
+               at + make_interval(secs => p_retry_in) as ready,
+               case when c.attempt = 1 and p_retry_within is not null
+                    then least(c.deadline_at, c.created_at + make_interval(secs => p_retry_within))
+                    else c.deadline_at end as deadline
+    ) n
+    where c.authority_id = p_authority and c.id = p_id
+      and c.state = 'failed' and c.error ->> 'reason' in ('not_dispatched', 'not_applied')
+      and p_retry_in is not null
+      and (n.deadline is null or n.ready < n.deadline)
+    on conflict do nothing;
+    return found;
+end;
+$$;
+
+--
+-- Name: FUNCTION ledger_next_attempt(p_authority text, p_id uuid, p_retry_in double precision, p_retry_within double precision); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ledger_next_attempt(p_authority text, p_id uuid, p_retry_in double precision, p_retry_within double precision) IS 'Engine step (0046): writes the next attempt of p_authority''s command p_id, which the calling statement has just recorded failed with nothing done (error.reason not_dispatched or not_applied; the record step, and recovery''s resolution by the reconcile probe): a pending command of attempt + 1 naming its chain''s first command in retry_of, not claimed before p_retry_in seconds from now; not written when it could not start before the chain''s deadline (deadline_at, on a first attempt tightened to created_at + p_retry_within seconds) or when the chain has it already. Returns whether it wrote one.';
+
+--
 -- Name: ledger_reason(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -1642,33 +1708,11 @@ begin
     ),
     next_attempts as (
         -- The attempt after each failure the custodian found retryable (a
-        -- failure with nothing done, under the kind's retry policy): a
-        -- command of its own, pending, not claimed before the wait is over,
-        -- naming the chain's first command; none that could not start
-        -- before the chain's deadline (the command's, tightened on the
-        -- first attempt by the policy's).
-        insert into commands (id, scope, idempotency_key, request_digest, digest_version, kind, authority_id,
-                              run_id, args, canonical, deadline_at, pinned_generation, intent_digest,
-                              canonical_rules, retry_of, not_before, priority, trace_parent, trace_state,
-                              attempt)
-        select ledger_uuid_v7(), c.scope, 'attempt:' || n.first || ':' || (c.attempt + 1), c.request_digest,
-               c.digest_version, c.kind, c.authority_id, c.run_id, c.args, c.canonical, n.deadline,
-               c.pinned_generation, c.intent_digest, c.canonical_rules, n.first, n.ready, c.priority,
-               c.trace_parent, c.trace_state, c.attempt + 1
+        -- failure with nothing done, under the kind's retry policy).
+        select ledger_next_attempt(p_authority, f.id, f.retry_in, f.retry_within)
         from fenced f
-        join commands c on c.authority_id = p_authority and c.id = f.id
-        cross join lateral (
-            select case when c.attempt > 1 then c.retry_of else c.id end as first,
-                   at + make_interval(secs => f.retry_in) as ready,
-                   case when c.attempt = 1 and f.retry_within is not null
-                        then least(c.deadline_at, c.created_at + make_interval(secs => f.retry_within))
-                        else c.deadline_at end as deadline
-        ) n
         where f.state = 'failed' and f.retry_in is not null
-          and (n.deadline is null or n.ready < n.deadline)
           and f.id = any (array(select m.id from moved m))
-        order by f.id
-        returning 1
     ),
     landed as (
         -- By key, one probe a row (a join with the CTE rescans it per row).
@@ -1705,7 +1749,7 @@ $$;
 -- Name: FUNCTION ledger_record_outcomes(p_authority text, p_generation bigint, p_outcomes jsonb); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.ledger_record_outcomes(p_authority text, p_generation bigint, p_outcomes jsonb) IS 'Engine step (0030): records the outcomes (a JSON array of {id, state, result, error, retry_in, retry_within}; state applied, failed or ambiguous) of p_authority''s effect_started commands, only while the authority is at p_generation, with one history entry each, the in-flight rows removed and a NOTIFY command_ledger_outcome each. A failure with retry_in (seconds) gets its next attempt (0046): a pending command of attempt + 1, naming the chain''s first command in retry_of, not claimed before retry_in after the record, and not written when it could not start before the chain''s deadline (deadline_at, on a first attempt tightened to created_at + retry_within seconds). Returns the ids recorded. Run it in a SERIALIZABLE transaction.';
+COMMENT ON FUNCTION public.ledger_record_outcomes(p_authority text, p_generation bigint, p_outcomes jsonb) IS 'Engine step (0030): records the outcomes (a JSON array of {id, state, result, error, retry_in, retry_within}; state applied, failed or ambiguous) of p_authority''s effect_started commands, only while the authority is at p_generation, with one history entry each, the in-flight rows removed and a NOTIFY command_ledger_outcome each. A failure with retry_in (seconds) gets its next attempt (0046, ledger_next_attempt). Returns the ids recorded. Run it in a SERIALIZABLE transaction.';
 
 --
 -- Name: ledger_remember_coalesced(text, uuid, bytea, uuid, text); Type: FUNCTION; Schema: public; Owner: -
@@ -4128,13 +4172,13 @@ CREATE INDEX command_queue_scheduled ON public.command_queue USING btree (author
 -- Name: commands_attempts; Type: INDEX; Schema: public; Owner: -
 --
 
-CREATE INDEX commands_attempts ON public.commands USING btree (authority_id, retry_of, attempt) WHERE (attempt > 1);
+CREATE UNIQUE INDEX commands_attempts ON public.commands USING btree (authority_id, retry_of, attempt) WHERE (attempt > 1);
 
 --
 -- Name: INDEX commands_attempts; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON INDEX public.commands_attempts IS 'The attempts after the first of each chain, by the chain''s first command (retry_of) and attempt: a chain''s last attempt, and an attempt''s successor, in one probe.';
+COMMENT ON INDEX public.commands_attempts IS 'The attempts after the first of each chain, by the chain''s first command (retry_of) and attempt, one each: a chain''s last attempt, and an attempt''s successor, in one probe.';
 
 --
 -- Name: commands_authority_id_idx; Type: INDEX; Schema: public; Owner: -
@@ -4671,6 +4715,13 @@ REVOKE ALL ON FUNCTION public.ledger_history_ids_drawn(p_body text, p_history te
 --
 
 REVOKE ALL ON FUNCTION public.ledger_make_shard_steps_here() FROM PUBLIC;
+
+--
+-- Name: FUNCTION ledger_next_attempt(p_authority text, p_id uuid, p_retry_in double precision, p_retry_within double precision); Type: ACL; Schema: public; Owner: -
+--
+
+REVOKE ALL ON FUNCTION public.ledger_next_attempt(p_authority text, p_id uuid, p_retry_in double precision, p_retry_within double precision) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.ledger_next_attempt(p_authority text, p_id uuid, p_retry_in double precision, p_retry_within double precision) TO ledger_custodian;
 
 --
 -- Name: FUNCTION ledger_record_outcomes(p_authority text, p_generation bigint, p_outcomes jsonb); Type: ACL; Schema: public; Owner: -

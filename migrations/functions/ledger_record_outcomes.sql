@@ -65,33 +65,11 @@ begin
     ),
     next_attempts as (
         -- The attempt after each failure the custodian found retryable (a
-        -- failure with nothing done, under the kind's retry policy): a
-        -- command of its own, pending, not claimed before the wait is over,
-        -- naming the chain's first command; none that could not start
-        -- before the chain's deadline (the command's, tightened on the
-        -- first attempt by the policy's).
-        insert into commands (id, scope, idempotency_key, request_digest, digest_version, kind, authority_id,
-                              run_id, args, canonical, deadline_at, pinned_generation, intent_digest,
-                              canonical_rules, retry_of, not_before, priority, trace_parent, trace_state,
-                              attempt)
-        select ledger_uuid_v7(), c.scope, 'attempt:' || n.first || ':' || (c.attempt + 1), c.request_digest,
-               c.digest_version, c.kind, c.authority_id, c.run_id, c.args, c.canonical, n.deadline,
-               c.pinned_generation, c.intent_digest, c.canonical_rules, n.first, n.ready, c.priority,
-               c.trace_parent, c.trace_state, c.attempt + 1
+        -- failure with nothing done, under the kind's retry policy).
+        select ledger_next_attempt(p_authority, f.id, f.retry_in, f.retry_within)
         from fenced f
-        join commands c on c.authority_id = p_authority and c.id = f.id
-        cross join lateral (
-            select case when c.attempt > 1 then c.retry_of else c.id end as first,
-                   at + make_interval(secs => f.retry_in) as ready,
-                   case when c.attempt = 1 and f.retry_within is not null
-                        then least(c.deadline_at, c.created_at + make_interval(secs => f.retry_within))
-                        else c.deadline_at end as deadline
-        ) n
         where f.state = 'failed' and f.retry_in is not null
-          and (n.deadline is null or n.ready < n.deadline)
           and f.id = any (array(select m.id from moved m))
-        order by f.id
-        returning 1
     ),
     landed as (
         -- By key, one probe a row (a join with the CTE rescans it per row).
@@ -128,7 +106,7 @@ $function$
 alter function ledger_record_outcomes(p_authority text, p_generation bigint, p_outcomes jsonb) owner to ledger_engine;
 
 comment on function ledger_record_outcomes(p_authority text, p_generation bigint, p_outcomes jsonb) is
-    'Engine step (0030): records the outcomes (a JSON array of {id, state, result, error, retry_in, retry_within}; state applied, failed or ambiguous) of p_authority''s effect_started commands, only while the authority is at p_generation, with one history entry each, the in-flight rows removed and a NOTIFY command_ledger_outcome each. A failure with retry_in (seconds) gets its next attempt (0046): a pending command of attempt + 1, naming the chain''s first command in retry_of, not claimed before retry_in after the record, and not written when it could not start before the chain''s deadline (deadline_at, on a first attempt tightened to created_at + retry_within seconds). Returns the ids recorded. Run it in a SERIALIZABLE transaction.';
+    'Engine step (0030): records the outcomes (a JSON array of {id, state, result, error, retry_in, retry_within}; state applied, failed or ambiguous) of p_authority''s effect_started commands, only while the authority is at p_generation, with one history entry each, the in-flight rows removed and a NOTIFY command_ledger_outcome each. A failure with retry_in (seconds) gets its next attempt (0046, ledger_next_attempt). Returns the ids recorded. Run it in a SERIALIZABLE transaction.';
 
 revoke all on function ledger_record_outcomes(p_authority text, p_generation bigint, p_outcomes jsonb) from public;
 grant execute on function ledger_record_outcomes(p_authority text, p_generation bigint, p_outcomes jsonb) to ledger_custodian;

@@ -14,6 +14,7 @@ use super::effects::{EffectCall, Effects};
 use crate::db::txn::{self, Isolation, Retrying, TxError};
 use crate::db::{self, recovery::Candidate};
 use crate::domain::recovery::{Decision, Facts, ProbeAnswer, Verdict, decide};
+use crate::domain::retry::NextAttempt;
 use crate::domain::{CommandState, EffectOutcome};
 use crate::ledger::OutcomeWake;
 use crate::ledger::probe::weigh_by_database_clock;
@@ -278,6 +279,13 @@ impl Recovery {
                         continue;
                     };
                     let (result, error) = outcome.columns();
+                    // The probe's certain "not applied" is a failure with
+                    // nothing done: retried as the kind's policy says.
+                    let attempt = u32::try_from(c.attempt).unwrap_or(1);
+                    let next = self
+                        .effects
+                        .next_attempt(&c.kind, attempt, &outcome)
+                        .filter(|_| self.backend.records_next_attempts);
                     let ok = self
                         .guarded(&Write::Resolve {
                             id: c.id,
@@ -286,6 +294,7 @@ impl Recovery {
                             state: outcome.state().as_str(),
                             result: result.as_ref(),
                             error: error.as_ref(),
+                            next,
                         })
                         .await?;
                     if ok {
@@ -378,6 +387,7 @@ enum Write<'a> {
         authority: &'a str,
         generation: i64,
         state: &'a str,
+        next: Option<NextAttempt>,
         result: Option<&'a serde_json::Value>,
         error: Option<&'a serde_json::Value>,
     },
@@ -414,7 +424,11 @@ impl Write<'_> {
                 state,
                 result,
                 error,
-            } => db::recovery::resolve(conn, id, authority, generation, state, result, error).await,
+                next,
+            } => {
+                db::recovery::resolve(conn, id, authority, generation, state, result, error, next)
+                    .await
+            }
         }
     }
 }

@@ -8,6 +8,8 @@ use serde_json::Value;
 use sqlx::PgExecutor;
 use uuid::Uuid;
 
+use crate::domain::retry::NextAttempt;
+
 /// An unfinished command that recovery may have to act on, with its facts.
 #[derive(Debug, Clone)]
 pub struct Candidate {
@@ -177,6 +179,10 @@ pub async fn adopt(
 /// Records the resolution of a started command whose executor is gone, only
 /// if it is still `effect_started` at `generation` and its authority is
 /// still superseded or unleased (a holder that came back keeps its work).
+/// A failure with `next` (the probe's certain "not applied", under the
+/// kind's retry policy) gets its next attempt in the same statement
+/// (`ledger_next_attempt`), so that the failure and its successor commit
+/// together.
 #[allow(clippy::too_many_arguments)]
 pub async fn resolve(
     ex: impl PgExecutor<'_>,
@@ -186,15 +192,24 @@ pub async fn resolve(
     state: &str,
     result: Option<&Value>,
     error: Option<&Value>,
+    next: Option<NextAttempt>,
 ) -> Result<bool, sqlx::Error> {
-    let done = sqlx::query!(
+    let next = next.filter(|_| state == "failed");
+    let row = sqlx::query!(
         r#"
-        update commands c
-        set state = $3, result = $4, error = $5
-        from authorities a
-        where c.authority_id = $6 and c.id = $1 and c.state = 'effect_started' and c.authority_generation = $2
-          and a.id = $6
-          and (a.generation > $2 or a.lease_expires_at is null or a.lease_expires_at <= now())
+        with moved as (
+            update commands c
+            set state = $3, result = $4, error = $5
+            from authorities a
+            where c.authority_id = $6 and c.id = $1 and c.state = 'effect_started' and c.authority_generation = $2
+              and a.id = $6
+              and (a.generation > $2 or a.lease_expires_at is null or a.lease_expires_at <= now())
+            returning c.id
+        )
+        select count(*) as "moved!",
+               count(*) filter (where $7::float8 is not null and ledger_next_attempt($6, m.id, $7, $8))
+                   as "next!"
+        from moved m
         "#,
         id,
         generation,
@@ -202,8 +217,10 @@ pub async fn resolve(
         result,
         error,
         authority,
+        next.map(|n| n.wait.as_secs_f64()),
+        next.and_then(|n| n.within).map(|w| w.as_secs_f64()),
     )
-    .execute(ex)
+    .fetch_one(ex)
     .await?;
-    Ok(done.rows_affected() == 1)
+    Ok(row.moved == 1)
 }

@@ -27,6 +27,8 @@ enum Answer {
     Busy(Option<u64>),
     /// Never answers.
     Hang,
+    /// 422: refused, nothing applied, and no contract says "not applied".
+    Refuse,
 }
 
 /// One request the provider saw.
@@ -93,6 +95,14 @@ async fn answer(State(p): State<Provider>, headers: HeaderMap) -> axum::response
                     .insert("retry-after", s.to_string().parse().unwrap());
             }
             response
+        }
+        Some(Answer::Refuse) => {
+            p.seen.lock().unwrap().push(seen);
+            (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                axum::Json(json!({"error": "no"})),
+            )
+                .into_response()
         }
         Some(Answer::Hang) => {
             p.seen.lock().unwrap().push(seen);
@@ -389,6 +399,31 @@ async fn only_the_engine_writes_a_later_attempt() {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("immutable"), "{err}");
+    // The engine's own step writes an attempt only after a failure with
+    // nothing done, whoever asks: not after a pending command, nor after a
+    // refusal.
+    let custodian = as_role(&app.pool, ServiceRole::Custodian);
+    let next = |id: String| {
+        let custodian = custodian.clone();
+        async move {
+            sqlx::query_scalar::<_, bool>(
+                "select ledger_next_attempt('payments', $1::uuid, 0.1, null)",
+            )
+            .bind(id)
+            .fetch_one(&custodian)
+            .await
+            .unwrap()
+        }
+    };
+    assert!(!next(first.clone()).await, "a pending command");
+    let (_provider, url) = Provider::start(vec![Answer::Refuse]).await;
+    let (_c, stop) = running_custodian(&app, &url, 5 * SECOND, Some(busy_is_not_applied(3)));
+    let answer = resubmit_and_wait(&app, &token, "r-typed").await;
+    assert_eq!(answer["state"], "failed", "{answer}");
+    assert_eq!(answer["error"]["reason"], "rejected");
+    let _ = stop.send(());
+    assert!(!next(first.clone()).await, "a refusal");
+    assert_eq!(chain(&app, &first).await.len(), 1);
 }
 
 #[tokio::test]
@@ -429,5 +464,70 @@ async fn a_webhook_announces_the_chains_last_outcome_once_under_its_key() {
     assert_eq!(events[0].1["state"], "applied");
     assert_eq!(events[0].1["key"], "r-hooked");
     assert_eq!(events[0].1["attempts"], 3);
+    let _ = stop.send(());
+}
+
+#[tokio::test]
+async fn the_probes_certain_not_applied_is_retried_as_the_policy_says() {
+    if no_attempts_here() {
+        return;
+    }
+    use command_ledger::custodian::StepReport;
+    use command_ledger::custodian::recovery::Recovery;
+    use command_ledger::demo_sink::Mode;
+    let app = TestApp::spawn().await;
+    let token = app.token("dev", Role::Device).await;
+    let sink = crate::harness::TestSink::start(Mode::Ok).await;
+    let effects = || {
+        let executor = HttpExecutor::new(
+            format!("{}/refunds", sink.url),
+            Default::default(),
+            Duration::from_millis(300),
+        )
+        .unwrap()
+        .with_reconcile_url(Some(format!("{}/applied/{{key}}", sink.url)));
+        let mut effects = Effects::default();
+        effects.register_with_margin(
+            "refund",
+            executor,
+            Duration::from_millis(300),
+            Duration::from_millis(300),
+        );
+        effects.retry("refund", busy_is_not_applied(3));
+        effects
+    };
+    let first = app.create(&token, "r-vanished", &refund(1200)).await;
+    // A custodian starts the refund and dies before dispatching it.
+    let c = crate::harness::custodian(&app.pool, &["payments"], effects(), 10 * SECOND);
+    c.heartbeat().await.unwrap();
+    let started = c
+        .claim_and_start(10, &mut StepReport::default())
+        .await
+        .unwrap();
+    assert_eq!(started.len(), 1);
+    sqlx::query("update authorities set lease_expires_at = now() - interval '1 second'")
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    // Once the effect's window closed, the probe's "not found" is certain.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let recovery = Recovery::new(
+        as_role(&app.pool, ServiceRole::Custodian),
+        ledger_backend(),
+        Arc::new(effects()),
+        "recovery:test".into(),
+    );
+    let report = recovery.run_once().await.unwrap();
+    assert_eq!(report.failed, 1, "{report:?}");
+    let rows = chain(&app, &first).await;
+    let states: Vec<_> = rows.iter().map(|r| (r.1.as_str(), r.2)).collect();
+    assert_eq!(states, [("failed", 1), ("pending", 2)]);
+    // The next attempt runs, once.
+    let (_c, stop) = running_custodian(&app, &format!("{}/refunds", sink.url), SECOND, None);
+    let answer = resubmit_and_wait(&app, &token, "r-vanished").await;
+    assert_eq!(answer["state"], "applied", "{answer}");
+    assert_eq!(answer["attempt"], 2);
+    assert_eq!(sink.count("applied"), 1);
+    assert_eq!(sink.requests(), 1, "the first attempt was never sent");
     let _ = stop.send(());
 }

@@ -322,18 +322,23 @@ async fn the_owner_is_no_superuser_and_cannot_switch_every_trigger_off() {
     .await
     .unwrap();
     // But the engine's steps (migrations 0030 and 0033; Citus has the two
-    // that take one authority), which belong to the role nobody can act as, so that the
-    // triggers know them.
+    // that take one authority; and 0046's next attempt), which belong to
+    // the role nobody can act as, so that the triggers know them.
     let mut foreign = foreign;
     foreign.sort();
     let expected: &[&str] = if crate::harness::ledger_backend().local_tables {
         &[
             "ledger_claim_start",
             "ledger_claim_start_authority",
+            "ledger_next_attempt",
             "ledger_record_outcomes",
         ]
     } else {
-        &["ledger_claim_start_authority", "ledger_record_outcomes"]
+        &[
+            "ledger_claim_start_authority",
+            "ledger_next_attempt",
+            "ledger_record_outcomes",
+        ]
     };
     assert_eq!(foreign, expected, "not the owner's");
     // Every PL/pgSQL function (the triggers, and those that write on
