@@ -19,10 +19,10 @@ comment on column commands.attempt is
 
 -- A chain's attempts in order, from its first command: its last attempt
 -- (what a key, a wait and a replay answer with) and each attempt's successor.
-create unique index commands_attempts on commands (authority_id, retry_of, attempt) where attempt > 1;
+create index commands_attempts on commands (authority_id, retry_of, attempt) where attempt > 1;
 
 comment on index commands_attempts is
-    'The attempts after the first of each chain, by the chain''s first command (retry_of) and attempt, one each: a chain''s last attempt, and an attempt''s successor, in one probe.';
+    'The attempts after the first of each chain, by the chain''s first command (retry_of) and attempt: a chain''s last attempt, and an attempt''s successor, in one probe.';
 
 -- The record step (ledger_record_outcomes, owned by ledger_engine) writes
 -- the next attempt.
