@@ -196,6 +196,11 @@ pub(super) fn crash_vars(point: &str, probability: f64, action: &str) -> Vec<(St
     ]
 }
 
+/// The attempts the campaign's catalog allows a refund (its retry policy:
+/// the demo sink's `503` means "not applied"): the sink's `busy` mode
+/// applies at the third.
+pub(super) const RETRY_ATTEMPTS: u32 = 3;
+
 /// The processes of one campaign, around one database.
 pub(super) struct World {
     pub(super) db_url: String,
@@ -230,7 +235,8 @@ impl World {
         std::fs::write(
             dir.join("ledger.toml"),
             format!(
-                "[kinds.refund]\nurl = \"{sink_url}/refunds\"\ntimeout = \"2s\"\nprobe_margin = \"1s\"\nreconcile_url = \"{sink_url}/applied/{{key}}\"\n"
+                "[kinds.refund]\nurl = \"{sink_url}/refunds\"\ntimeout = \"2s\"\nprobe_margin = \"1s\"\nreconcile_url = \"{sink_url}/applied/{{key}}\"\n\
+                 [kinds.refund.retry]\nmax_attempts = {RETRY_ATTEMPTS}\ninitial_interval = \"100ms\"\nmax_interval = \"1s\"\njitter = 0.0\nstatuses = [503]\n"
             ),
         )
         .unwrap();
@@ -389,6 +395,20 @@ impl Clients {
         acked: &Acked,
         counter: &Arc<AtomicU64>,
     ) -> Clients {
+        Clients::start_in_mode(world, n, prefix, acked, counter, None)
+    }
+
+    /// [`Clients::start`], each refund asking the demo sink for `mode`
+    /// (`busy`: two `503`s before it applies, which the catalog's retry
+    /// policy retries).
+    pub(super) fn start_in_mode(
+        world: &World,
+        n: usize,
+        prefix: &str,
+        acked: &Acked,
+        counter: &Arc<AtomicU64>,
+        mode: Option<&'static str>,
+    ) -> Clients {
         let stop = Arc::new(AtomicBool::new(false));
         let tasks = (0..n)
             .map(|c| {
@@ -399,6 +419,7 @@ impl Clients {
                     acked.clone(),
                     stop.clone(),
                     counter.clone(),
+                    mode,
                 ))
             })
             .collect();
@@ -426,6 +447,7 @@ pub(super) async fn client_load(
     acked: Acked,
     stop: Arc<AtomicBool>,
     counter: Arc<AtomicU64>,
+    mode: Option<&'static str>,
 ) {
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(15))
@@ -434,7 +456,10 @@ pub(super) async fn client_load(
     while !stop.load(Ordering::SeqCst) {
         let i = counter.fetch_add(1, Ordering::SeqCst);
         let key = format!("{prefix}-{i}");
-        let body = json!({"kind": "refund", "authority": "payments", "args": {"to": "ada@example.com", "amount_minor": i, "currency": "USD"}});
+        let mut body = json!({"kind": "refund", "authority": "payments", "args": {"to": "ada@example.com", "amount_minor": i, "currency": "USD"}});
+        if let Some(mode) = mode {
+            body["args"]["mode"] = json!(mode);
+        }
         let started = Instant::now();
         loop {
             let resp = client
@@ -492,6 +517,8 @@ pub(super) async fn client_load(
 #[derive(Debug, Default)]
 pub(super) struct Check {
     pub(super) commands: usize,
+    /// Attempts the ledger made after a first one (retries).
+    pub(super) retries: usize,
     pub(super) by_state: BTreeMap<String, usize>,
     pub(super) violations: Vec<String>,
 }
@@ -504,15 +531,49 @@ pub(super) async fn check(world: &World, acked: &BTreeMap<String, String>) -> Ch
             .fetch_all(&world.pool)
             .await
             .unwrap();
+    // Attempt chains (a failure with nothing done, retried under the
+    // catalog's policy): each attempt's chain, by the chain's first command.
+    let attempts: Vec<(uuid::Uuid, i32, Option<uuid::Uuid>)> =
+        sqlx::query_as("select id, attempt, retry_of from commands")
+            .fetch_all(&world.pool)
+            .await
+            .unwrap();
+    let first_of: HashMap<uuid::Uuid, uuid::Uuid> = attempts
+        .iter()
+        .map(|(id, attempt, retry_of)| {
+            (
+                *id,
+                if *attempt > 1 {
+                    retry_of.unwrap_or(*id)
+                } else {
+                    *id
+                },
+            )
+        })
+        .collect();
+    let successors: std::collections::HashSet<(uuid::Uuid, i32)> = attempts
+        .iter()
+        .filter(|(_, attempt, _)| *attempt > 1)
+        .map(|(id, attempt, _)| (first_of[id], attempt - 1))
+        .collect();
+    let attempt_of: HashMap<uuid::Uuid, i32> = attempts
+        .iter()
+        .map(|(id, attempt, _)| (*id, *attempt))
+        .collect();
     let by_key: HashMap<&str, (&uuid::Uuid, &str, &Option<Value>)> = rows
         .iter()
         .map(|(id, k, s, e)| (k.as_str(), (id, s.as_str(), e)))
         .collect();
     out.commands = rows.len();
+    out.retries = attempts
+        .iter()
+        .filter(|(_, attempt, _)| *attempt > 1)
+        .count();
     for (_, _, state, _) in &rows {
         *out.by_state.entry(state.clone()).or_default() += 1;
     }
-    // Every acknowledged command is present, under the id it was acknowledged with.
+    // Every acknowledged command is present, under the id it was
+    // acknowledged with: the key's command, or an attempt of its chain.
     for (key, id) in acked {
         if let Some(key) = key.strip_prefix(VANISHED) {
             out.violations.push(format!(
@@ -520,11 +581,17 @@ pub(super) async fn check(world: &World, acked: &BTreeMap<String, String>) -> Ch
             ));
             continue;
         }
+        let in_chain = |stored: &uuid::Uuid| {
+            stored.to_string() == *id
+                || id
+                    .parse::<uuid::Uuid>()
+                    .is_ok_and(|acked| first_of.get(&acked) == Some(stored))
+        };
         match by_key.get(key.as_str()) {
             None => out
                 .violations
                 .push(format!("acknowledged {key} ({id}) is missing")),
-            Some((stored, _, _)) if stored.to_string() != *id => {
+            Some((stored, _, _)) if !in_chain(stored) => {
                 out.violations
                     .push(format!("{key} acknowledged as {id}, stored as {stored}"));
             }
@@ -544,8 +611,10 @@ pub(super) async fn check(world: &World, acked: &BTreeMap<String, String>) -> Ch
             *applied.entry(line.key.clone()).or_default() += 1;
         }
     }
+    let mut chain_applied: HashMap<uuid::Uuid, usize> = HashMap::new();
     for (id, _, state, error) in &rows {
         let key = format!("cl-{id}");
+        *chain_applied.entry(first_of[id]).or_default() += applied.get(&key).copied().unwrap_or(0);
         let (p, a) = (
             posts.get(&key).copied().unwrap_or(0),
             applied.get(&key).copied().unwrap_or(0),
@@ -573,6 +642,25 @@ pub(super) async fn check(world: &World, acked: &BTreeMap<String, String>) -> Ch
                 .violations
                 .push(format!("{id} is {state} but was dispatched")),
             _ => {}
+        }
+        // A failure with nothing done, short of the policy's last attempt,
+        // is followed by the next attempt: a crash between the two loses
+        // neither.
+        let attempt = attempt_of[id];
+        if state == "failed"
+            && matches!(reason, "not_applied" | "not_dispatched")
+            && u32::try_from(attempt).unwrap_or(0) < RETRY_ATTEMPTS
+            && !successors.contains(&(first_of[id], attempt))
+        {
+            out.violations.push(format!(
+                "{id} failed ({reason}) at attempt {attempt} and its next attempt is missing"
+            ));
+        }
+    }
+    for (first, n) in &chain_applied {
+        if *n > 1 {
+            out.violations
+                .push(format!("the chain of {first} was applied {n} times"));
         }
     }
     // Every history is a path of the state machine (an entry that names the

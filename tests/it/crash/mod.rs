@@ -41,6 +41,51 @@ async fn kills_at_every_crash_point_lose_nothing_and_execute_nothing_twice() {
     }
 }
 
+/// Every refund fails twice with nothing done (the demo sink's `busy`
+/// mode) and the catalog's policy retries it: kills after an attempt's
+/// `effect_started` (CP2), after its failure came back (CP3) and after the
+/// failure and its next attempt committed (CP4). Each chain still ends
+/// applied once, no attempt is lost or dispatched twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kills_between_a_failure_and_its_next_attempt_lose_no_attempt_and_run_none_twice() {
+    if !crate::harness::ledger_backend().records_next_attempts {
+        eprintln!("not run: the Citus record step writes no next attempt yet");
+        return;
+    }
+    let (results, check) = kill_campaign_in_mode(
+        &["CP2", "CP3", "CP4"],
+        2,
+        Duration::from_secs(40),
+        Some("busy"),
+    )
+    .await;
+    print_table(&results, &check);
+    assert!(check.violations.is_empty(), "{:?}", check.violations);
+    assert!(check.retries > 0, "no attempt followed a failure");
+    for r in &results {
+        assert!(r.kills >= 1, "no kill happened at {}", r.point);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "the full campaign: minutes; run with --ignored"]
+async fn full_retry_kill_campaign() {
+    if !crate::harness::ledger_backend().records_next_attempts {
+        eprintln!("not run: the Citus record step writes no next attempt yet");
+        return;
+    }
+    let kills = env_or("CRASH_RETRY_KILLS", 50);
+    let (results, check) = kill_campaign_in_mode(
+        &["CP2", "CP3", "CP4"],
+        kills,
+        Duration::from_secs(60 * 20),
+        Some("busy"),
+    )
+    .await;
+    print_table(&results, &check);
+    assert!(check.violations.is_empty(), "{:?}", check.violations);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "the full campaign: minutes; run with --ignored"]
 async fn full_kill_campaign() {
