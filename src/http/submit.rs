@@ -21,7 +21,7 @@ use super::params::{
     trace_of,
 };
 use super::views::{
-    CommandView, HeldAnswer, applied_wait, chain_view, hold_location, key_expiry, location,
+    Asked, CommandView, HeldAnswer, applied_wait, chain_view, hold_location, key_expiry, location,
 };
 use super::wait::{Follow, settle};
 use crate::domain::admission::KeyMode;
@@ -94,7 +94,7 @@ pub(super) async fn submit(
         }
         Admitted::Command { row, disposition } => {
             state.counters.count(disposition);
-            let asked = row.clone();
+            let asked = Asked::of(&row);
             let (row, waited) = settle(&state, row, wait, Follow::Chain).await?;
             let status = if disposition == Disposition::New {
                 StatusCode::ACCEPTED

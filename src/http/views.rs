@@ -129,14 +129,33 @@ pub(super) fn view(row: &CommandRow, disposition: Option<Disposition>) -> Comman
 /// later attempt under.
 pub(super) fn chain_view<'a>(
     row: &'a CommandRow,
-    asked: &'a CommandRow,
+    asked: &'a Asked,
     disposition: Option<Disposition>,
 ) -> CommandView<'a> {
     let mut v = view(row, disposition);
-    if row.id != asked.id && row.first_attempt() == asked.first_attempt() {
-        v.idempotency_key = &asked.idempotency_key;
+    if row.id != asked.id && row.first_attempt() == asked.first_attempt {
+        v.idempotency_key = &asked.key;
     }
     v
+}
+
+/// What a submission was answered with before its chain was followed: the
+/// command its key (or intent) named.
+#[derive(Debug)]
+pub(super) struct Asked {
+    id: Uuid,
+    first_attempt: Uuid,
+    key: String,
+}
+
+impl Asked {
+    pub(super) fn of(row: &CommandRow) -> Asked {
+        Asked {
+            id: row.id,
+            first_attempt: row.first_attempt(),
+            key: row.idempotency_key.clone(),
+        }
+    }
 }
 
 /// A command read by id, with its resolution if one was recorded, and the

@@ -556,7 +556,10 @@ fn the_compose_catalog_is_the_quickstarts_refund() {
     )
     .unwrap();
     let effects = catalog.effects().unwrap();
-    assert!(effects.get("refund").is_some());
+    assert_eq!(
+        effects.get("refund").unwrap().retry,
+        Some(command_ledger::catalog::quickstart_refund_retry())
+    );
     let policies = catalog.policies().unwrap();
     let mut quickstart = command_ledger::domain::admission::Policies::default();
     command_ledger::catalog::quickstart_refund(&mut quickstart);
