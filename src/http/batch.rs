@@ -17,6 +17,7 @@ use super::error::{ApiError, Problem};
 use super::extract::{AppJson, Auth};
 use super::params::{AuthorityField, SubmitBody, kind_schema, submission, trace_of};
 use super::views::{CommandView, HeldAnswer, view};
+use crate::db;
 use crate::domain::trace_context::TraceContext;
 use crate::domain::{Disposition, IdempotencyKey};
 use crate::ledger::submit::{Admitted, BatchItem, admit_batch};
@@ -144,7 +145,7 @@ pub(super) async fn submit_batch(
     let mut admitted = admit_batch(state.pool(), &state.wake, &state.group, &principal, items)
         .await
         .into_iter();
-    let answers: Vec<Result<Admitted, ApiError>> = refused
+    let mut answers: Vec<Result<Admitted, ApiError>> = refused
         .into_iter()
         .map(|r| match r {
             Some(e) => Err(e),
@@ -166,6 +167,18 @@ pub(super) async fn submit_batch(
             .next()
             .expect("a first answer")
             .expect_err("unavailable"));
+    }
+    // A key whose command failed and was retried answers with its chain's
+    // last attempt, under the key it was sent with (as a single submission).
+    for answer in &mut answers {
+        if let Ok(Admitted::Command { row, .. }) = answer
+            && row.state() == crate::domain::CommandState::Failed
+        {
+            let asked_key = std::mem::take(&mut row.idempotency_key);
+            let mut last = db::attempts::last_attempt(state.pool(), row.clone()).await?;
+            last.idempotency_key = asked_key;
+            *row = last;
+        }
     }
     let items: Vec<ItemAnswer<'_>> = answers
         .iter()

@@ -276,6 +276,24 @@ async fn a_provider_busy_twice_then_applying_takes_three_attempts_and_applies_on
     assert_eq!(read["state"], "failed");
     assert_eq!(read["error"]["reason"], "not_applied");
     assert_eq!(read["last_attempt"], answer["id"]);
+    // A batch item under the key answers with the chain's outcome too.
+    let mut item = refund(1200);
+    item["idempotency_key"] = json!("r-busy");
+    let batch: Value = app
+        .client
+        .post(app.url("/v1/commands/batch"))
+        .bearer_auth(&token)
+        .json(&json!({"items": [item]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let replayed = &batch["items"][0]["command"];
+    assert_eq!(replayed["id"], answer["id"], "{batch}");
+    assert_eq!(replayed["state"], "applied");
+    assert_eq!(replayed["idempotency_key"], "r-busy");
     // The waits grew: 100 ms, then 200 ms.
     assert!(seen[1].at - seen[0].at >= Duration::from_millis(100));
     assert!(seen[2].at - seen[1].at >= Duration::from_millis(200));
