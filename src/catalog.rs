@@ -156,9 +156,12 @@ impl RetryConfig {
     /// The policy this section describes, or what is wrong with it.
     pub fn policy(&self) -> Result<RetryPolicy, String> {
         let defaults = RetryPolicy::default();
+        let parsed = |field: &str, v: &str| {
+            parse_duration(v)
+                .ok_or_else(|| format!("retry.{field} {v:?} is not like 500ms, 10s or 2m"))
+        };
         let duration = |field: &str, value: &Option<String>, default: Duration| match value {
-            Some(v) => parse_duration(v)
-                .ok_or_else(|| format!("retry.{field} {v:?} is not like 500ms, 10s or 2m")),
+            Some(v) => parsed(field, v),
             None => Ok(default),
         };
         RetryPolicy {
@@ -172,8 +175,8 @@ impl RetryConfig {
             max_interval: duration("max_interval", &self.max_interval, defaults.max_interval)?,
             deadline: self
                 .deadline
-                .as_ref()
-                .map(|d| duration("deadline", &Some(d.clone()), Duration::ZERO))
+                .as_deref()
+                .map(|d| parsed("deadline", d))
                 .transpose()?,
             jitter: self.jitter.unwrap_or(defaults.jitter),
             contract: NotAppliedContract {

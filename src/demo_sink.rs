@@ -235,6 +235,27 @@ async fn apply(State(sink): State<Sink>, headers: HeaderMap, body: Bytes) -> Res
     }
 }
 
+/// One line of the log, for a request under `key` from `authority` at
+/// `generation`, written now.
+fn log_line(
+    event: &str,
+    response: Value,
+    key: &str,
+    authority: &str,
+    generation: i64,
+    traceparent: Option<&str>,
+) -> LogLine {
+    LogLine {
+        event: event.to_owned(),
+        key: key.to_owned(),
+        authority: authority.to_owned(),
+        generation,
+        at: chrono::Utc::now(),
+        response,
+        traceparent: traceparent.map(str::to_owned),
+    }
+}
+
 /// The `busy` mode's answer before [`BUSY_UNTIL`]: logged (`busy`), nothing
 /// applied, `503` with `Retry-After: 1`.
 fn busy(
@@ -245,15 +266,14 @@ fn busy(
     traceparent: Option<&str>,
 ) -> Response {
     let response = json!({"error": "busy", "retry_after_s": 1});
-    let line = LogLine {
-        event: "busy".to_owned(),
-        key: key.to_owned(),
-        authority: authority.to_owned(),
+    let line = log_line(
+        "busy",
+        response.clone(),
+        key,
+        authority,
         generation,
-        at: chrono::Utc::now(),
-        response: response.clone(),
-        traceparent: traceparent.map(str::to_owned),
-    };
+        traceparent,
+    );
     if let Err(e) = sink.ledger.lock().expect("sink lock").append(&line) {
         tracing::error!(error = %e, "demo sink log write failed");
         return (StatusCode::INTERNAL_SERVER_ERROR, "log write failed").into_response();
@@ -276,14 +296,8 @@ fn record(
     mode: Mode,
     traceparent: Option<&str>,
 ) -> Result<(StatusCode, Value), &'static str> {
-    let line = |event: &str, response: Value| LogLine {
-        event: event.to_owned(),
-        key: key.to_owned(),
-        authority: authority.to_owned(),
-        generation,
-        at: chrono::Utc::now(),
-        response,
-        traceparent: traceparent.map(str::to_owned),
+    let line = |event: &str, response: Value| {
+        log_line(event, response, key, authority, generation, traceparent)
     };
     let mut ledger = sink.ledger.lock().expect("sink lock");
     let highest = ledger

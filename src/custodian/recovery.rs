@@ -280,12 +280,10 @@ impl Recovery {
                     };
                     let (result, error) = outcome.columns();
                     // The probe's certain "not applied" is a failure with
-                    // nothing done: retried as the kind's policy says.
-                    let attempt = u32::try_from(c.attempt).unwrap_or(1);
-                    let next = self
-                        .effects
-                        .next_attempt(&c.kind, attempt, &outcome)
-                        .filter(|_| self.backend.records_next_attempts);
+                    // nothing done: retried as the kind's policy says (the
+                    // engine step writes nothing where the backend does
+                    // not record attempts).
+                    let next = self.effects.next_attempt(&c.kind, c.attempt(), &outcome);
                     let ok = self
                         .guarded(&Write::Resolve {
                             id: c.id,
@@ -329,7 +327,7 @@ impl Recovery {
             generation,
             args: c.args.clone(),
             downstream_key: EffectCall::downstream_key_for(c.id),
-            attempt: u32::try_from(c.attempt).unwrap_or(1),
+            attempt: c.attempt(),
             trace: crate::domain::trace_context::TraceContext::from_headers(
                 c.trace_parent.as_deref(),
                 c.trace_state.as_deref(),

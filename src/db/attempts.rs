@@ -8,18 +8,18 @@ use sqlx::PgExecutor;
 use super::CommandRow;
 use crate::domain::CommandState;
 
-/// The attempt that follows `row` in its chain, as far as the chain has
-/// gone: its last attempt, when `row` failed with nothing done and the
-/// record step scheduled another (`domain::retry`); `row` itself otherwise.
-/// One probe of `commands_attempts`, only for a failed row.
-pub async fn last_attempt(
+/// The last attempt of `row`'s chain after `row`, as far as the chain has
+/// gone: `Some` when `row` failed with nothing done and the record step
+/// scheduled another (`domain::retry`), `None` otherwise. One probe of
+/// `commands_attempts`, only for a failed row.
+pub async fn later_attempt(
     ex: impl PgExecutor<'_>,
-    row: CommandRow,
-) -> Result<CommandRow, sqlx::Error> {
+    row: &CommandRow,
+) -> Result<Option<CommandRow>, sqlx::Error> {
     if row.state() != CommandState::Failed {
-        return Ok(row);
+        return Ok(None);
     }
-    let last = sqlx::query_as!(
+    sqlx::query_as!(
         CommandRow,
         r#"
         select * from commands
@@ -32,6 +32,5 @@ pub async fn last_attempt(
         row.attempt,
     )
     .fetch_optional(ex)
-    .await?;
-    Ok(last.unwrap_or(row))
+    .await
 }

@@ -36,6 +36,13 @@ pub struct Candidate {
     pub attempt: i32,
 }
 
+impl Candidate {
+    /// [`Candidate::attempt`] as a count (the schema keeps it at least 1).
+    pub fn attempt(&self) -> u32 {
+        u32::try_from(self.attempt).unwrap_or(1)
+    }
+}
+
 /// Up to `limit` claimed commands (`prepared`, `effect_started`) that need
 /// a decision, with ids after `after`, in id order (the caller pages
 /// through them, so rows it cannot move never hide later ones); only of

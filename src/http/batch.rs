@@ -16,7 +16,7 @@ use super::AppState;
 use super::error::{ApiError, Problem};
 use super::extract::{AppJson, Auth};
 use super::params::{AuthorityField, SubmitBody, kind_schema, submission, trace_of};
-use super::views::{CommandView, HeldAnswer, view};
+use super::views::{Asked, CommandView, HeldAnswer, chain_view, view};
 use crate::db;
 use crate::domain::trace_context::TraceContext;
 use crate::domain::{Disposition, IdempotencyKey};
@@ -170,20 +170,22 @@ pub(super) async fn submit_batch(
     }
     // A key whose command failed and was retried answers with its chain's
     // last attempt, under the key it was sent with (as a single submission).
+    let mut asked: Vec<Option<Asked>> = Vec::with_capacity(answers.len());
     for answer in &mut answers {
+        let mut was = None;
         if let Ok(Admitted::Command { row, .. }) = answer
-            && row.state() == crate::domain::CommandState::Failed
+            && let Some(later) = db::attempts::later_attempt(state.pool(), row).await?
         {
-            let asked_key = std::mem::take(&mut row.idempotency_key);
-            let mut last = db::attempts::last_attempt(state.pool(), row.clone()).await?;
-            last.idempotency_key = asked_key;
-            *row = last;
+            was = Some(Asked::of(row));
+            *row = later;
         }
+        asked.push(was);
     }
     let items: Vec<ItemAnswer<'_>> = answers
         .iter()
+        .zip(&asked)
         .enumerate()
-        .map(|(index, answer)| answer_for(&state, index, answer))
+        .map(|(index, (answer, asked))| answer_for(&state, index, answer, asked.as_ref()))
         .collect();
     Ok(Json(
         serde_json::to_value(BatchAnswer { items }).expect("a batch answer serializes"),
@@ -236,6 +238,7 @@ fn answer_for<'a>(
     state: &AppState,
     index: usize,
     answer: &'a Result<Admitted, ApiError>,
+    asked: Option<&'a Asked>,
 ) -> ItemAnswer<'a> {
     let none = ItemAnswer {
         index,
@@ -255,7 +258,10 @@ fn answer_for<'a>(
                     200
                 },
                 disposition: disposition.as_str(),
-                command: Some(view(row, Some(*disposition))),
+                command: Some(match asked {
+                    Some(asked) => chain_view(row, asked, Some(*disposition)),
+                    None => view(row, Some(*disposition)),
+                }),
                 ..none
             }
         }

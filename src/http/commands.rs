@@ -67,15 +67,9 @@ pub(super) async fn get_one(
     } else {
         None
     };
-    let last_attempt = if row.state() == CommandState::Failed {
-        Some(
-            db::attempts::last_attempt(state.pool(), row.clone())
-                .await?
-                .id,
-        )
-    } else {
-        None
-    };
+    let last_attempt = db::attempts::later_attempt(state.pool(), &row)
+        .await?
+        .map(|later| later.id);
     let mut response = Json(resolved_view(&row, resolution.as_ref(), last_attempt)).into_response();
     applied_wait(&mut response, waited);
     key_expiry(&mut response, &row, state.retention);

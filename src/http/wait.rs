@@ -159,7 +159,7 @@ impl Drop for Subscription {
 ///
 /// With [`Follow::Chain`] (what a key, an intent and an invocation
 /// answer), a failure the ledger retries is not the end: the answer is the
-/// chain's last attempt (`db::commands::last_attempt`), and the wait goes on
+/// chain's last attempt (`db::attempts::later_attempt`), and the wait goes on
 /// for it.
 pub(super) async fn settle(
     state: &super::AppState,
@@ -215,7 +215,9 @@ impl Follow {
     async fn apply(self, state: &super::AppState, row: CommandRow) -> Result<CommandRow, ApiError> {
         match self {
             Follow::Row => Ok(row),
-            Follow::Chain => Ok(crate::db::attempts::last_attempt(state.pool(), row).await?),
+            Follow::Chain => Ok(crate::db::attempts::later_attempt(state.pool(), &row)
+                .await?
+                .unwrap_or(row)),
         }
     }
 }
