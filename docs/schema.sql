@@ -578,9 +578,11 @@ begin
     ) e
     order by e.id;
 
-    insert into command_queue (authority_id, id, rank, ready_at, deadline_at)
-    select n.authority_id, n.id, ledger_claim_rank(n.created_at, n.not_before, n.priority), n.not_before, n.deadline_at
-    from new_rows n;
+    insert into command_queue (authority_id, id, rank, ready_at, deadline_at, provider)
+    select n.authority_id, n.id, ledger_claim_rank(n.created_at, n.not_before, n.priority), n.not_before, n.deadline_at,
+           k.provider
+    from new_rows n
+    left join provider_kinds k on k.kind = n.kind;
     return null;
 end;
 $$;
@@ -589,7 +591,7 @@ $$;
 -- Name: FUNCTION commands_record_inserts(); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.commands_record_inserts() IS 'After each insert statement on commands: each new command''s first history entry (the head of its hash chain, its row digest computed once: 0025) and its place in command_queue.';
+COMMENT ON FUNCTION public.commands_record_inserts() IS 'After each insert statement on commands: each new command''s first history entry (the head of its hash chain, its row digest computed once: 0025) and its place in command_queue, under its kind''s provider group if it has one (provider_kinds, 0048).';
 
 --
 -- Name: commands_retry_of_immutable(); Type: FUNCTION; Schema: public; Owner: -
@@ -1009,7 +1011,52 @@ declare
     at timestamptz := now();
     who text := ledger_actor();
     why text := ledger_reason();
+    -- The provider groups (0048) whose commands wait at these authorities'
+    -- queues: their names, how many of their commands this claim may start,
+    -- and their buckets' tokens as refilled at refill_at.
+    v_names text[] := '{}';
+    v_rooms integer[] := '{}';
+    v_tokens double precision[] := '{}';
+    refill_at timestamptz;
 begin
+    -- Locked in name order: claims of one group, by any custodian, take
+    -- turns at its bucket. No group, no lock: kinds under no limit pay one
+    -- probe of an empty table.
+    select coalesce(array_agg(l.name), '{}') into v_names
+    from (select p.name from provider_limits p
+          where exists (select 1 from command_queue q
+                        where q.authority_id = any(p_authorities) and q.provider = p.name
+                          and (q.ready_at is null or q.ready_at <= at))
+          order by p.name
+          for update of p) l;
+    if cardinality(v_names) > 0 then
+        -- A statement of its own, so that its snapshot holds what the
+        -- claims this one waited for committed: their commands in flight.
+        refill_at := clock_timestamp();
+        select coalesce(array_agg(r.name order by r.name), '{}'), coalesce(array_agg(r.room order by r.name), '{}'),
+               coalesce(array_agg(r.tokens order by r.name), '{}')
+        into v_names, v_rooms, v_tokens
+        from (
+            select p.name, t.tokens,
+                   greatest(0, least(p_limit,
+                       coalesce(floor(t.tokens)::integer, p_limit),
+                       coalesce(p.max_in_flight - (
+                           select count(*) from command_in_flight f
+                           join commands c on c.authority_id = f.authority_id and c.id = f.id
+                           join provider_kinds k on k.kind = c.kind
+                           where k.provider = p.name)::integer, p_limit))) as room
+            from provider_limits p
+            cross join lateral (
+                -- No rate: no bucket (least() would pass over the null).
+                select case when p.rate is not null then
+                           least(p.burst::double precision,
+                                 p.tokens + p.rate * greatest(0, extract(epoch from refill_at - p.refilled_at)::double precision))
+                       end as tokens
+            ) t
+            where p.name = any(v_names)
+        ) r;
+    end if;
+
     return query
     with lease as materialized (
         -- Shared lock: a takeover of the lease waits until this commits.
@@ -1018,17 +1065,41 @@ begin
         for share
     ),
     queued as materialized (
-        -- Per leased authority, its first claimable commands. The lease
+        -- Per leased authority, its first claimable commands: those under no
+        -- provider limit, and of each group as many as it has room for
+        -- across these authorities, lowest rank first. A group with no room
+        -- is not read: its commands stay queued in their place. The lease
         -- admits one claimer per authority; the command rows are locked
         -- below, skipping any another transaction holds (a cancel).
-        select l.id as authority_id, q.id, l.generation
-        from lease l
-        cross join lateral (
-            select q.id from command_queue q
-            where q.authority_id = l.id and (q.ready_at is null or q.ready_at <= at)
-            order by q.rank, q.id
-            limit p_limit
-        ) q
+        select h.authority_id, h.id, h.generation, h.provider
+        from (
+            select l.id as authority_id, l.generation, q.id, q.rank, null::text as provider
+            from lease l
+            cross join lateral (
+                select q.id, q.rank from command_queue q
+                where q.authority_id = l.id and q.provider is null and (q.ready_at is null or q.ready_at <= at)
+                order by q.rank, q.id
+                limit p_limit
+            ) q
+            union all
+            select g.authority_id, g.generation, g.id, g.rank, g.provider
+            from (
+                select l.id as authority_id, l.generation, q.id, q.rank, r.name as provider, r.room,
+                       row_number() over (partition by r.name order by q.rank, q.id) as nth
+                from unnest(v_names, v_rooms) r(name, room)
+                cross join lease l
+                cross join lateral (
+                    select q.id, q.rank from command_queue q
+                    where q.authority_id = l.id and q.provider = r.name
+                      and (q.ready_at is null or q.ready_at <= at)
+                    order by q.rank, q.id
+                    limit r.room
+                ) q
+                where r.room > 0
+            ) g
+            where g.nth <= g.room
+        ) h
+        order by h.rank, h.id
         limit p_limit
     ),
     pending as materialized (
@@ -1043,7 +1114,7 @@ begin
                                                c.digest_version, c.kind, c.authority_id, c.run_id, c.args,
                                                c.canonical, c.created_at, c.deadline_at, c.pinned_generation,
                                                c.intent_digest, c.canonical_rules, c.intent_epoch)) as identity,
-               last.hash as prev, last.seq as prev_seq
+               last.hash as prev, last.seq as prev_seq, qd.provider
         from queued qd
         join commands c on c.authority_id = qd.authority_id and c.id = qd.id
         left join lateral (select h.hash, h.seq from command_history h where h.command_id = c.id
@@ -1072,14 +1143,14 @@ begin
             updated_at = at
         from pending v
         where c.authority_id = v.authority_id and c.id = v.id
-        returning c as r, v.prev, v.prev_seq
+        returning c as r, v.prev, v.prev_seq, v.provider
     ),
     one as materialized (
         -- One entry out of pending: to effect_started through prepared
         -- (both transitions in this transaction, at one instant: one entry
         -- names both, 0045), or to expired.
         select (m.r).authority_id as authority_id, (m.r).id as id, (m.r).state as state,
-               (m.r).authority_generation as generation, m.prev, m.prev_seq,
+               (m.r).authority_generation as generation, m.prev, m.prev_seq, m.provider,
                case when (m.r).state = 'effect_started' then 'prepared' end as through,
                coalesce(why, (m.r).error ->> 'reason') as reason,
                ledger_row_digest_v2((m.r).identity_digest, (m.r).state, (m.r).authority_generation, null,
@@ -1117,13 +1188,24 @@ begin
         on conflict (minute, counter, source) do update set n = ledger_counts.n + excluded.n
         returning 1
     ),
+    spent as (
+        -- Each command started takes a token of its group's bucket.
+        update provider_limits p
+        set tokens = b.tokens - coalesce(n.started, 0), refilled_at = refill_at
+        from unnest(v_names, v_tokens) b(name, tokens)
+        left join (select o.provider, count(*) as started from one o
+                   where o.state = 'effect_started' and o.provider is not null
+                   group by o.provider) n on n.provider = b.name
+        where p.name = b.name and p.rate is not null
+        returning 1
+    ),
     finished as (
         select pg_notify('command_ledger_outcome', o.id::text) from one o where o.state = 'expired'
     )
     select (m.r).* from moved m
     where (select count(*) from dequeued) >= 0 and (select count(*) from entries) >= 0
       and (select count(*) from flying) >= 0 and (select count(*) from counted) >= 0
-      and (select count(*) from finished) >= 0;
+      and (select count(*) from spent) >= 0 and (select count(*) from finished) >= 0;
 end;
 $$;
 
@@ -1131,7 +1213,7 @@ $$;
 -- Name: FUNCTION ledger_claim_start(p_authorities text[], p_holder text, p_limit integer); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.ledger_claim_start(p_authorities text[], p_holder text, p_limit integer) IS 'Engine step (0030): up to p_limit queued commands of the authorities p_holder leases, lowest claim rank first, moved pending -> prepared -> effect_started under the lease''s generation (one history entry naming both transitions, 0045), or pending -> expired (deadline passed, pinned generation not the lease''s), with the queue and in-flight tables kept. Returns the rows as they now are. Fenced by the lease row held for share; no effect starts before it commits.';
+COMMENT ON FUNCTION public.ledger_claim_start(p_authorities text[], p_holder text, p_limit integer) IS 'Engine step (0030): up to p_limit queued commands of the authorities p_holder leases, lowest claim rank first, moved pending -> prepared -> effect_started under the lease''s generation (one history entry naming both transitions, 0045), or pending -> expired (deadline passed, pinned generation not the lease''s), with the queue and in-flight tables kept. Returns the rows as they now are. Fenced by the lease row held for share; no effect starts before it commits. A provider group''s commands (0048) are taken only as far as its limits allow (in flight across every custodian, and its token bucket), under a lock of its provider_limits row; the others stay queued in their place.';
 
 --
 -- Name: ledger_claim_start_authority(text, text, integer); Type: FUNCTION; Schema: public; Owner: -
@@ -1834,6 +1916,66 @@ $$;
 COMMENT ON FUNCTION public.ledger_row_digest_v2(identity bytea, state text, generation bigint, result jsonb, error jsonb, finished_at timestamp with time zone) IS 'row-v2: SHA-256 of the JSON array of the identity-v2 digest (hex) and the columns a transition changes. Written by the engine steps (0030); verify accepts row-v1 or row-v2 for a command''s last entry.';
 
 --
+-- Name: ledger_set_providers(jsonb); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ledger_set_providers(p_providers jsonb) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+declare
+    at timestamptz := now();
+    moved bigint := 0;
+    regrouped bigint := 0;
+begin
+    -- p_providers: the catalog's groups, each
+    -- {"name", "max_in_flight", "rate", "burst", "kinds": [...]}; a group
+    -- the catalog no longer names goes, and its kinds are under no limit.
+    -- A bucket keeps its tokens (no more than its new burst); a new one
+    -- starts full.
+    delete from provider_kinds k
+    where (k.kind, k.provider) not in (
+        select kind, g ->> 'name' from jsonb_array_elements(p_providers) g,
+               jsonb_array_elements_text(coalesce(g -> 'kinds', '[]')) kind);
+    get diagnostics moved = row_count;
+
+    insert into provider_limits as p (name, max_in_flight, rate, burst, tokens, refilled_at, updated_at)
+    select g.name, g.max_in_flight, g.rate, coalesce(g.burst, 1), coalesce(g.burst, 1), at, at
+    from jsonb_to_recordset(p_providers) as g(name text, max_in_flight integer, rate double precision, burst integer)
+    on conflict (name) do update
+        set max_in_flight = excluded.max_in_flight, rate = excluded.rate, burst = excluded.burst,
+            tokens = least(p.tokens, excluded.burst), updated_at = at
+        where (p.max_in_flight, p.rate, p.burst) is distinct from (excluded.max_in_flight, excluded.rate, excluded.burst);
+
+    delete from provider_limits p
+    where p.name not in (select g ->> 'name' from jsonb_array_elements(p_providers) g);
+
+    insert into provider_kinds (kind, provider)
+    select kind, g ->> 'name' from jsonb_array_elements(p_providers) g,
+           jsonb_array_elements_text(coalesce(g -> 'kinds', '[]')) kind
+    on conflict (kind) do nothing;
+    get diagnostics regrouped = row_count;
+
+    -- Queued commands of a kind whose group changed follow it.
+    if moved + regrouped > 0 then
+        update command_queue q set provider = k.provider
+        from commands c
+        left join provider_kinds k on k.kind = c.kind
+        where c.authority_id = q.authority_id and c.id = q.id and q.provider is distinct from k.provider;
+        get diagnostics moved = row_count;
+        return moved;
+    end if;
+    return 0;
+end;
+$$;
+
+--
+-- Name: FUNCTION ledger_set_providers(p_providers jsonb); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ledger_set_providers(p_providers jsonb) IS 'Engine step (0048): the custodian''s catalog''s provider groups written to provider_limits and provider_kinds (the groups it no longer names removed), and the queued commands of a kind whose group changed moved to it. Returns how many queued commands moved.';
+
+--
 -- Name: ledger_shard_groups_here(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -2432,6 +2574,26 @@ $$;
 COMMENT ON FUNCTION public.refuse_holds_truncate() IS 'Refuses truncate on holds: like deleting one (holds_guard), it would forget a decision or a request awaiting one.';
 
 --
+-- Name: refuse_provider_change(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.refuse_provider_change() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+begin
+    raise exception '% is written by the custodian from its catalog ([providers.<name>]) when it starts; change the catalog instead', tg_table_name
+        using errcode = 'CL017';
+end;
+$$;
+
+--
+-- Name: FUNCTION refuse_provider_change(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.refuse_provider_change() IS 'Refuses a statement on provider_limits or provider_kinds that does not come from the engine step ledger_set_providers (0048), and any truncation of them.';
+
+--
 -- Name: refuse_reference_data_change(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -2676,7 +2838,8 @@ CREATE TABLE public.command_queue (
     id uuid NOT NULL,
     rank bigint NOT NULL,
     ready_at timestamp with time zone,
-    deadline_at timestamp with time zone
+    deadline_at timestamp with time zone,
+    provider text
 )
 WITH (autovacuum_vacuum_scale_factor='0', autovacuum_vacuum_threshold='5000', autovacuum_vacuum_insert_scale_factor='0', autovacuum_vacuum_insert_threshold='5000');
 
@@ -2715,6 +2878,12 @@ COMMENT ON COLUMN public.command_queue.ready_at IS 'The command''s not_before (n
 --
 
 COMMENT ON COLUMN public.command_queue.deadline_at IS 'The command''s deadline_at (null: none), for recovery''s look-up of overdue pending commands (0038).';
+
+--
+-- Name: COLUMN command_queue.provider; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.command_queue.provider IS 'The group whose limits the command is claimed under (provider_kinds, when it was queued or when a custodian''s catalog last changed its kind''s group); null: none.';
 
 --
 -- Name: command_backlog_by_authority; Type: VIEW; Schema: public; Owner: -
@@ -3630,6 +3799,99 @@ COMMENT ON COLUMN public.ledger_function_sources.checksum IS 'SHA-256 of the fil
 COMMENT ON COLUMN public.ledger_function_sources.applied_at IS 'When the file was last applied.';
 
 --
+-- Name: provider_kinds; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.provider_kinds (
+    kind text NOT NULL,
+    provider text NOT NULL
+);
+
+--
+-- Name: TABLE provider_kinds; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.provider_kinds IS 'Which kinds belong to which provider group (the catalog''s provider = "<name>"): written with provider_limits by ledger_set_providers. A new command''s queue row takes its kind''s group from here.';
+
+--
+-- Name: COLUMN provider_kinds.kind; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.provider_kinds.kind IS 'A kind of the catalog.';
+
+--
+-- Name: COLUMN provider_kinds.provider; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.provider_kinds.provider IS 'The group whose limits its commands are claimed under (provider_limits.name).';
+
+--
+-- Name: provider_limits; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.provider_limits (
+    name text NOT NULL,
+    max_in_flight integer,
+    rate double precision,
+    burst integer DEFAULT 1 NOT NULL,
+    tokens double precision DEFAULT 0 NOT NULL,
+    refilled_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT provider_limits_burst_check CHECK ((burst >= 1)),
+    CONSTRAINT provider_limits_check CHECK (((max_in_flight IS NOT NULL) OR (rate IS NOT NULL))),
+    CONSTRAINT provider_limits_max_in_flight_check CHECK (((max_in_flight IS NULL) OR (max_in_flight >= 1))),
+    CONSTRAINT provider_limits_rate_check CHECK (((rate IS NULL) OR (rate > (0)::double precision)))
+);
+
+--
+-- Name: TABLE provider_limits; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.provider_limits IS 'Limits per provider (a group of kinds in the catalog, [providers.<name>]): written by the custodian from its catalog when it starts (ledger_set_providers), read and drawn from by the claim under a row lock, so that every custodian process shares one bucket. Refuses any other writer (CL017).';
+
+--
+-- Name: COLUMN provider_limits.name; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.provider_limits.name IS 'The group''s name in the catalog ([providers.<name>]).';
+
+--
+-- Name: COLUMN provider_limits.max_in_flight; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.provider_limits.max_in_flight IS 'The most commands of the group claimed and not terminal at once, across every custodian (null: no such limit).';
+
+--
+-- Name: COLUMN provider_limits.rate; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.provider_limits.rate IS 'Tokens added per second: the claim starts at most this many of the group''s commands a second, over time (null: no rate limit).';
+
+--
+-- Name: COLUMN provider_limits.burst; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.provider_limits.burst IS 'The most tokens the bucket holds: how many may start at once after a quiet spell.';
+
+--
+-- Name: COLUMN provider_limits.tokens; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.provider_limits.tokens IS 'Tokens left at refilled_at (each command the claim starts takes one); the claim adds rate per second since, up to burst.';
+
+--
+-- Name: COLUMN provider_limits.refilled_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.provider_limits.refilled_at IS 'When tokens was last computed.';
+
+--
+-- Name: COLUMN provider_limits.updated_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.provider_limits.updated_at IS 'When a custodian last wrote the limits from its catalog.';
+
+--
 -- Name: pruned_commands; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -4087,6 +4349,20 @@ ALTER TABLE ONLY public.principals
     ADD CONSTRAINT principals_pkey PRIMARY KEY (id);
 
 --
+-- Name: provider_kinds provider_kinds_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.provider_kinds
+    ADD CONSTRAINT provider_kinds_pkey PRIMARY KEY (kind);
+
+--
+-- Name: provider_limits provider_limits_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.provider_limits
+    ADD CONSTRAINT provider_limits_pkey PRIMARY KEY (name);
+
+--
 -- Name: pruned_commands pruned_commands_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -4145,10 +4421,16 @@ CREATE UNIQUE INDEX command_history_chain_order ON public.command_history USING 
 COMMENT ON INDEX public.command_history_chain_order IS 'A command''s entries in chain order, read backwards for the last one; one entry a place, so a chain cannot fork (0037). authority_id is in it because a unique index on Citus holds the distribution column.';
 
 --
--- Name: command_queue_claim_order; Type: INDEX; Schema: public; Owner: -
+-- Name: command_queue_claim_order_unlimited; Type: INDEX; Schema: public; Owner: -
 --
 
-CREATE INDEX command_queue_claim_order ON public.command_queue USING btree (authority_id, rank, id);
+CREATE INDEX command_queue_claim_order_unlimited ON public.command_queue USING btree (authority_id, rank, id) WHERE (provider IS NULL);
+
+--
+-- Name: INDEX command_queue_claim_order_unlimited; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON INDEX public.command_queue_claim_order_unlimited IS 'The claim order of the queued commands under no provider limit, per authority.';
 
 --
 -- Name: command_queue_overdue; Type: INDEX; Schema: public; Owner: -
@@ -4161,6 +4443,18 @@ CREATE INDEX command_queue_overdue ON public.command_queue USING btree (deadline
 --
 
 COMMENT ON INDEX public.command_queue_overdue IS 'Pending commands with a deadline, soonest first: recovery reads the overdue ones from its start (0038).';
+
+--
+-- Name: command_queue_provider_order; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX command_queue_provider_order ON public.command_queue USING btree (authority_id, provider, rank, id) WHERE (provider IS NOT NULL);
+
+--
+-- Name: INDEX command_queue_provider_order; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON INDEX public.command_queue_provider_order IS 'The claim order of the queued commands of each provider group, per authority: the claim reads as many of a group''s head as it has room for.';
 
 --
 -- Name: command_queue_scheduled; Type: INDEX; Schema: public; Owner: -
@@ -4505,6 +4799,30 @@ CREATE TRIGGER principals_kept BEFORE TRUNCATE ON public.principals FOR EACH STA
 CREATE TRIGGER principals_own_fleet BEFORE INSERT ON public.principals FOR EACH ROW EXECUTE FUNCTION public.principals_own_fleet();
 
 --
+-- Name: provider_kinds provider_kinds_follow_the_catalog; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER provider_kinds_follow_the_catalog BEFORE INSERT OR DELETE OR UPDATE ON public.provider_kinds FOR EACH STATEMENT WHEN ((CURRENT_USER <> 'ledger_engine'::name)) EXECUTE FUNCTION public.refuse_provider_change();
+
+--
+-- Name: provider_kinds provider_kinds_kept; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER provider_kinds_kept BEFORE TRUNCATE ON public.provider_kinds FOR EACH STATEMENT EXECUTE FUNCTION public.refuse_provider_change();
+
+--
+-- Name: provider_limits provider_limits_follow_the_catalog; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER provider_limits_follow_the_catalog BEFORE INSERT OR DELETE OR UPDATE ON public.provider_limits FOR EACH STATEMENT WHEN ((CURRENT_USER <> 'ledger_engine'::name)) EXECUTE FUNCTION public.refuse_provider_change();
+
+--
+-- Name: provider_limits provider_limits_kept; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER provider_limits_kept BEFORE TRUNCATE ON public.provider_limits FOR EACH STATEMENT EXECUTE FUNCTION public.refuse_provider_change();
+
+--
 -- Name: pruned_commands pruned_commands_append_only; Type: TRIGGER; Schema: public; Owner: -
 --
 
@@ -4576,6 +4894,13 @@ ALTER TABLE ONLY public.holds
 
 ALTER TABLE ONLY public.principals
     ADD CONSTRAINT principals_fleet_fkey FOREIGN KEY (fleet_id) REFERENCES public.fleets(id);
+
+--
+-- Name: provider_kinds provider_kinds_provider_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.provider_kinds
+    ADD CONSTRAINT provider_kinds_provider_fkey FOREIGN KEY (provider) REFERENCES public.provider_limits(name);
 
 --
 -- Name: commands; Type: ROW SECURITY; Schema: public; Owner: -
@@ -4736,6 +5061,13 @@ GRANT ALL ON FUNCTION public.ledger_record_outcomes(p_authority text, p_generati
 
 REVOKE ALL ON FUNCTION public.ledger_remember_coalesced(p_authority_id text, p_scope uuid, p_request_digest bytea, p_command_id uuid, p_run_id text) FROM PUBLIC;
 GRANT ALL ON FUNCTION public.ledger_remember_coalesced(p_authority_id text, p_scope uuid, p_request_digest bytea, p_command_id uuid, p_run_id text) TO ledger_api;
+
+--
+-- Name: FUNCTION ledger_set_providers(p_providers jsonb); Type: ACL; Schema: public; Owner: -
+--
+
+REVOKE ALL ON FUNCTION public.ledger_set_providers(p_providers jsonb) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.ledger_set_providers(p_providers jsonb) TO ledger_custodian;
 
 --
 -- Name: FUNCTION ledger_shard_groups_here(OUT shardid bigint, OUT lo integer, OUT hi integer, OUT shards jsonb); Type: ACL; Schema: public; Owner: -
@@ -5005,6 +5337,24 @@ GRANT SELECT ON TABLE public.ledger_function_sources TO ledger_api;
 GRANT SELECT ON TABLE public.ledger_function_sources TO ledger_custodian;
 GRANT SELECT ON TABLE public.ledger_function_sources TO ledger_inspector;
 GRANT SELECT ON TABLE public.ledger_function_sources TO ledger_retention;
+
+--
+-- Name: TABLE provider_kinds; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT SELECT ON TABLE public.provider_kinds TO ledger_api;
+GRANT SELECT ON TABLE public.provider_kinds TO ledger_custodian;
+GRANT SELECT ON TABLE public.provider_kinds TO ledger_inspector;
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.provider_kinds TO ledger_engine;
+
+--
+-- Name: TABLE provider_limits; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT SELECT ON TABLE public.provider_limits TO ledger_api;
+GRANT SELECT ON TABLE public.provider_limits TO ledger_custodian;
+GRANT SELECT ON TABLE public.provider_limits TO ledger_inspector;
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.provider_limits TO ledger_engine;
 
 --
 -- Name: TABLE pruned_commands; Type: ACL; Schema: public; Owner: -

@@ -46,8 +46,15 @@
 //! error_field = "/error/code"            # optional: a listed status counts only if the value
 //! error_values = ["rate_limited"]        # at this JSON pointer is one of these
 //!
+//! provider = "stripe"                   # its limits: [providers.stripe] below
+//!
 //! [kinds.ping]
 //! executor = "noop"                      # built in
+//!
+//! [providers.stripe]                    # limits held in the database, across custodians
+//! max_in_flight = 5                      # claimed and not finished, at most
+//! rate = 50                              # started per second, over time
+//! burst = 10                             # started at once after a quiet spell (default: rate)
 //! ```
 
 use serde::Deserialize;
@@ -61,6 +68,7 @@ use crate::domain::admission::{
 };
 use crate::domain::args_schema::ArgsSchema;
 use crate::domain::canonical::Policy;
+use crate::domain::limits::ProviderLimit;
 use crate::domain::retry::{NotAppliedContract, RetryPolicy};
 use crate::domain::schedule::PriorityRule;
 
@@ -69,6 +77,18 @@ use crate::domain::schedule::PriorityRule;
 pub struct Catalog {
     #[serde(default)]
     pub kinds: BTreeMap<String, KindConfig>,
+    /// Limits per provider (`domain::limits`), by the provider's name.
+    #[serde(default)]
+    pub providers: BTreeMap<String, ProviderConfig>,
+}
+
+/// `[providers.<name>]`: see `domain::limits::ProviderLimit`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderConfig {
+    pub max_in_flight: Option<u32>,
+    pub rate: Option<f64>,
+    pub burst: Option<u32>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -133,6 +153,9 @@ pub struct KindConfig {
     pub max_priority: Option<i64>,
     /// Retries of failures with nothing done (`domain::retry`).
     pub retry: Option<RetryConfig>,
+    /// The provider group whose limits its commands are claimed under
+    /// (`[providers.<name>]`).
+    pub provider: Option<String>,
 }
 
 /// `[kinds.<kind>.retry]`: see `domain::retry::RetryPolicy`.
@@ -220,8 +243,47 @@ impl Catalog {
 }
 
 impl Catalog {
+    /// The limits per provider, each with its kinds; a kind naming a
+    /// provider the catalog does not declare refuses the catalog, as does a
+    /// provider whose limits cannot work.
+    pub fn providers(&self) -> Result<Vec<ProviderLimit>, CatalogError> {
+        let mut limits = Vec::new();
+        for (name, cfg) in &self.providers {
+            crate::domain::Kind::parse(name).map_err(|e| CatalogError::Invalid {
+                kind: format!("providers.{name}"),
+                problem: e.to_string(),
+            })?;
+            let mut limit = ProviderLimit::new(name, cfg.max_in_flight, cfg.rate, cfg.burst)
+                .map_err(|problem| CatalogError::Invalid {
+                    kind: format!("providers.{name}"),
+                    problem,
+                })?;
+            limit.kinds = self
+                .kinds
+                .iter()
+                .filter(|(_, k)| k.provider.as_deref() == Some(name.as_str()))
+                .map(|(kind, _)| kind.clone())
+                .collect();
+            limits.push(limit);
+        }
+        for (kind, cfg) in &self.kinds {
+            if let Some(p) = &cfg.provider
+                && !self.providers.contains_key(p)
+            {
+                return Err(CatalogError::Invalid {
+                    kind: kind.clone(),
+                    problem: format!("provider {p:?} is not declared: add [providers.{p}]"),
+                });
+            }
+        }
+        Ok(limits)
+    }
+
     /// The admission policy of every kind the catalog names.
     pub fn policies(&self) -> Result<Policies, CatalogError> {
+        // The custodian applies the limits; the API refuses a catalog whose
+        // limits cannot work, as the custodian would.
+        self.providers()?;
         let mut policies = Policies::default();
         for (kind, cfg) in &self.kinds {
             let invalid = |problem: String| CatalogError::Invalid {

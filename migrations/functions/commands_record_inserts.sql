@@ -21,15 +21,17 @@ begin
     ) e
     order by e.id;
 
-    insert into command_queue (authority_id, id, rank, ready_at, deadline_at)
-    select n.authority_id, n.id, ledger_claim_rank(n.created_at, n.not_before, n.priority), n.not_before, n.deadline_at
-    from new_rows n;
+    insert into command_queue (authority_id, id, rank, ready_at, deadline_at, provider)
+    select n.authority_id, n.id, ledger_claim_rank(n.created_at, n.not_before, n.priority), n.not_before, n.deadline_at,
+           k.provider
+    from new_rows n
+    left join provider_kinds k on k.kind = n.kind;
     return null;
 end;
 $function$
 ;
 
 comment on function commands_record_inserts() is
-    'After each insert statement on commands: each new command''s first history entry (the head of its hash chain, its row digest computed once: 0025) and its place in command_queue.';
+    'After each insert statement on commands: each new command''s first history entry (the head of its hash chain, its row digest computed once: 0025) and its place in command_queue, under its kind''s provider group if it has one (provider_kinds, 0048).';
 
 grant execute on function commands_record_inserts() to public;

@@ -62,8 +62,10 @@ AS $function$
             return;
         end if;
         for head in
+            -- No provider group is written on Citus (0048): every queued
+            -- command is under no limit, in the partial index of those.
             select q.id, q.rank from command_queue q
-            where q.authority_id = p_authority and (q.ready_at is null or q.ready_at <= at)
+            where q.authority_id = p_authority and q.provider is null and (q.ready_at is null or q.ready_at <= at)
             order by q.rank, q.id
             limit p_limit
         loop

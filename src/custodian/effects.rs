@@ -13,6 +13,7 @@ use tracing::Instrument as _;
 use uuid::Uuid;
 
 use crate::domain::EffectOutcome;
+use crate::domain::limits::ProviderLimit;
 use crate::domain::recovery::ProbeAnswer;
 use crate::domain::retry::{NextAttempt, RetryPolicy, next_attempt};
 use crate::domain::trace_context::TraceContext;
@@ -95,10 +96,11 @@ impl Registered {
     }
 }
 
-/// Executors by kind.
+/// Executors by kind, and the limits per provider they run under.
 #[derive(Debug, Clone)]
 pub struct Effects {
     by_kind: HashMap<String, Registered>,
+    providers: Vec<ProviderLimit>,
 }
 
 /// Deadline of an effect when the catalog gives none.
@@ -111,6 +113,7 @@ impl Default for Effects {
     fn default() -> Self {
         let mut effects = Effects {
             by_kind: HashMap::new(),
+            providers: Vec::new(),
         };
         effects.register("noop", Noop, DEFAULT_TIMEOUT);
         effects
@@ -148,6 +151,17 @@ impl Effects {
         if let Some(registered) = self.by_kind.get_mut(kind) {
             registered.retry = Some(policy);
         }
+    }
+
+    /// The limits per provider the custodian writes to the database when it
+    /// starts (`domain::limits`), replacing any it held before.
+    pub fn limit_providers(&mut self, providers: Vec<ProviderLimit>) {
+        self.providers = providers;
+    }
+
+    /// The limits per provider.
+    pub fn providers(&self) -> &[ProviderLimit] {
+        &self.providers
     }
 
     /// The kinds that have a retry policy.

@@ -69,6 +69,7 @@ impl Catalog {
                 effects.retry(kind, policy);
             }
         }
+        effects.limit_providers(self.providers()?);
         Ok(effects)
     }
 }

@@ -268,6 +268,25 @@ impl Custodian {
         due
     }
 
+    /// Writes its catalog's limits per provider for every custodian to draw
+    /// from (`db::limits::write`): the last custodian started sets them.
+    /// Refused on a backend that holds none (a distributed one, today), when the catalog names
+    /// any: a limit that protects a provider is not dropped in silence.
+    pub async fn write_providers(&self) -> Result<(), CustodianError> {
+        let providers = self.effects.providers();
+        let moved = crate::db::limits::write(self.cluster.pool(), providers).await?;
+        if !providers.is_empty() {
+            let names: Vec<&str> = providers.iter().map(|p| p.name.as_str()).collect();
+            tracing::info!(providers = ?names, queued_commands_regrouped = moved, "limits per provider written");
+        } else if moved > 0 {
+            tracing::info!(
+                queued_commands_regrouped = moved,
+                "no limits per provider: the groups held before were removed"
+            );
+        }
+        Ok(())
+    }
+
     /// Gives every lease up and closes the pools to the nodes (graceful
     /// shutdown).
     pub async fn release_leases(&self) {

@@ -104,6 +104,7 @@ impl Custodian {
         self: Arc<Self>,
         shutdown: impl Future<Output = ()>,
     ) -> Result<(), CustodianError> {
+        self.write_providers().await?;
         let pipeline = Pipeline::new(self.config.max_in_flight);
         let (done_tx, done_rx) = mpsc::unbounded_channel::<Answered>();
         let recorder = {
@@ -150,11 +151,14 @@ impl Custodian {
                 {
                     Ok(()) => {
                         more = report.claimed >= room;
-                        // Nothing was claimable: sleep no later than the
-                        // next scheduled command's time (asked only then,
-                        // so a busy queue pays nothing for it).
-                        if report.claimed == 0 {
-                            due = self.next_due().await;
+                        // Nothing was claimable (or, under limits per
+                        // provider, less than asked): sleep no later than
+                        // the next scheduled command's time or a limit's
+                        // next room (asked only then, so a busy queue
+                        // pays nothing for it).
+                        let limited = !self.effects.providers().is_empty();
+                        if report.claimed == 0 || (limited && !more) {
+                            due = self.next_due(limited).await;
                         }
                     }
                     Err(e) => {
@@ -236,10 +240,21 @@ impl Custodian {
     /// One turn: claim and start up to `limit` commands, and dispatch every
     /// one whose `effect_started` is committed.
     /// When the next scheduled command of this custodian's authorities
-    /// falls due, as an instant of the runtime's clock; `None` when none
-    /// waits or the question failed (the poll still finds it then).
-    async fn next_due(&self) -> Option<tokio::time::Instant> {
-        match crate::db::lifecycle::next_due(self.cluster.pool(), &self.config.authorities).await {
+    /// falls due (and, when `limited`, a provider group whose commands wait
+    /// there may have room again), as an instant of the runtime's clock;
+    /// `None` when none waits or the question failed (the poll still finds
+    /// it then).
+    async fn next_due(&self, limited: bool) -> Option<tokio::time::Instant> {
+        let pool = self.cluster.pool();
+        let authorities = &self.config.authorities;
+        let due = crate::db::lifecycle::next_due(pool, authorities).await;
+        let due = match (due, limited) {
+            (Ok(due), true) => crate::db::limits::next_room(pool, authorities)
+                .await
+                .map(|room| due.into_iter().chain(room).min()),
+            (due, _) => due,
+        };
+        match due {
             Ok(Some(at)) => {
                 let ahead = (at - chrono::Utc::now()).to_std().unwrap_or(Duration::ZERO);
                 Some(tokio::time::Instant::now() + ahead)

@@ -142,6 +142,8 @@ pub struct Snapshot {
     pub totals: BTreeMap<String, i64>,
     pub backlog: Vec<Backlog>,
     pub authorities: Vec<super::authorities::AuthorityRow>,
+    /// Each provider group's limits and what waits on them.
+    pub providers: Vec<super::limits::ProviderStatus>,
 }
 
 /// [`Snapshot`] of the last `minutes` minutes.
@@ -153,11 +155,13 @@ pub async fn snapshot(pool: &PgPool, minutes: i32) -> Result<Snapshot, sqlx::Err
     let totals = totals(&mut *tx).await?;
     let backlog = backlog(&mut *tx).await?;
     let authorities = super::authorities::list(&mut *tx).await?;
+    let providers = super::limits::status(&mut tx).await?;
     tx.commit().await?;
     Ok(Snapshot {
         recent,
         totals,
         backlog,
         authorities,
+        providers,
     })
 }

@@ -53,6 +53,7 @@ pub mod history;
 pub mod holds;
 pub mod inspector;
 pub mod lifecycle;
+pub mod limits;
 pub mod migrations;
 pub mod notify;
 pub mod placement;

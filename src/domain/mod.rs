@@ -10,6 +10,7 @@ pub mod digest;
 pub mod hold;
 pub mod idempotency_key;
 pub mod json_keys;
+pub mod limits;
 pub mod money;
 pub mod names;
 pub mod outcome;

@@ -143,6 +143,7 @@ async fn snapshot(state: &AppState) -> Result<Value, sqlx::Error> {
         totals,
         backlog,
         authorities,
+        providers,
     } = db::counts::snapshot(state.pool(), MINUTES).await?;
     let now = chrono::Utc::now();
 
@@ -179,6 +180,7 @@ async fn snapshot(state: &AppState) -> Result<Value, sqlx::Error> {
             "p99": ms(quantile(&latency, 0.99)),
             "applied": latency.iter().sum::<i64>(),
         },
+        "providers": providers,
         "backlog": backlog
             .iter()
             .map(|b| json!({"authority": b.authority_id, "pending": b.pending, "oldest_seconds": b.oldest_seconds}))

@@ -186,6 +186,7 @@ async fn backlog(e: &mut Exposition, state: &AppState) -> Result<(), sqlx::Error
         "How long each authority's oldest ready pending command has waited since it became ready (0 when none): its backlog's age.",
         &waits,
     );
+    providers(e, state).await?;
     let (pending, expiring, oldest) = db::webhooks::pending_summary(state.pool()).await?;
     #[allow(clippy::cast_precision_loss)]
     {
@@ -205,5 +206,50 @@ async fn backlog(e: &mut Exposition, state: &AppState) -> Result<(), sqlx::Error
         "Age of the oldest webhook event not yet delivered (0 when none).",
         &[(&[], oldest)],
     );
+    Ok(())
+}
+
+/// Each provider group's limits (`[providers.<name>]`): what waits on it,
+/// what is in flight, and its bucket's tokens.
+#[allow(clippy::cast_precision_loss)]
+async fn providers(e: &mut Exposition, state: &AppState) -> Result<(), sqlx::Error> {
+    let groups = db::limits::status(&mut *state.pool().acquire().await?).await?;
+    let gauge = |value: &dyn Fn(&db::limits::ProviderStatus) -> Option<f64>| {
+        groups
+            .iter()
+            .filter_map(|g| value(g).map(|v| ([("provider", g.name.as_str())], v)))
+            .collect::<Vec<_>>()
+    };
+    let series = [
+        (
+            "ledger_provider_waiting_commands",
+            "Each provider group's commands queued and ready, on every authority: waiting for its limits' room (or a custodian).",
+            gauge(&|g| Some(g.waiting as f64)),
+        ),
+        (
+            "ledger_provider_in_flight_commands",
+            "Each provider group's commands claimed and not terminal, on every authority.",
+            gauge(&|g| Some(g.in_flight as f64)),
+        ),
+        (
+            "ledger_provider_max_in_flight",
+            "Each provider group's limit of commands in flight (groups with one).",
+            gauge(&|g| g.max_in_flight.map(f64::from)),
+        ),
+        (
+            "ledger_provider_tokens",
+            "Tokens in each provider group's bucket now (groups with a rate): how many may start at once.",
+            gauge(&|g| g.tokens),
+        ),
+        (
+            "ledger_provider_rate",
+            "Each provider group's rate, in commands started per second (groups with one).",
+            gauge(&|g| g.rate),
+        ),
+    ];
+    for (name, help, values) in &series {
+        let values: Vec<_> = values.iter().map(|(l, v)| (&l[..], *v)).collect();
+        e.gauge(name, help, &values);
+    }
     Ok(())
 }

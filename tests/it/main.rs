@@ -25,6 +25,7 @@ mod harness;
 mod holds;
 mod inspect;
 mod isolation;
+mod limits;
 mod matrix;
 mod mcp;
 mod metrics;

@@ -322,7 +322,8 @@ async fn the_owner_is_no_superuser_and_cannot_switch_every_trigger_off() {
     .await
     .unwrap();
     // But the engine's steps (migrations 0030 and 0033; Citus has the two
-    // that take one authority; and 0046's next attempt), which belong to
+    // that take one authority; 0046's next attempt; 0048's limits per
+    // provider), which belong to
     // the role nobody can act as, so that the triggers know them.
     let mut foreign = foreign;
     foreign.sort();
@@ -332,12 +333,14 @@ async fn the_owner_is_no_superuser_and_cannot_switch_every_trigger_off() {
             "ledger_claim_start_authority",
             "ledger_next_attempt",
             "ledger_record_outcomes",
+            "ledger_set_providers",
         ]
     } else {
         &[
             "ledger_claim_start_authority",
             "ledger_next_attempt",
             "ledger_record_outcomes",
+            "ledger_set_providers",
         ]
     };
     assert_eq!(foreign, expected, "not the owner's");

@@ -299,10 +299,12 @@ async fn the_claim_takes_from_the_queue_oldest_first_and_skips_rows_another_clai
 }
 
 /// Index entries of `command_queue` this transaction has read so far, in
-/// either of its indexes (the claim order and the key).
+/// any of its indexes (the claim orders, under no provider limit and by
+/// provider group, and the key).
 async fn queue_entries_read(tx: &mut sqlx::PgConnection) -> i64 {
     sqlx::query_scalar(
-        "select pg_stat_get_xact_tuples_returned('command_queue_claim_order'::regclass) \
+        "select pg_stat_get_xact_tuples_returned('command_queue_claim_order_unlimited'::regclass) \
+              + pg_stat_get_xact_tuples_returned('command_queue_provider_order'::regclass) \
               + pg_stat_get_xact_tuples_returned('command_queue_pkey'::regclass)",
     )
     .fetch_one(tx)

@@ -1,0 +1,60 @@
+CREATE OR REPLACE FUNCTION public.ledger_set_providers(p_providers jsonb)
+ RETURNS bigint
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'public', 'pg_temp'
+AS $function$
+declare
+    at timestamptz := now();
+    moved bigint := 0;
+    regrouped bigint := 0;
+begin
+    -- p_providers: the catalog's groups, each
+    -- {"name", "max_in_flight", "rate", "burst", "kinds": [...]}; a group
+    -- the catalog no longer names goes, and its kinds are under no limit.
+    -- A bucket keeps its tokens (no more than its new burst); a new one
+    -- starts full.
+    delete from provider_kinds k
+    where (k.kind, k.provider) not in (
+        select kind, g ->> 'name' from jsonb_array_elements(p_providers) g,
+               jsonb_array_elements_text(coalesce(g -> 'kinds', '[]')) kind);
+    get diagnostics moved = row_count;
+
+    insert into provider_limits as p (name, max_in_flight, rate, burst, tokens, refilled_at, updated_at)
+    select g.name, g.max_in_flight, g.rate, coalesce(g.burst, 1), coalesce(g.burst, 1), at, at
+    from jsonb_to_recordset(p_providers) as g(name text, max_in_flight integer, rate double precision, burst integer)
+    on conflict (name) do update
+        set max_in_flight = excluded.max_in_flight, rate = excluded.rate, burst = excluded.burst,
+            tokens = least(p.tokens, excluded.burst), updated_at = at
+        where (p.max_in_flight, p.rate, p.burst) is distinct from (excluded.max_in_flight, excluded.rate, excluded.burst);
+
+    delete from provider_limits p
+    where p.name not in (select g ->> 'name' from jsonb_array_elements(p_providers) g);
+
+    insert into provider_kinds (kind, provider)
+    select kind, g ->> 'name' from jsonb_array_elements(p_providers) g,
+           jsonb_array_elements_text(coalesce(g -> 'kinds', '[]')) kind
+    on conflict (kind) do nothing;
+    get diagnostics regrouped = row_count;
+
+    -- Queued commands of a kind whose group changed follow it.
+    if moved + regrouped > 0 then
+        update command_queue q set provider = k.provider
+        from commands c
+        left join provider_kinds k on k.kind = c.kind
+        where c.authority_id = q.authority_id and c.id = q.id and q.provider is distinct from k.provider;
+        get diagnostics moved = row_count;
+        return moved;
+    end if;
+    return 0;
+end;
+$function$
+;
+
+alter function ledger_set_providers(p_providers jsonb) owner to ledger_engine;
+
+comment on function ledger_set_providers(p_providers jsonb) is
+    'Engine step (0048): the custodian''s catalog''s provider groups written to provider_limits and provider_kinds (the groups it no longer names removed), and the queued commands of a kind whose group changed moved to it. Returns how many queued commands moved.';
+
+revoke all on function ledger_set_providers(p_providers jsonb) from public;
+grant execute on function ledger_set_providers(p_providers jsonb) to ledger_custodian;

@@ -1,0 +1,483 @@
+//! Limits per provider (`domain::limits`, migration 0048), through the
+//! custodians' own loops against a provider that counts what it is sent:
+//! the in-flight limit and the token bucket hold across custodian
+//! processes, a command over a limit waits in its place, and priorities
+//! (with aging) still apply within a group.
+
+use command_ledger::custodian::{Custodian, CustodianConfig, StepReport};
+use command_ledger::db::Role;
+use command_ledger::db::roles::ServiceRole;
+use command_ledger::domain::limits::ProviderLimit;
+use serde_json::{Value, json};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::harness::{
+    TestApp, as_role, custodian, ledger_backend, refund, refund_effects, skipped,
+};
+
+/// A provider that answers after `delay`, counting the requests it holds
+/// at once and when each arrived.
+#[derive(Clone, Default)]
+struct Provider {
+    delay: Duration,
+    now: Arc<AtomicUsize>,
+    most: Arc<AtomicUsize>,
+    arrivals: Arc<Mutex<Vec<Instant>>>,
+}
+
+impl Provider {
+    async fn start(delay: Duration) -> (Provider, String) {
+        let provider = Provider {
+            delay,
+            ..Provider::default()
+        };
+        let router = axum::Router::new()
+            .route("/refunds", axum::routing::post(answer))
+            .with_state(provider.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        (provider, url)
+    }
+
+    fn arrivals(&self) -> Vec<Instant> {
+        self.arrivals.lock().unwrap().clone()
+    }
+}
+
+async fn answer(axum::extract::State(p): axum::extract::State<Provider>) -> axum::Json<Value> {
+    p.arrivals.lock().unwrap().push(Instant::now());
+    let now = p.now.fetch_add(1, Ordering::SeqCst) + 1;
+    p.most.fetch_max(now, Ordering::SeqCst);
+    tokio::time::sleep(p.delay).await;
+    p.now.fetch_sub(1, Ordering::SeqCst);
+    axum::Json(json!({"refund": "done"}))
+}
+
+/// Whether this backend holds limits per provider (not yet on Citus: there
+/// the custodian refuses a catalog that names one, tested below).
+fn no_limits_here() -> bool {
+    skipped(
+        "limits per provider",
+        ledger_backend().local_tables,
+        "the Citus claim holds no provider limit yet",
+    )
+}
+
+/// A custodian of `authority` running its loop, `refund` going to `url`
+/// under `limit`.
+fn running_custodian(
+    app: &TestApp,
+    authority: &str,
+    url: &str,
+    limit: &ProviderLimit,
+) -> tokio::sync::oneshot::Sender<()> {
+    let mut effects = refund_effects(url, Duration::from_secs(10));
+    effects.limit_providers(vec![limit.clone()]);
+    let mut config = CustodianConfig::new(vec![authority.to_owned()]);
+    config.poll_interval = Duration::from_millis(100);
+    config.shutdown_grace = Duration::from_millis(100);
+    let c = Arc::new(Custodian::new(
+        as_role(&app.pool, ServiceRole::Custodian),
+        ledger_backend(),
+        config,
+        effects,
+    ));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        c.run(async move {
+            let _ = stopped.await;
+        })
+        .await
+        .expect("the custodian runs");
+    });
+    stop
+}
+
+fn stripe(max_in_flight: Option<u32>, rate: Option<f64>, burst: Option<u32>) -> ProviderLimit {
+    let mut limit = ProviderLimit::new("stripe", max_in_flight, rate, burst).unwrap();
+    limit.kinds = vec!["refund".into()];
+    limit
+}
+
+/// Submits `n` refunds spread over `authorities`, up to 500 a batch.
+async fn submit(app: &TestApp, token: &str, authorities: &[&str], n: usize) {
+    let items: Vec<Value> = (0..n)
+        .map(|i| {
+            let mut body = refund(1000 + i as i64);
+            body["authority"] = json!(authorities[i % authorities.len()]);
+            body["idempotency_key"] = json!(format!("r-{i}-{}", authorities[0]));
+            body
+        })
+        .collect();
+    for chunk in items.chunks(500) {
+        let resp = app
+            .client
+            .post(app.url("/v1/commands/batch"))
+            .bearer_auth(token)
+            .json(&json!({ "items": chunk }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        let answer: Value = resp.json().await.unwrap();
+        assert!(
+            answer["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|i| i["status"] == 202),
+            "{answer}"
+        );
+    }
+}
+
+async fn count(app: &TestApp, state: &str) -> i64 {
+    sqlx::query_scalar("select count(*) from commands where state = $1")
+        .bind(state)
+        .fetch_one(&app.pool)
+        .await
+        .unwrap()
+}
+
+/// Waits up to `within` for `n` commands in `state`.
+async fn until(app: &TestApp, state: &str, n: i64, within: Duration) -> bool {
+    let end = Instant::now() + within;
+    while Instant::now() < end {
+        if count(app, state).await >= n {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
+
+const AUTHORITIES: [&str; 4] = ["pay-1", "pay-2", "pay-3", "pay-4"];
+
+#[tokio::test]
+async fn four_custodians_under_a_limit_of_5_in_flight_never_send_more_than_5_at_once() {
+    if no_limits_here() {
+        return;
+    }
+    let app = TestApp::spawn().await;
+    let token = app.token("dev", Role::Device).await;
+    let (provider, url) = Provider::start(Duration::from_millis(200)).await;
+    let limit = stripe(Some(5), None, None);
+    submit(&app, &token, &AUTHORITIES, 40).await;
+    let stops: Vec<_> = AUTHORITIES
+        .iter()
+        .map(|a| running_custodian(&app, a, &url, &limit))
+        .collect();
+
+    // Commands of a kind under no limit, queued behind the refunds, are not
+    // held back by them.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for (i, a) in AUTHORITIES.iter().enumerate() {
+        let ping = json!({"kind": "noop", "authority": a, "args": {"n": i}});
+        app.create(&token, &format!("ping-{i}"), &ping).await;
+    }
+    let pings_done = until(&app, "applied", 4, Duration::from_secs(2)).await;
+    let pending = count(&app, "pending").await;
+
+    assert!(
+        until(&app, "applied", 44, Duration::from_secs(30)).await,
+        "every command applied"
+    );
+    for stop in stops {
+        let _ = stop.send(());
+    }
+    let most = provider.most.load(Ordering::SeqCst);
+    assert!(most <= 5, "the provider held {most} requests at once");
+    assert_eq!(most, 5, "the limit was reached, not merely respected");
+    assert_eq!(provider.arrivals().len(), 40, "each refund sent once");
+    assert!(
+        pings_done,
+        "the commands under no limit ran while refunds waited"
+    );
+    assert!(
+        pending > 0,
+        "refunds were still waiting for the limit ({pending})"
+    );
+}
+
+#[tokio::test]
+async fn a_rate_of_50_a_second_with_a_burst_of_10_starts_at_most_510_in_10_seconds() {
+    if no_limits_here() {
+        return;
+    }
+    let app = TestApp::spawn().await;
+    let token = app.token("dev", Role::Device).await;
+    let (provider, url) = Provider::start(Duration::ZERO).await;
+    let limit = stripe(None, Some(50.0), Some(10));
+    submit(&app, &token, &AUTHORITIES, 700).await;
+    let stops: Vec<_> = AUTHORITIES
+        .iter()
+        .map(|a| running_custodian(&app, a, &url, &limit))
+        .collect();
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    for stop in stops {
+        let _ = stop.send(());
+    }
+    let arrivals = provider.arrivals();
+    let first = *arrivals.first().expect("the provider was called");
+    let window = Duration::from_secs(10);
+    let within = arrivals
+        .iter()
+        .filter(|t| t.duration_since(first) < window)
+        .count();
+    // The bucket bounds the claims; the provider sees each a dispatch's
+    // latency later, which varies: a window of its arrivals may hold the
+    // claims of 10 s plus that variation (allowed: 100 ms, 5 at 50/s).
+    let bound = limit.most_started(window).unwrap();
+    let slack = limit
+        .most_started(window + Duration::from_millis(100))
+        .unwrap()
+        - bound;
+    eprintln!("{within} requests in the first 10 s (bound {bound} + {slack}; 50/s configured)");
+    assert!(
+        within as u64 <= bound + slack,
+        "{within} requests in 10 s, bound {bound} + {slack}"
+    );
+    // The limit slows the custodians to the rate, not far below it.
+    assert!(within >= 400, "only {within} requests in 10 s at 50/s");
+}
+
+#[tokio::test]
+async fn within_a_group_at_its_limit_a_low_priority_command_still_goes_first_once_past_its_gap() {
+    if no_limits_here() {
+        return;
+    }
+    let mut policies = command_ledger::domain::admission::Policies::default();
+    policies.set(
+        "refund",
+        command_ledger::domain::admission::KindPolicy {
+            priority: command_ledger::domain::schedule::PriorityRule::new(Some(0), Some(50))
+                .unwrap(),
+            ..Default::default()
+        },
+    );
+    let app = TestApp::spawn_with(policies).await;
+    let token = app.token("dev", Role::Device).await;
+    let (_provider, url) = Provider::start(Duration::ZERO).await;
+    let mut effects = refund_effects(&url, Duration::from_secs(5));
+    effects.limit_providers(vec![stripe(Some(1), None, None)]);
+    let c = custodian(&app.pool, &["payments"], effects, Duration::from_secs(10));
+    c.write_providers().await.unwrap();
+    c.heartbeat().await.unwrap();
+    let mut report = StepReport::default();
+
+    let high = |n: i64| {
+        let mut body = refund(100 + n);
+        body["priority"] = json!(10);
+        body
+    };
+    // One recorded 101 s ago at priority 0 has waited past the gap (10
+    // levels x 10 s), behind a stream of priority-10 commands. (Recorded
+    // with SQL, the only way to have been recorded in the past.)
+    let fresh = app.create(&token, "low-fresh", &refund(1)).await;
+    for n in 0..3 {
+        app.create(&token, &format!("high-{n}"), &high(n)).await;
+    }
+    let waited: String = sqlx::query_scalar(
+        "insert into commands (id, scope, idempotency_key, request_digest, digest_version, kind,
+                               authority_id, args, canonical, intent_digest, created_at)
+         select gen_random_uuid(), c.scope, 'low-waited', sha256('w'), 2, 'refund', 'payments',
+                c.args, c.canonical, sha256('w'), now() - interval '101 seconds'
+         from commands c where c.id = $1::uuid
+         returning id::text",
+    )
+    .bind(&fresh)
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    for n in 3..6 {
+        app.create(&token, &format!("high-{n}"), &high(n)).await;
+    }
+
+    // One place: the one that waited past its gap takes it.
+    let got = c.claim_and_start(10, &mut report).await.unwrap();
+    let ids: Vec<_> = got.iter().map(|s| s.call.command_id.to_string()).collect();
+    assert_eq!(ids, [waited], "one started, the one that waited");
+    // The place is taken: nothing more starts, and nothing fails for it.
+    assert!(c.claim_and_start(10, &mut report).await.unwrap().is_empty());
+    assert_eq!(count(&app, "pending").await, 7);
+    // Once it is recorded, the next is a priority-10 one; the fresh
+    // priority-0 command keeps its place behind them.
+    let done = c.execute(got).await;
+    c.record_outcomes(done, &mut report).await;
+    let got = c.claim_and_start(10, &mut report).await.unwrap();
+    assert_eq!(got.len(), 1);
+    assert_ne!(got[0].call.command_id.to_string(), fresh);
+}
+
+#[tokio::test]
+async fn a_catalog_change_moves_the_queued_commands_of_a_kind_to_its_new_group() {
+    if no_limits_here() {
+        return;
+    }
+    let app = TestApp::spawn().await;
+    let token = app.token("dev", Role::Device).await;
+    let queued = || async {
+        sqlx::query_scalar::<_, Option<String>>("select provider from command_queue order by id")
+            .fetch_all(&app.pool)
+            .await
+            .unwrap()
+    };
+    // Queued before any custodian named a group: under no limit.
+    submit(&app, &token, &["payments"], 3).await;
+    assert_eq!(queued().await, [None, None, None]);
+    let mut effects = refund_effects("http://127.0.0.1:9", Duration::from_secs(5));
+    effects.limit_providers(vec![stripe(Some(1), None, None)]);
+    let c = custodian(&app.pool, &["payments"], effects, Duration::from_secs(10));
+    c.write_providers().await.unwrap();
+    let stripe = Some("stripe".to_owned());
+    assert_eq!(
+        queued().await,
+        [stripe.clone(), stripe.clone(), stripe.clone()]
+    );
+    // A new command takes its kind's group when it is queued.
+    submit(&app, &token, &["other"], 1).await;
+    assert_eq!(queued().await.iter().filter(|p| p.is_some()).count(), 4);
+    // A catalog without it: the group goes, and its commands are free.
+    let c = custodian(
+        &app.pool,
+        &["payments"],
+        refund_effects("http://127.0.0.1:9", Duration::from_secs(5)),
+        Duration::from_secs(10),
+    );
+    c.write_providers().await.unwrap();
+    assert!(queued().await.iter().all(Option::is_none));
+    let groups: i64 = sqlx::query_scalar("select count(*) from provider_limits")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(groups, 0);
+}
+
+#[tokio::test]
+async fn only_the_custodian_writes_the_limits() {
+    if no_limits_here() {
+        return;
+    }
+    let app = TestApp::spawn().await;
+    let mut effects = refund_effects("http://127.0.0.1:9", Duration::from_secs(5));
+    effects.limit_providers(vec![stripe(Some(2), Some(5.0), None)]);
+    let c = custodian(&app.pool, &["payments"], effects, Duration::from_secs(10));
+    c.write_providers().await.unwrap();
+    for role in [
+        ServiceRole::Api,
+        ServiceRole::Custodian,
+        ServiceRole::Inspector,
+        ServiceRole::Owner,
+    ] {
+        let pool = as_role(&app.pool, role);
+        for sql in [
+            "update provider_limits set tokens = 1000",
+            "delete from provider_kinds",
+            "insert into provider_kinds values ('ping', 'stripe')",
+            "truncate provider_limits cascade",
+        ] {
+            let e = sqlx::query(sql).execute(&pool).await.unwrap_err();
+            let code = e
+                .as_database_error()
+                .and_then(|d| d.code())
+                .unwrap_or_default()
+                .into_owned();
+            assert!(code == "CL017" || code == "42501", "{role:?}: {sql}: {e}");
+        }
+    }
+    let tokens: f64 = sqlx::query_scalar("select tokens from provider_limits")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(tokens, 5.0, "a new bucket starts full");
+}
+
+#[tokio::test]
+async fn on_citus_a_custodian_whose_catalog_names_a_limit_refuses_to_start() {
+    if ledger_backend().local_tables {
+        eprintln!("not run: one node holds limits per provider (tested above)");
+        return;
+    }
+    let app = TestApp::spawn().await;
+    let mut effects = refund_effects("http://127.0.0.1:9", Duration::from_secs(5));
+    effects.limit_providers(vec![stripe(Some(2), None, None)]);
+    let c = custodian(&app.pool, &["payments"], effects, Duration::from_secs(10));
+    let e = c.write_providers().await.unwrap_err();
+    assert!(e.to_string().contains("not held on Citus"), "{e}");
+    // Without limits it starts, and writes nothing.
+    let c = custodian(
+        &app.pool,
+        &["payments"],
+        refund_effects("http://127.0.0.1:9", Duration::from_secs(5)),
+        Duration::from_secs(10),
+    );
+    c.write_providers().await.unwrap();
+}
+
+/// The limit's accuracy, a measurement rather than a check of the default
+/// suite: for each configured rate, four custodians (one per authority)
+/// drain a backlog through a provider that answers at once, and the rate
+/// the provider saw over `LIMITS_SECONDS` (default 10) after its first
+/// request is printed against the configured one. `LIMITS_RATES` (default
+/// `20,50,200,1000`) lists the rates. Run with `--release --ignored
+/// --nocapture` (docs/runs/limits-accuracy.txt).
+#[tokio::test]
+#[ignore = "a measurement: run it on its own, in a release build"]
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+async fn accuracy_of_the_rate_limit_under_four_custodians() {
+    if no_limits_here() {
+        return;
+    }
+    let seconds: u64 = std::env::var("LIMITS_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10);
+    let rates: Vec<f64> = std::env::var("LIMITS_RATES")
+        .unwrap_or_else(|_| "20,50,200,1000".into())
+        .split(',')
+        .map(|r| r.trim().parse().unwrap())
+        .collect();
+    println!(
+        "rate limit accuracy: 4 custodians, one authority each, burst = one second of rate, {seconds} s each"
+    );
+    println!(
+        "configured/s  seen/s  seen/configured  requests  bound(burst+rate*t)  max_in_flight_seen"
+    );
+    for rate in rates {
+        let app = TestApp::spawn().await;
+        let token = app.token("dev", Role::Device).await;
+        let (provider, url) = Provider::start(Duration::ZERO).await;
+        let limit = stripe(None, Some(rate), None);
+        // Enough to outlast the window: the burst, the rate's worth, a fifth more.
+        let backlog = (f64::from(limit.burst) + rate * seconds as f64 * 1.2) as usize;
+        submit(&app, &token, &AUTHORITIES, backlog).await;
+        let stops: Vec<_> = AUTHORITIES
+            .iter()
+            .map(|a| running_custodian(&app, a, &url, &limit))
+            .collect();
+        tokio::time::sleep(Duration::from_secs(seconds + 1)).await;
+        for stop in stops {
+            let _ = stop.send(());
+        }
+        let arrivals = provider.arrivals();
+        let first = arrivals[0];
+        let window = Duration::from_secs(seconds);
+        let within = arrivals
+            .iter()
+            .filter(|t| t.duration_since(first) < window)
+            .count();
+        // The burst is spent at once: the rate is what follows it.
+        let seen = (within as f64 - f64::from(limit.burst)) / seconds as f64;
+        println!(
+            "{rate:>12}  {seen:>6.1}  {:>15.3}  {within:>8}  {:>19}  {:>18}",
+            seen / rate,
+            limit.most_started(window).unwrap(),
+            provider.most.load(Ordering::SeqCst),
+        );
+        // Let the custodians stop before the next database.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
