@@ -118,9 +118,10 @@ AS $function$
             return;
         end if;
         -- Out of the queue within the head's place in the claim order, so
-        -- that no plan reads more than the head (the migration's header says why).
+        -- that no plan reads more than the head (the migration's header says why);
+        -- in the claim order's index of the commands under no limit (0048).
         delete from command_queue q
-        where q.authority_id = p_authority
+        where q.authority_id = p_authority and q.provider is null
           and (q.rank, q.id) >= (first_rank, first_id) and (q.rank, q.id) <= (last_rank, last_id)
           and q.id = any(ids);
         if cardinality(ids) <= few then
