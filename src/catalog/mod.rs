@@ -57,6 +57,9 @@
 //! burst = 10                             # started at once after a quiet spell (default: rate)
 //! ```
 
+mod providers;
+
+pub use providers::ProviderConfig;
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -68,7 +71,6 @@ use crate::domain::admission::{
 };
 use crate::domain::args_schema::ArgsSchema;
 use crate::domain::canonical::Policy;
-use crate::domain::limits::ProviderLimit;
 use crate::domain::retry::{NotAppliedContract, RetryPolicy};
 use crate::domain::schedule::PriorityRule;
 
@@ -80,15 +82,6 @@ pub struct Catalog {
     /// Limits per provider (`domain::limits`), by the provider's name.
     #[serde(default)]
     pub providers: BTreeMap<String, ProviderConfig>,
-}
-
-/// `[providers.<name>]`: see `domain::limits::ProviderLimit`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ProviderConfig {
-    pub max_in_flight: Option<u32>,
-    pub rate: Option<f64>,
-    pub burst: Option<u32>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -243,42 +236,6 @@ impl Catalog {
 }
 
 impl Catalog {
-    /// The limits per provider, each with its kinds; a kind naming a
-    /// provider the catalog does not declare refuses the catalog, as does a
-    /// provider whose limits cannot work.
-    pub fn providers(&self) -> Result<Vec<ProviderLimit>, CatalogError> {
-        let mut limits = Vec::new();
-        for (name, cfg) in &self.providers {
-            crate::domain::Kind::parse(name).map_err(|e| CatalogError::Invalid {
-                kind: format!("providers.{name}"),
-                problem: e.to_string(),
-            })?;
-            let mut limit = ProviderLimit::new(name, cfg.max_in_flight, cfg.rate, cfg.burst)
-                .map_err(|problem| CatalogError::Invalid {
-                    kind: format!("providers.{name}"),
-                    problem,
-                })?;
-            limit.kinds = self
-                .kinds
-                .iter()
-                .filter(|(_, k)| k.provider.as_deref() == Some(name.as_str()))
-                .map(|(kind, _)| kind.clone())
-                .collect();
-            limits.push(limit);
-        }
-        for (kind, cfg) in &self.kinds {
-            if let Some(p) = &cfg.provider
-                && !self.providers.contains_key(p)
-            {
-                return Err(CatalogError::Invalid {
-                    kind: kind.clone(),
-                    problem: format!("provider {p:?} is not declared: add [providers.{p}]"),
-                });
-            }
-        }
-        Ok(limits)
-    }
-
     /// The admission policy of every kind the catalog names.
     pub fn policies(&self) -> Result<Policies, CatalogError> {
         // The custodian applies the limits; the API refuses a catalog whose
