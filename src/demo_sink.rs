@@ -17,6 +17,10 @@
 //! `503` with `Retry-After: 1`, nothing applied, until the request says it
 //! is attempt [`BUSY_UNTIL`] (`Ledger-Command-Attempt`), and then applies as `ok`
 //! (a provider that is over its limit for a while).
+//!
+//! `GET /stats` counts what it logged, by outcome, and the most requests it
+//! was answering at once (`most_at_once`: what a limit per provider let
+//! through).
 
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -31,6 +35,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::path::Path as FsPath;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
@@ -87,6 +92,28 @@ struct Sink {
     /// How long the "provider" takes before it applies a request.
     latency: std::time::Duration,
     ledger: Arc<Mutex<Ledger>>,
+    /// Requests being answered now, and the most there ever were at once
+    /// (`/stats`: what a limit per provider let through).
+    at_once: Arc<AtomicUsize>,
+    most_at_once: Arc<AtomicUsize>,
+}
+
+/// One request being answered, counted in [`Sink::at_once`] until dropped
+/// (answered, or abandoned by its caller).
+struct Answering(Arc<AtomicUsize>);
+
+impl Answering {
+    fn start(sink: &Sink) -> Answering {
+        let now = sink.at_once.fetch_add(1, Ordering::SeqCst) + 1;
+        sink.most_at_once.fetch_max(now, Ordering::SeqCst);
+        Answering(Arc::clone(&sink.at_once))
+    }
+}
+
+impl Drop for Answering {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// Reads a sink log (for tests and checks).
@@ -130,6 +157,8 @@ pub fn router(
         mode,
         latency,
         ledger: Arc::new(Mutex::new(ledger)),
+        at_once: Arc::default(),
+        most_at_once: Arc::default(),
     };
     Ok(Router::new()
         .route("/applied/{key}", get(applied))
@@ -181,6 +210,7 @@ async fn apply(State(sink): State<Sink>, headers: HeaderMap, body: Bytes) -> Res
     let Some(generation) = text(HEADER_GENERATION).and_then(|g| g.parse::<i64>().ok()) else {
         return bad_request("Ledger-Generation must be an integer");
     };
+    let _answering = Answering::start(&sink);
     let trace = text("traceparent");
     let args: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let mode = args
@@ -348,7 +378,11 @@ async fn applied(State(sink): State<Sink>, Path(key): Path<String>) -> Response 
 
 async fn stats(State(sink): State<Sink>) -> axum::Json<Value> {
     let ledger = sink.ledger.lock().expect("sink lock");
-    axum::Json(json!({"counts": ledger.counts, "highest_generation": ledger.highest_generation}))
+    axum::Json(json!({
+        "counts": ledger.counts,
+        "highest_generation": ledger.highest_generation,
+        "most_at_once": sink.most_at_once.load(Ordering::SeqCst),
+    }))
 }
 
 /// A response body that fails at once: the connection breaks mid-response.
