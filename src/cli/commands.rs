@@ -158,13 +158,18 @@ async fn run_on(db: &Database, cmd: CommandsCommand) -> anyhow::Result<()> {
                     let history = crate::db::history::history(&db.pool, id).await?;
                     let resolution =
                         crate::db::resolutions::get(&db.pool, &row.authority_id, id).await?;
+                    let last_attempt = crate::db::attempts::later_attempt(&db.pool, &row).await?;
                     if output.json {
-                        let mut doc = json::command_resolved(&row, resolution.as_ref());
+                        let mut doc = json::command_resolved(
+                            &row,
+                            resolution.as_ref(),
+                            last_attempt.as_ref(),
+                        );
                         doc["scope"] = json!(row.scope);
                         doc["history"] = history.iter().map(json::history_entry).collect();
                         print_json(&doc);
                     } else {
-                        show_command(&row, &history, resolution.as_ref());
+                        show_command(&row, &history, resolution.as_ref(), last_attempt.as_ref());
                     }
                     Ok(())
                 }
@@ -260,7 +265,12 @@ fn scheduled_cells(c: &CommandRow) -> Vec<String> {
     ]
 }
 
-fn show_command(c: &CommandRow, history: &[HistoryRow], resolution: Option<&ResolutionRow>) {
+fn show_command(
+    c: &CommandRow,
+    history: &[HistoryRow],
+    resolution: Option<&ResolutionRow>,
+    last_attempt: Option<&CommandRow>,
+) {
     println!("command   {}", c.id);
     println!("state     {}", c.state);
     println!("kind      {}", c.kind);
@@ -285,8 +295,16 @@ fn show_command(c: &CommandRow, history: &[HistoryRow], resolution: Option<&Reso
     if let Some(d) = &c.intent_digest {
         println!("intent    {}", hex::encode(d));
     }
-    if let Some(r) = c.retry_of {
-        println!("retry of  {r}");
+    match c.retry_of {
+        Some(r) if c.attempt > 1 => println!("attempt   {} of the chain {r} began", c.attempt),
+        Some(r) => println!("retry of  {r}"),
+        None => {}
+    }
+    if let Some(last) = last_attempt {
+        println!(
+            "retried   its chain's last attempt is {} (attempt {}, {})",
+            last.id, last.attempt, last.state
+        );
     }
     if let Some(t) = c.not_before {
         println!("not before {}", t.format("%Y-%m-%d %H:%M:%S%.3f UTC"));

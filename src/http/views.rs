@@ -528,9 +528,18 @@ pub mod json {
         value(super::view(row, None))
     }
 
-    /// As `GET /v1/commands/{id}` returns it: with its resolution, if any.
-    pub fn command_resolved(row: &CommandRow, resolution: Option<&ResolutionRow>) -> Value {
-        value(super::resolved_view(row, resolution, None))
+    /// As `GET /v1/commands/{id}` returns it: with its resolution, if any,
+    /// and its chain's last attempt when the ledger retried it.
+    pub fn command_resolved(
+        row: &CommandRow,
+        resolution: Option<&ResolutionRow>,
+        last_attempt: Option<&CommandRow>,
+    ) -> Value {
+        value(super::resolved_view(
+            row,
+            resolution,
+            last_attempt.map(|l| l.id),
+        ))
     }
 
     /// As `GET /v1/commands/{id}/history` lists it.

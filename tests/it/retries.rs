@@ -276,6 +276,27 @@ async fn a_provider_busy_twice_then_applying_takes_three_attempts_and_applies_on
     assert_eq!(read["state"], "failed");
     assert_eq!(read["error"]["reason"], "not_applied");
     assert_eq!(read["last_attempt"], answer["id"]);
+    // So does the command line, in both its forms.
+    let (ok, out, err) =
+        crate::harness::cli(&app.db_url, &["commands", "show", &first, "--json"]).await;
+    assert!(ok, "{err}");
+    let shown: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(shown["last_attempt"], answer["id"]);
+    let (ok, out, err) = crate::harness::cli(&app.db_url, &["commands", "show", &first]).await;
+    assert!(ok, "{err}");
+    let last = answer["id"].as_str().unwrap();
+    assert!(
+        out.contains(&format!(
+            "retried   its chain's last attempt is {last} (attempt 3, applied)"
+        )),
+        "{out}"
+    );
+    let (ok, out, err) = crate::harness::cli(&app.db_url, &["commands", "show", last]).await;
+    assert!(ok, "{err}");
+    assert!(
+        out.contains(&format!("attempt   3 of the chain {first} began")),
+        "{out}"
+    );
     // A batch item under the key answers with the chain's outcome too.
     let mut item = refund(1200);
     item["idempotency_key"] = json!("r-busy");
