@@ -1040,19 +1040,9 @@ begin
             select p.name, t.tokens,
                    greatest(0, least(p_limit,
                        coalesce(floor(t.tokens)::integer, p_limit),
-                       coalesce(p.max_in_flight - (
-                           select count(*) from command_in_flight f
-                           join commands c on c.authority_id = f.authority_id and c.id = f.id
-                           join provider_kinds k on k.kind = c.kind
-                           where k.provider = p.name)::integer, p_limit))) as room
+                       coalesce(p.max_in_flight - ledger_provider_in_flight(p.name)::integer, p_limit))) as room
             from provider_limits p
-            cross join lateral (
-                -- No rate: no bucket (least() would pass over the null).
-                select case when p.rate is not null then
-                           least(p.burst::double precision,
-                                 p.tokens + p.rate * greatest(0, extract(epoch from refill_at - p.refilled_at)::double precision))
-                       end as tokens
-            ) t
+            cross join lateral (select ledger_provider_tokens(p.tokens, p.rate, p.burst, p.refilled_at, refill_at) as tokens) t
             where p.name = any(v_names)
         ) r;
     end if;
@@ -1704,6 +1694,45 @@ $$;
 --
 
 COMMENT ON FUNCTION public.ledger_next_attempt(p_authority text, p_id uuid, p_retry_in double precision, p_retry_within double precision) IS 'Engine step (0046): writes the next attempt of p_authority''s command p_id, which the calling statement has just recorded failed with nothing done (error.reason not_dispatched or not_applied; the record step, and recovery''s resolution by the reconcile probe): a pending command of attempt + 1 naming its chain''s first command in retry_of, not claimed before p_retry_in seconds from now; not written when it could not start before the chain''s deadline (deadline_at, on a first attempt tightened to created_at + p_retry_within seconds) or when the chain has it already. Returns whether it wrote one.';
+
+--
+-- Name: ledger_provider_in_flight(text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ledger_provider_in_flight(p_provider text) RETURNS bigint
+    LANGUAGE sql STABLE
+    AS $$
+    select count(*) from command_in_flight f
+    join commands c on c.authority_id = f.authority_id and c.id = f.id
+    join provider_kinds k on k.kind = c.kind
+    where k.provider = p_provider
+$$;
+
+--
+-- Name: FUNCTION ledger_provider_in_flight(p_provider text); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ledger_provider_in_flight(p_provider text) IS 'How many commands of the provider group p_provider (0048) are claimed and not terminal, on every authority: what its max_in_flight bounds.';
+
+--
+-- Name: ledger_provider_tokens(double precision, double precision, integer, timestamp with time zone, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ledger_provider_tokens(tokens double precision, rate double precision, burst integer, refilled_at timestamp with time zone, at timestamp with time zone) RETURNS double precision
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    -- No rate: no bucket (least() would pass over the null).
+    select case when rate is not null then
+               least(burst::double precision,
+                     tokens + rate * greatest(0, extract(epoch from at - refilled_at)::double precision))
+           end
+$$;
+
+--
+-- Name: FUNCTION ledger_provider_tokens(tokens double precision, rate double precision, burst integer, refilled_at timestamp with time zone, at timestamp with time zone); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ledger_provider_tokens(tokens double precision, rate double precision, burst integer, refilled_at timestamp with time zone, at timestamp with time zone) IS 'The tokens in a provider group''s bucket (0048) at `at`: those left at refilled_at plus rate a second since, at most burst; null for a group with no rate.';
 
 --
 -- Name: ledger_reason(); Type: FUNCTION; Schema: public; Owner: -

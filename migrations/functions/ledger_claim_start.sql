@@ -41,19 +41,9 @@ begin
             select p.name, t.tokens,
                    greatest(0, least(p_limit,
                        coalesce(floor(t.tokens)::integer, p_limit),
-                       coalesce(p.max_in_flight - (
-                           select count(*) from command_in_flight f
-                           join commands c on c.authority_id = f.authority_id and c.id = f.id
-                           join provider_kinds k on k.kind = c.kind
-                           where k.provider = p.name)::integer, p_limit))) as room
+                       coalesce(p.max_in_flight - ledger_provider_in_flight(p.name)::integer, p_limit))) as room
             from provider_limits p
-            cross join lateral (
-                -- No rate: no bucket (least() would pass over the null).
-                select case when p.rate is not null then
-                           least(p.burst::double precision,
-                                 p.tokens + p.rate * greatest(0, extract(epoch from refill_at - p.refilled_at)::double precision))
-                       end as tokens
-            ) t
+            cross join lateral (select ledger_provider_tokens(p.tokens, p.rate, p.burst, p.refilled_at, refill_at) as tokens) t
             where p.name = any(v_names)
         ) r;
     end if;

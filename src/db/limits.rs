@@ -37,18 +37,12 @@ pub async fn next_room(
 ) -> Result<Option<DateTime<Utc>>, sqlx::Error> {
     sqlx::query_scalar!(
         r#"
-        select min(case when b.tokens is not null and b.tokens < 1
-                        then clock_timestamp() + make_interval(secs => (1 - b.tokens) / b.rate)
+        select min(case when b.tokens < 1
+                        then clock_timestamp() + make_interval(secs => (1 - b.tokens) / p.rate)
                         else clock_timestamp() + make_interval(secs => $2::float8)
                    end) as "at"
         from provider_limits p
-        cross join lateral (
-            select p.rate,
-                   case when p.rate is not null then
-                       least(p.burst::float8,
-                             p.tokens + p.rate * greatest(0, extract(epoch from clock_timestamp() - p.refilled_at)::float8))
-                   end as tokens
-        ) b
+        cross join lateral (select ledger_provider_tokens(p.tokens, p.rate, p.burst, p.refilled_at, clock_timestamp()) as tokens) b
         where exists (select 1 from command_queue q
                       where q.authority_id = any($1) and q.provider = p.name
                         and (q.ready_at is null or q.ready_at <= now()))
@@ -90,14 +84,8 @@ pub async fn status(conn: &mut sqlx::PgConnection) -> Result<Vec<ProviderStatus>
         ProviderStatus,
         r#"
         select p.name, p.max_in_flight, p.rate, p.burst,
-               case when p.rate is not null then
-                   least(p.burst::float8,
-                         p.tokens + p.rate * greatest(0, extract(epoch from clock_timestamp() - p.refilled_at)::float8))
-               end as "tokens",
-               (select count(*) from command_in_flight f
-                join commands c on c.authority_id = f.authority_id and c.id = f.id
-                join provider_kinds k on k.kind = c.kind
-                where k.provider = p.name) as "in_flight!",
+               ledger_provider_tokens(p.tokens, p.rate, p.burst, p.refilled_at, clock_timestamp()) as "tokens",
+               ledger_provider_in_flight(p.name) as "in_flight!",
                (select count(*) from command_queue q
                 where q.provider = p.name and (q.ready_at is null or q.ready_at <= now())) as "waiting!"
         from provider_limits p
