@@ -766,9 +766,7 @@ impl TestSink {
         std::fs::create_dir_all(&dir).unwrap();
         let log = dir.join("sink.log");
         let router = command_ledger::demo_sink::router(&log, mode, latency).unwrap();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        tokio::spawn(async move { axum::serve(listener, router).await });
+        let url = serve_router(router).await;
         TestSink { url, log, dir }
     }
 
@@ -787,6 +785,68 @@ impl TestSink {
             .unwrap()
             .len()
     }
+}
+
+/// Serves `router` on an ephemeral loopback port until the test ends;
+/// returns its base URL (`http://127.0.0.1:port`).
+pub(crate) async fn serve_router(router: axum::Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    url
+}
+
+/// A custodian of `authorities` running its own loop (polling every
+/// 100 ms, a 100 ms grace at shutdown) until the sender is used or dropped.
+pub(crate) fn running_custodian(
+    pool: &PgPool,
+    authorities: &[&str],
+    effects: command_ledger::custodian::Effects,
+) -> (
+    std::sync::Arc<command_ledger::custodian::Custodian>,
+    tokio::sync::oneshot::Sender<()>,
+) {
+    let mut config = command_ledger::custodian::CustodianConfig::new(
+        authorities.iter().map(|a| (*a).to_owned()).collect(),
+    );
+    config.poll_interval = std::time::Duration::from_millis(100);
+    config.shutdown_grace = std::time::Duration::from_millis(100);
+    let c = std::sync::Arc::new(command_ledger::custodian::Custodian::new(
+        as_role(pool, ServiceRole::Custodian),
+        ledger_backend(),
+        config,
+        effects,
+    ));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = std::sync::Arc::clone(&c);
+    tokio::spawn(async move {
+        running
+            .run(async move {
+                let _ = stopped.await;
+            })
+            .await
+            .expect("the custodian runs");
+    });
+    (c, stop)
+}
+
+/// A copy of command `like` (same scope, args and canonical form) recorded
+/// with SQL 101 s ago under `key`, at priority 0: the only way to have been
+/// recorded in the past. Returns its id.
+pub(crate) async fn recorded_101_s_ago(pool: &PgPool, like: &str, key: &str) -> String {
+    sqlx::query_scalar(
+        "insert into commands (id, scope, idempotency_key, request_digest, digest_version, kind,
+                               authority_id, args, canonical, intent_digest, created_at)
+         select gen_random_uuid(), c.scope, $2, sha256($2::bytea), 2, 'refund', 'payments',
+                c.args, c.canonical, sha256($2::bytea), now() - interval '101 seconds'
+         from commands c where c.id = $1::uuid
+         returning id::text",
+    )
+    .bind(like)
+    .bind(key)
+    .fetch_one(pool)
+    .await
+    .unwrap()
 }
 
 /// Effects with `refund` going to `url` under `timeout`.

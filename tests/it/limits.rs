@@ -4,7 +4,7 @@
 //! processes, a command over a limit waits in its place, and priorities
 //! (with aging) still apply within a group.
 
-use command_ledger::custodian::{Custodian, CustodianConfig, StepReport};
+use command_ledger::custodian::StepReport;
 use command_ledger::db::Role;
 use command_ledger::db::roles::ServiceRole;
 use command_ledger::domain::limits::ProviderLimit;
@@ -36,9 +36,7 @@ impl Provider {
         let router = axum::Router::new()
             .route("/refunds", axum::routing::post(answer))
             .with_state(provider.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        tokio::spawn(async move { axum::serve(listener, router).await });
+        let url = crate::harness::serve_router(router).await;
         (provider, url)
     }
 
@@ -66,34 +64,22 @@ fn no_limits_here() -> bool {
     )
 }
 
-/// A custodian of `authority` running its loop, `refund` going to `url`
-/// under `limit`.
-fn running_custodian(
+/// Four custodians, one for each of [`AUTHORITIES`], running their loops,
+/// `refund` going to `url` under `limit`; they stop when the senders are
+/// used or dropped.
+fn four_custodians(
     app: &TestApp,
-    authority: &str,
     url: &str,
     limit: &ProviderLimit,
-) -> tokio::sync::oneshot::Sender<()> {
-    let mut effects = refund_effects(url, Duration::from_secs(10));
-    effects.limit_providers(vec![limit.clone()]);
-    let mut config = CustodianConfig::new(vec![authority.to_owned()]);
-    config.poll_interval = Duration::from_millis(100);
-    config.shutdown_grace = Duration::from_millis(100);
-    let c = Arc::new(Custodian::new(
-        as_role(&app.pool, ServiceRole::Custodian),
-        ledger_backend(),
-        config,
-        effects,
-    ));
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(async move {
-        c.run(async move {
-            let _ = stopped.await;
+) -> Vec<tokio::sync::oneshot::Sender<()>> {
+    AUTHORITIES
+        .iter()
+        .map(|a| {
+            let mut effects = refund_effects(url, Duration::from_secs(10));
+            effects.limit_providers(vec![limit.clone()]);
+            crate::harness::running_custodian(&app.pool, &[a], effects).1
         })
-        .await
-        .expect("the custodian runs");
-    });
-    stop
+        .collect()
 }
 
 fn stripe(max_in_flight: Option<u32>, rate: Option<f64>, burst: Option<u32>) -> ProviderLimit {
@@ -166,10 +152,7 @@ async fn four_custodians_under_a_limit_of_5_in_flight_never_send_more_than_5_at_
     let (provider, url) = Provider::start(Duration::from_millis(200)).await;
     let limit = stripe(Some(5), None, None);
     submit(&app, &token, &AUTHORITIES, 40).await;
-    let stops: Vec<_> = AUTHORITIES
-        .iter()
-        .map(|a| running_custodian(&app, a, &url, &limit))
-        .collect();
+    let stops = four_custodians(&app, &url, &limit);
 
     // Commands of a kind under no limit, queued behind the refunds, are not
     // held back by them.
@@ -212,10 +195,7 @@ async fn a_rate_of_50_a_second_with_a_burst_of_10_starts_at_most_510_in_10_secon
     let (provider, url) = Provider::start(Duration::ZERO).await;
     let limit = stripe(None, Some(50.0), Some(10));
     submit(&app, &token, &AUTHORITIES, 700).await;
-    let stops: Vec<_> = AUTHORITIES
-        .iter()
-        .map(|a| running_custodian(&app, a, &url, &limit))
-        .collect();
+    let stops = four_custodians(&app, &url, &limit);
     tokio::time::sleep(Duration::from_secs(11)).await;
     for stop in stops {
         let _ = stop.send(());
@@ -280,18 +260,7 @@ async fn within_a_group_at_its_limit_a_low_priority_command_still_goes_first_onc
     for n in 0..3 {
         app.create(&token, &format!("high-{n}"), &high(n)).await;
     }
-    let waited: String = sqlx::query_scalar(
-        "insert into commands (id, scope, idempotency_key, request_digest, digest_version, kind,
-                               authority_id, args, canonical, intent_digest, created_at)
-         select gen_random_uuid(), c.scope, 'low-waited', sha256('w'), 2, 'refund', 'payments',
-                c.args, c.canonical, sha256('w'), now() - interval '101 seconds'
-         from commands c where c.id = $1::uuid
-         returning id::text",
-    )
-    .bind(&fresh)
-    .fetch_one(&app.pool)
-    .await
-    .unwrap();
+    let waited = crate::harness::recorded_101_s_ago(&app.pool, &fresh, "low-waited").await;
     for n in 3..6 {
         app.create(&token, &format!("high-{n}"), &high(n)).await;
     }
@@ -454,10 +423,7 @@ async fn accuracy_of_the_rate_limit_under_four_custodians() {
         // Enough to outlast the window: the burst, the rate's worth, a fifth more.
         let backlog = (f64::from(limit.burst) + rate * seconds as f64 * 1.2) as usize;
         submit(&app, &token, &AUTHORITIES, backlog).await;
-        let stops: Vec<_> = AUTHORITIES
-            .iter()
-            .map(|a| running_custodian(&app, a, &url, &limit))
-            .collect();
+        let stops = four_custodians(&app, &url, &limit);
         tokio::time::sleep(Duration::from_secs(seconds + 1)).await;
         for stop in stops {
             let _ = stop.send(());

@@ -8,7 +8,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use command_ledger::custodian::http_executor::HttpExecutor;
-use command_ledger::custodian::{Custodian, CustodianConfig, Effects};
+use command_ledger::custodian::{Custodian, Effects};
 use command_ledger::db::Role;
 use command_ledger::db::roles::ServiceRole;
 use command_ledger::domain::retry::{NotAppliedContract, RetryPolicy};
@@ -55,9 +55,7 @@ impl Provider {
         let router = axum::Router::new()
             .route("/refunds", axum::routing::post(answer))
             .with_state(provider.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/refunds", listener.local_addr().unwrap());
-        tokio::spawn(async move { axum::serve(listener, router).await });
+        let url = format!("{}/refunds", crate::harness::serve_router(router).await);
         (provider, url)
     }
 
@@ -163,20 +161,7 @@ fn running_custodian(
     if let Some(policy) = policy {
         effects.retry("refund", policy);
     }
-    let mut config = CustodianConfig::new(vec!["payments".into()]);
-    config.poll_interval = Duration::from_millis(100);
-    config.shutdown_grace = Duration::from_millis(100);
-    let c = Arc::new(Custodian::new(
-        as_role(&app.pool, ServiceRole::Custodian),
-        ledger_backend(),
-        config,
-        effects,
-    ));
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(Arc::clone(&c).run(async move {
-        let _ = stopped.await;
-    }));
-    (c, stop)
+    crate::harness::running_custodian(&app.pool, &["payments"], effects)
 }
 
 /// The command rows of the chain `first` starts, in attempt order:

@@ -278,18 +278,7 @@ async fn a_steady_stream_of_high_priorities_does_not_hold_a_low_one_back_past_it
     // One recorded 101 s ago has waited past the gap (10 levels x 10 s): it
     // goes before every priority-10 command that keeps arriving. (Recorded
     // with SQL, the only way to have been recorded in the past.)
-    let waited: String = sqlx::query_scalar(
-        "insert into commands (id, scope, idempotency_key, request_digest, digest_version, kind,
-                               authority_id, args, canonical, intent_digest, created_at)
-         select gen_random_uuid(), c.scope, 'low-waited', sha256('w'), 2, 'refund', 'payments',
-                c.args, c.canonical, sha256('w'), now() - interval '101 seconds'
-         from commands c where c.id = $1::uuid
-         returning id::text",
-    )
-    .bind(&fresh)
-    .fetch_one(&app.pool)
-    .await
-    .unwrap();
+    let waited = crate::harness::recorded_101_s_ago(&app.pool, &fresh, "low-waited").await;
     for n in 2..7 {
         high(&app, &token, n).await;
     }
