@@ -1329,7 +1329,7 @@ begin
     for f in
         select p.oid::regprocedure from pg_proc p
         where p.pronamespace = 'public'::regnamespace
-          and p.proname in ('ledger_claim_start_authority', 'ledger_record_outcomes')
+          and p.proname in ('ledger_claim_start_authority', 'ledger_record_outcomes', 'ledger_next_attempt')
     loop
         if not exists (select 1 from pg_dist_object o
                        where o.classid = 'pg_proc'::regclass and o.objid = f
@@ -1352,7 +1352,7 @@ $$;
 -- Name: FUNCTION ledger_delegate_engine_steps(); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.ledger_delegate_engine_steps() IS 'On a Citus coordinator, after ledger_distribute(): the engine steps (ledger_claim_start_authority, ledger_record_outcomes) are run by the worker holding p_authority''s shards, the whole call in one round trip, also inside a transaction block (force_delegation), executable by ledger_custodian only on every node. Returns how many it delegated. Idempotent.';
+COMMENT ON FUNCTION public.ledger_delegate_engine_steps() IS 'On a Citus coordinator, after ledger_distribute(): the engine steps (ledger_claim_start_authority, ledger_record_outcomes, ledger_next_attempt) are run by the worker holding p_authority''s shards, the whole call in one round trip, also inside a transaction block (force_delegation), executable by ledger_custodian only on every node. Returns how many it delegated. Idempotent.';
 
 --
 -- Name: ledger_distribute(); Type: FUNCTION; Schema: public; Owner: -

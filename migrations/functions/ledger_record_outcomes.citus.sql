@@ -12,6 +12,7 @@ AS $function$
             wanted uuid[];
             l record;
             k record;
+            n record;
             ids uuid[] := '{}';
             identities bytea[] := '{}';
             created timestamptz[] := '{}';
@@ -121,6 +122,16 @@ AS $function$
                 where c.authority_id = p_authority and c.id = o.id and c.id = any(ids);
                 delete from command_in_flight f where f.authority_id = p_authority and f.id = any(ids);
             end if;
+            -- The attempt after each failure the custodian found retryable (a
+            -- failure with nothing done, under the kind's retry policy).
+            for n in
+                select o.id, o.retry_in, o.retry_within
+                from jsonb_to_recordset(p_outcomes) as o (id uuid, state text, retry_in float8, retry_within float8)
+                where o.state = 'failed' and o.retry_in is not null and o.id = any(ids)
+                order by o.id
+            loop
+                perform ledger_next_attempt(p_authority, n.id, n.retry_in, n.retry_within);
+            end loop;
             -- Each outcome, and each applied command's latency bucket: one
             -- single-row upsert a counter. Citus runs a single-row insert on
             -- its fast path; an INSERT ... SELECT takes its insert-select
@@ -154,7 +165,7 @@ AS $function$
 alter function ledger_record_outcomes(p_authority text, p_generation bigint, p_outcomes jsonb) owner to ledger_engine;
 
 comment on function ledger_record_outcomes(p_authority text, p_generation bigint, p_outcomes jsonb) is
-    'Engine step (0033, Citus): records the outcomes (a JSON array of {id, state, result, error}; state applied, failed or ambiguous) of p_authority''s effect_started commands, only while the authority is at p_generation, with one history entry each, the in-flight rows removed and the outcomes counted in ledger_counts_by_authority. Returns the ids recorded. Runs on the worker holding the authority''s shards (ledger_delegate_engine_steps()); whoever commits wakes the waiters. Run it in a SERIALIZABLE transaction.';
+    'Engine step (0033, Citus): records the outcomes (a JSON array of {id, state, result, error, retry_in, retry_within}; state applied, failed or ambiguous) of p_authority''s effect_started commands, only while the authority is at p_generation, with one history entry each, the in-flight rows removed and the outcomes counted in ledger_counts_by_authority. A failure with retry_in (seconds) gets its next attempt (0046, ledger_next_attempt). Returns the ids recorded. Runs on the worker holding the authority''s shards (ledger_delegate_engine_steps()); whoever commits wakes the waiters. Run it in a SERIALIZABLE transaction.';
 
 revoke all on function ledger_record_outcomes(p_authority text, p_generation bigint, p_outcomes jsonb) from public;
 grant execute on function ledger_record_outcomes(p_authority text, p_generation bigint, p_outcomes jsonb) to ledger_custodian;

@@ -164,26 +164,6 @@ impl Effects {
         &self.providers
     }
 
-    /// The kinds that have a retry policy.
-    pub fn retried_kinds(&self) -> Vec<&str> {
-        let mut kinds: Vec<&str> = self
-            .by_kind
-            .iter()
-            .filter(|(_, r)| r.retry.is_some())
-            .map(|(k, _)| k.as_str())
-            .collect();
-        kinds.sort_unstable();
-        kinds
-    }
-
-    /// These executors with no retry policy.
-    pub fn without_retries(mut self) -> Self {
-        for registered in self.by_kind.values_mut() {
-            registered.retry = None;
-        }
-        self
-    }
-
     /// The attempt to schedule after attempt `attempt` of `kind` ended in
     /// `outcome`, under the kind's retry policy (none: nothing follows).
     pub fn next_attempt(

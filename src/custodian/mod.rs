@@ -149,15 +149,6 @@ impl Custodian {
     ) -> Self {
         let actor = format!("custodian:{}", config.holder);
         let idle_limit = crate::db::txn::idle_limit(config.lease_ttl);
-        let effects = if backend.records_next_attempts {
-            effects
-        } else {
-            let retried = effects.retried_kinds();
-            if !retried.is_empty() {
-                tracing::warn!(kinds = ?retried, backend = backend.product(), "retry policies have no effect on this backend yet: a failure with nothing done is its command's outcome");
-            }
-            effects.without_retries()
-        };
         let effects = Arc::new(effects);
         // Its own authorities only: it has their executors and probes.
         let recovery = recovery::Recovery::new(

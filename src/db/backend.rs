@@ -54,10 +54,6 @@ pub struct Backend {
     /// transaction, and each would warn (and log) "there is already a
     /// transaction in progress".
     pub set_local_in_begin: bool,
-    /// The record step writes the next attempt after a failure with nothing
-    /// done (migration 0046, `domain::retry`). When false, a kind's retry
-    /// policy has no effect: the failure is its command's outcome.
-    pub records_next_attempts: bool,
 }
 
 impl Backend {
@@ -71,7 +67,6 @@ impl Backend {
         steps_on_shard_nodes: false,
         reads_on_shard_nodes: false,
         set_local_in_begin: true,
-        records_next_attempts: true,
     };
 
     /// A Citus coordinator (the `citus` extension is installed): the tables
@@ -86,7 +81,6 @@ impl Backend {
         steps_on_shard_nodes: true,
         reads_on_shard_nodes: true,
         set_local_in_begin: false,
-        records_next_attempts: false,
     };
 
     /// The backend of the database `ex` is connected to: asked once, where

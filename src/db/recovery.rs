@@ -5,7 +5,7 @@
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use sqlx::PgExecutor;
+use sqlx::{PgConnection, PgExecutor};
 use uuid::Uuid;
 
 use crate::domain::retry::NextAttempt;
@@ -187,12 +187,14 @@ pub async fn adopt(
 /// if it is still `effect_started` at `generation` and its authority is
 /// still superseded or unleased (a holder that came back keeps its work).
 /// A failure with `next` (the probe's certain "not applied", under the
-/// kind's retry policy) gets its next attempt in the same statement
-/// (`ledger_next_attempt`), so that the failure and its successor commit
-/// together.
+/// kind's retry policy) gets its next attempt in the same transaction
+/// (`ledger_next_attempt`, a statement of its own: on Citus the step runs
+/// on the worker holding the authority's shards, and cannot run inside a
+/// statement sent to a shard), so that the failure and its successor commit
+/// together. Run it in a transaction.
 #[allow(clippy::too_many_arguments)]
 pub async fn resolve(
-    ex: impl PgExecutor<'_>,
+    conn: &mut PgConnection,
     id: Uuid,
     authority: &str,
     generation: i64,
@@ -201,22 +203,14 @@ pub async fn resolve(
     error: Option<&Value>,
     next: Option<NextAttempt>,
 ) -> Result<bool, sqlx::Error> {
-    let next = next.filter(|_| state == "failed");
-    let row = sqlx::query!(
+    let moved = sqlx::query!(
         r#"
-        with moved as (
-            update commands c
-            set state = $3, result = $4, error = $5
-            from authorities a
-            where c.authority_id = $6 and c.id = $1 and c.state = 'effect_started' and c.authority_generation = $2
-              and a.id = $6
-              and (a.generation > $2 or a.lease_expires_at is null or a.lease_expires_at <= now())
-            returning c.id
-        )
-        select count(*) as "moved!",
-               count(*) filter (where $7::float8 is not null and ledger_next_attempt($6, m.id, $7, $8))
-                   as "next!"
-        from moved m
+        update commands c
+        set state = $3, result = $4, error = $5
+        from authorities a
+        where c.authority_id = $6 and c.id = $1 and c.state = 'effect_started' and c.authority_generation = $2
+          and a.id = $6
+          and (a.generation > $2 or a.lease_expires_at is null or a.lease_expires_at <= now())
         "#,
         id,
         generation,
@@ -224,10 +218,21 @@ pub async fn resolve(
         result,
         error,
         authority,
-        next.map(|n| n.wait.as_secs_f64()),
-        next.and_then(|n| n.within).map(|w| w.as_secs_f64()),
     )
-    .fetch_one(ex)
-    .await?;
-    Ok(row.moved == 1)
+    .execute(&mut *conn)
+    .await?
+    .rows_affected()
+        == 1;
+    if let Some(next) = next.filter(|_| moved && state == "failed") {
+        sqlx::query_scalar!(
+            r#"select ledger_next_attempt($1, $2, $3, $4) as "written!""#,
+            authority,
+            id,
+            next.wait.as_secs_f64(),
+            next.within.map(|w| w.as_secs_f64()),
+        )
+        .fetch_one(&mut *conn)
+        .await?;
+    }
+    Ok(moved)
 }

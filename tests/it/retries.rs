@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::harness::{TestApp, as_role, ledger_backend, refund, skipped};
+use crate::harness::{TestApp, as_role, ledger_backend, refund};
 
 const SECOND: Duration = Duration::from_secs(1);
 
@@ -115,16 +115,6 @@ async fn answer(State(p): State<Provider>, headers: HeaderMap) -> axum::response
     }
 }
 
-/// Whether this backend's record step writes next attempts (not yet on
-/// Citus: there the failure is the outcome, and the test is skipped).
-fn no_attempts_here() -> bool {
-    skipped(
-        "next attempts",
-        ledger_backend().records_next_attempts,
-        "the Citus record step writes no next attempt yet",
-    )
-}
-
 /// A policy that retries the provider's 503 quickly, without jitter.
 fn busy_is_not_applied(max_attempts: u32) -> RetryPolicy {
     RetryPolicy {
@@ -196,9 +186,6 @@ async fn resubmit_and_wait(app: &TestApp, token: &str, key: &str) -> Value {
 
 #[tokio::test]
 async fn a_provider_busy_twice_then_applying_takes_three_attempts_and_applies_once() {
-    if no_attempts_here() {
-        return;
-    }
     let app = TestApp::spawn().await;
     let token = app.token("dev", Role::Device).await;
     let (provider, url) = Provider::start(vec![Answer::Busy(None), Answer::Busy(None)]).await;
@@ -331,9 +318,6 @@ async fn a_timeout_is_ambiguous_and_never_retried_whatever_the_policy() {
 
 #[tokio::test]
 async fn a_providers_retry_after_is_waited_out() {
-    if no_attempts_here() {
-        return;
-    }
     let app = TestApp::spawn().await;
     let token = app.token("dev", Role::Device).await;
     let (provider, url) = Provider::start(vec![Answer::Busy(Some(2))]).await;
@@ -380,9 +364,6 @@ async fn without_a_policy_the_busy_answer_is_what_it_always_was() {
 
 #[tokio::test]
 async fn the_last_attempt_allowed_ends_the_chain_failed() {
-    if no_attempts_here() {
-        return;
-    }
     let app = TestApp::spawn().await;
     let token = app.token("dev", Role::Device).await;
     let (provider, url) = Provider::start(vec![Answer::Busy(None); 5]).await;
@@ -452,9 +433,6 @@ async fn only_the_engine_writes_a_later_attempt() {
 
 #[tokio::test]
 async fn a_webhook_announces_the_chains_last_outcome_once_under_its_key() {
-    if no_attempts_here() {
-        return;
-    }
     let app = TestApp::spawn_configured(
         command_ledger::domain::admission::Policies::default(),
         |s| s.webhooks.allow_private = true,
@@ -493,9 +471,6 @@ async fn a_webhook_announces_the_chains_last_outcome_once_under_its_key() {
 
 #[tokio::test]
 async fn the_probes_certain_not_applied_is_retried_as_the_policy_says() {
-    if no_attempts_here() {
-        return;
-    }
     use command_ledger::custodian::StepReport;
     use command_ledger::custodian::recovery::Recovery;
     use command_ledger::demo_sink::Mode;

@@ -48,10 +48,6 @@ async fn kills_at_every_crash_point_lose_nothing_and_execute_nothing_twice() {
 /// applied once, no attempt is lost or dispatched twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn kills_between_a_failure_and_its_next_attempt_lose_no_attempt_and_run_none_twice() {
-    if !crate::harness::ledger_backend().records_next_attempts {
-        eprintln!("not run: the Citus record step writes no next attempt yet");
-        return;
-    }
     let (results, check) = kill_campaign_in_mode(
         &["CP2", "CP3", "CP4"],
         2,
@@ -70,10 +66,6 @@ async fn kills_between_a_failure_and_its_next_attempt_lose_no_attempt_and_run_no
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "the full campaign: minutes; run with --ignored"]
 async fn full_retry_kill_campaign() {
-    if !crate::harness::ledger_backend().records_next_attempts {
-        eprintln!("not run: the Citus record step writes no next attempt yet");
-        return;
-    }
     let kills = env_or("CRASH_RETRY_KILLS", 50);
     let (results, check) = kill_campaign_in_mode(
         &["CP2", "CP3", "CP4"],

@@ -1,0 +1,2 @@
+-- On Citus only (ledger_withdraw_retried_events.citus.sql). On one node the
+-- webhook trigger is deferred to the commit and sees the next attempt.
