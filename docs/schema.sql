@@ -532,6 +532,7 @@ declare
     entry_actor text := coalesce((select a.actor from ledger_actors() a where a.command_id = new.id), ledger_actor());
     entry_reason text := ledger_reason();
     entry_digest bytea := ledger_row_digest(row(new.*)::commands);
+    entry_provider text;
 begin
     insert into command_history (authority_id, command_id, from_state, to_state, at, actor, authority_generation,
                                  reason, row_digest, prev_hash, hash, seq)
@@ -540,9 +541,14 @@ begin
             ledger_entry_hash(null, new.id, null, new.state, entry_at, entry_actor, new.authority_generation,
                               entry_reason, entry_digest),
             1);
-    insert into command_queue (authority_id, id, rank, ready_at, deadline_at)
+    -- The queue row takes its kind's provider group at this authority
+    -- (0049: on the authority's own shard on Citus), read first: Citus
+    -- takes no subquery in an INSERT's values.
+    select k.provider into entry_provider from authority_provider_kinds k
+    where k.authority_id = new.authority_id and k.kind = new.kind;
+    insert into command_queue (authority_id, id, rank, ready_at, deadline_at, provider)
     values (new.authority_id, new.id, ledger_claim_rank(new.created_at, new.not_before, new.priority), new.not_before,
-            new.deadline_at);
+            new.deadline_at, entry_provider);
     return null;
 end;
 $$;
@@ -551,7 +557,7 @@ $$;
 -- Name: FUNCTION commands_record_insert_row(); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.commands_record_insert_row() IS 'Row-level form of commands_record_inserts() (used on Citus): the new command''s first history entry and its place in command_queue.';
+COMMENT ON FUNCTION public.commands_record_insert_row() IS 'Row-level form of commands_record_inserts() (used on Citus): the new command''s first history entry and its place in command_queue, under its kind''s provider group at its authority (authority_provider_kinds, 0049).';
 
 --
 -- Name: commands_record_inserts(); Type: FUNCTION; Schema: public; Owner: -
@@ -1329,7 +1335,8 @@ begin
     for f in
         select p.oid::regprocedure from pg_proc p
         where p.pronamespace = 'public'::regnamespace
-          and p.proname in ('ledger_claim_start_authority', 'ledger_record_outcomes', 'ledger_next_attempt')
+          and p.proname in ('ledger_claim_start_authority', 'ledger_record_outcomes', 'ledger_next_attempt',
+                            'ledger_regroup_authority')
     loop
         if not exists (select 1 from pg_dist_object o
                        where o.classid = 'pg_proc'::regclass and o.objid = f
@@ -1352,7 +1359,7 @@ $$;
 -- Name: FUNCTION ledger_delegate_engine_steps(); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.ledger_delegate_engine_steps() IS 'On a Citus coordinator, after ledger_distribute(): the engine steps (ledger_claim_start_authority, ledger_record_outcomes, ledger_next_attempt) are run by the worker holding p_authority''s shards, the whole call in one round trip, also inside a transaction block (force_delegation), executable by ledger_custodian only on every node. Returns how many it delegated. Idempotent.';
+COMMENT ON FUNCTION public.ledger_delegate_engine_steps() IS 'On a Citus coordinator, after ledger_distribute(): the engine steps (ledger_claim_start_authority, ledger_record_outcomes, ledger_next_attempt, ledger_regroup_authority) are run by the worker holding p_authority''s shards, the whole call in one round trip, also inside a transaction block (force_delegation), executable by ledger_custodian only on every node. Returns how many it delegated. Idempotent.';
 
 --
 -- Name: ledger_distribute(); Type: FUNCTION; Schema: public; Owner: -
@@ -2611,6 +2618,10 @@ CREATE FUNCTION public.refuse_provider_change() RETURNS trigger
     SET search_path TO 'public', 'pg_temp'
     AS $$
 begin
+    if tg_table_name = 'provider_places' then
+        raise exception 'provider_places is written by the claims and the records of the custodians (0049): nothing else takes or frees a place'
+            using errcode = 'CL017';
+    end if;
     raise exception '% is written by the custodian from its catalog ([providers.<name>]) when it starts; change the catalog instead', tg_table_name
         using errcode = 'CL017';
 end;
@@ -2620,7 +2631,7 @@ $$;
 -- Name: FUNCTION refuse_provider_change(); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.refuse_provider_change() IS 'Refuses a statement on provider_limits or provider_kinds that does not come from the engine step ledger_set_providers (0048), and any truncation of them.';
+COMMENT ON FUNCTION public.refuse_provider_change() IS 'Refuses a statement on provider_limits or provider_kinds that does not come from the engine step ledger_set_providers (0048), on authority_provider_kinds that does not come from ledger_regroup_authority, or on provider_places that does not come from ledger_provider_hold or ledger_provider_release (0049), and any truncation of provider_limits, provider_kinds or provider_places.';
 
 --
 -- Name: refuse_reference_data_change(); Type: FUNCTION; Schema: public; Owner: -
@@ -2801,6 +2812,40 @@ COMMENT ON COLUMN public.authorities.lease_expires_at IS 'When the current lease
 --
 
 COMMENT ON COLUMN public.authorities.updated_at IS 'Last change to the row.';
+
+--
+-- Name: authority_provider_kinds; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.authority_provider_kinds (
+    authority_id text NOT NULL,
+    kind text NOT NULL,
+    provider text NOT NULL
+);
+
+--
+-- Name: TABLE authority_provider_kinds; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.authority_provider_kinds IS 'On Citus: which provider group each kind belongs to at one authority, on the authority''s own shard, so that a new command''s queue row takes its group there (commands_record_insert_row). Written only by the engine step ledger_regroup_authority, for the authorities of a custodian whose catalog names the group, when it starts. Empty on one node (provider_kinds serves).';
+
+--
+-- Name: COLUMN authority_provider_kinds.authority_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.authority_provider_kinds.authority_id IS 'The authority (commands.authority_id).';
+
+--
+-- Name: COLUMN authority_provider_kinds.kind; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.authority_provider_kinds.kind IS 'A kind of the custodian''s catalog.';
+
+--
+-- Name: COLUMN authority_provider_kinds.provider; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.authority_provider_kinds.provider IS 'The group (provider_limits.name) its commands are claimed under at this authority.';
 
 --
 -- Name: coalesced_requests; Type: TABLE; Schema: public; Owner: -
@@ -3921,6 +3966,47 @@ COMMENT ON COLUMN public.provider_limits.refilled_at IS 'When tokens was last co
 COMMENT ON COLUMN public.provider_limits.updated_at IS 'When a custodian last wrote the limits from its catalog.';
 
 --
+-- Name: provider_places; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.provider_places (
+    authority_id text NOT NULL,
+    command_id uuid NOT NULL,
+    provider text NOT NULL,
+    held_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+--
+-- Name: TABLE provider_places; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.provider_places IS 'On Citus: one row per command of a provider group claimed and not known to be terminal, on the coordinator beside provider_limits: the group''s commands in flight, which its max_in_flight bounds. Written only by the engine steps ledger_provider_hold (in the claim''s transaction) and ledger_provider_release (after the outcome is recorded, or when a custodian finds the command no longer in flight). Empty on one node (command_in_flight is counted there).';
+
+--
+-- Name: COLUMN provider_places.authority_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.provider_places.authority_id IS 'The command''s authority.';
+
+--
+-- Name: COLUMN provider_places.command_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.provider_places.command_id IS 'The command (commands.id) that holds the place.';
+
+--
+-- Name: COLUMN provider_places.provider; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.provider_places.provider IS 'The group whose place it holds (provider_limits.name); ledger_set_providers frees the places of a group it removes.';
+
+--
+-- Name: COLUMN provider_places.held_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.provider_places.held_at IS 'When the place was taken.';
+
+--
 -- Name: pruned_commands; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -4231,6 +4317,13 @@ ALTER TABLE ONLY public.authorities
     ADD CONSTRAINT authorities_pkey PRIMARY KEY (id);
 
 --
+-- Name: authority_provider_kinds authority_provider_kinds_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.authority_provider_kinds
+    ADD CONSTRAINT authority_provider_kinds_pkey PRIMARY KEY (authority_id, kind);
+
+--
 -- Name: coalesced_requests coalesced_requests_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -4390,6 +4483,13 @@ ALTER TABLE ONLY public.provider_kinds
 
 ALTER TABLE ONLY public.provider_limits
     ADD CONSTRAINT provider_limits_pkey PRIMARY KEY (name);
+
+--
+-- Name: provider_places provider_places_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.provider_places
+    ADD CONSTRAINT provider_places_pkey PRIMARY KEY (authority_id, command_id);
 
 --
 -- Name: pruned_commands pruned_commands_pkey; Type: CONSTRAINT; Schema: public; Owner: -
@@ -4582,6 +4682,12 @@ CREATE INDEX ledger_counts_counter_idx ON public.ledger_counts USING btree (coun
 CREATE INDEX principals_fleet_idx ON public.principals USING btree (fleet_id);
 
 --
+-- Name: provider_places_by_provider; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX provider_places_by_provider ON public.provider_places USING btree (provider);
+
+--
 -- Name: pruned_commands_scope_key_idx; Type: INDEX; Schema: public; Owner: -
 --
 
@@ -4646,6 +4752,18 @@ CREATE TRIGGER authorities_kept BEFORE DELETE OR TRUNCATE ON public.authorities 
 --
 
 COMMENT ON TRIGGER authorities_kept ON public.authorities IS 'A deleted authority would restart at generation 1 and reissue generations already used.';
+
+--
+-- Name: authority_provider_kinds authority_provider_kinds_follow_the_catalog; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER authority_provider_kinds_follow_the_catalog BEFORE INSERT OR DELETE OR UPDATE ON public.authority_provider_kinds FOR EACH STATEMENT WHEN ((CURRENT_USER <> 'ledger_engine'::name)) EXECUTE FUNCTION public.refuse_provider_change();
+
+--
+-- Name: authority_provider_kinds authority_provider_kinds_kept; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER authority_provider_kinds_kept BEFORE TRUNCATE ON public.authority_provider_kinds FOR EACH STATEMENT EXECUTE FUNCTION public.refuse_provider_change();
 
 --
 -- Name: coalesced_requests coalesced_requests_append_only; Type: TRIGGER; Schema: public; Owner: -
@@ -4852,6 +4970,18 @@ CREATE TRIGGER provider_limits_follow_the_catalog BEFORE INSERT OR DELETE OR UPD
 CREATE TRIGGER provider_limits_kept BEFORE TRUNCATE ON public.provider_limits FOR EACH STATEMENT EXECUTE FUNCTION public.refuse_provider_change();
 
 --
+-- Name: provider_places provider_places_follow_the_claims; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER provider_places_follow_the_claims BEFORE INSERT OR DELETE OR UPDATE ON public.provider_places FOR EACH STATEMENT WHEN ((CURRENT_USER <> 'ledger_engine'::name)) EXECUTE FUNCTION public.refuse_provider_change();
+
+--
+-- Name: provider_places provider_places_kept; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER provider_places_kept BEFORE TRUNCATE ON public.provider_places FOR EACH STATEMENT EXECUTE FUNCTION public.refuse_provider_change();
+
+--
 -- Name: pruned_commands pruned_commands_append_only; Type: TRIGGER; Schema: public; Owner: -
 --
 
@@ -4930,6 +5060,13 @@ ALTER TABLE ONLY public.principals
 
 ALTER TABLE ONLY public.provider_kinds
     ADD CONSTRAINT provider_kinds_provider_fkey FOREIGN KEY (provider) REFERENCES public.provider_limits(name);
+
+--
+-- Name: provider_places provider_places_provider_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.provider_places
+    ADD CONSTRAINT provider_places_provider_fkey FOREIGN KEY (provider) REFERENCES public.provider_limits(name);
 
 --
 -- Name: commands; Type: ROW SECURITY; Schema: public; Owner: -
@@ -5190,6 +5327,15 @@ GRANT SELECT ON TABLE public.authorities TO ledger_engine;
 GRANT UPDATE(lease_holder) ON TABLE public.authorities TO ledger_engine;
 
 --
+-- Name: TABLE authority_provider_kinds; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT SELECT ON TABLE public.authority_provider_kinds TO ledger_api;
+GRANT SELECT ON TABLE public.authority_provider_kinds TO ledger_custodian;
+GRANT SELECT ON TABLE public.authority_provider_kinds TO ledger_inspector;
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.authority_provider_kinds TO ledger_engine;
+
+--
 -- Name: TABLE coalesced_requests; Type: ACL; Schema: public; Owner: -
 --
 
@@ -5210,6 +5356,12 @@ GRANT SELECT,DELETE,UPDATE ON TABLE public.command_queue TO ledger_engine;
 --
 
 GRANT UPDATE(id) ON TABLE public.command_queue TO ledger_custodian;
+
+--
+-- Name: COLUMN command_queue.provider; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT UPDATE(provider) ON TABLE public.command_queue TO ledger_engine;
 
 --
 -- Name: TABLE command_backlog_by_authority; Type: ACL; Schema: public; Owner: -
@@ -5384,6 +5536,15 @@ GRANT SELECT ON TABLE public.provider_limits TO ledger_api;
 GRANT SELECT ON TABLE public.provider_limits TO ledger_custodian;
 GRANT SELECT ON TABLE public.provider_limits TO ledger_inspector;
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.provider_limits TO ledger_engine;
+
+--
+-- Name: TABLE provider_places; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT SELECT ON TABLE public.provider_places TO ledger_api;
+GRANT SELECT ON TABLE public.provider_places TO ledger_custodian;
+GRANT SELECT ON TABLE public.provider_places TO ledger_inspector;
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.provider_places TO ledger_engine;
 
 --
 -- Name: TABLE pruned_commands; Type: ACL; Schema: public; Owner: -

@@ -1,4 +1,4 @@
-CREATE OR REPLACE FUNCTION public.ledger_claim_start_authority(p_authority text, p_holder text, p_limit integer)
+CREATE OR REPLACE FUNCTION public.ledger_claim_start_authority(p_authority text, p_holder text, p_limit integer, p_rooms jsonb DEFAULT NULL::jsonb)
  RETURNS SETOF commands
  LANGUAGE plpgsql
  SECURITY DEFINER
@@ -61,22 +61,40 @@ AS $function$
         if gen is null then
             return;
         end if;
-        for head in
-            -- No provider group is written on Citus (0048): every queued
-            -- command is under no limit, in the partial index of those.
-            select q.id, q.rank from command_queue q
-            where q.authority_id = p_authority and q.provider is null and (q.ready_at is null or q.ready_at <= at)
-            order by q.rank, q.id
-            limit p_limit
-        loop
-            queued := queued || head.id;
-            if first_id is null then
-                first_rank := head.rank;
-                first_id := head.id;
-            end if;
-            last_rank := head.rank;
-            last_id := head.id;
-        end loop;
+        if p_rooms is null then
+            for head in
+                -- No p_rooms: the commands under no limit, in the partial
+                -- index of those (0048).
+                select q.id, q.rank from command_queue q
+                where q.authority_id = p_authority and q.provider is null and (q.ready_at is null or q.ready_at <= at)
+                order by q.rank, q.id
+                limit p_limit
+            loop
+                queued := queued || head.id;
+                if first_id is null then
+                    first_rank := head.rank;
+                    first_id := head.id;
+                end if;
+                last_rank := head.rank;
+                last_id := head.id;
+            end loop;
+        else
+            -- p_rooms ({"<group>": room}, read under the groups' locks on
+            -- the coordinator in this transaction, 0049): the heads of those
+            -- groups' commands, each up to its room, in claim order.
+            queued := array(
+                select g.id
+                from jsonb_each_text(p_rooms) as r (provider, room)
+                cross join lateral (
+                    select q.id, q.rank from command_queue q
+                    where q.authority_id = p_authority and q.provider = r.provider
+                      and (q.ready_at is null or q.ready_at <= at)
+                    order by q.rank, q.id
+                    limit greatest(r.room::integer, 0)
+                ) g
+                order by g.rank, g.id
+                limit p_limit);
+        end if;
         if cardinality(queued) = 0 then
             return;
         end if;
@@ -120,10 +138,18 @@ AS $function$
         -- Out of the queue within the head's place in the claim order, so
         -- that no plan reads more than the head (the migration's header says why);
         -- in the claim order's index of the commands under no limit (0048).
-        delete from command_queue q
-        where q.authority_id = p_authority and q.provider is null
-          and (q.rank, q.id) >= (first_rank, first_id) and (q.rank, q.id) <= (last_rank, last_id)
-          and q.id = any(ids);
+        if p_rooms is null then
+            delete from command_queue q
+            where q.authority_id = p_authority and q.provider is null
+              and (q.rank, q.id) >= (first_rank, first_id) and (q.rank, q.id) <= (last_rank, last_id)
+              and q.id = any(ids);
+        else
+            -- In the claim order's index of the groups' commands (0048).
+            delete from command_queue q
+            where q.authority_id = p_authority
+              and q.provider in (select jsonb_object_keys(p_rooms))
+              and q.id = any(ids);
+        end if;
         if cardinality(ids) <= few then
             -- A few commands (a waiting call's one): a statement a row.
             -- Citus runs a single-row statement naming the authority on
@@ -221,10 +247,10 @@ AS $function$
     $function$
 ;
 
-alter function ledger_claim_start_authority(p_authority text, p_holder text, p_limit integer) owner to ledger_engine;
+alter function ledger_claim_start_authority(p_authority text, p_holder text, p_limit integer, p_rooms jsonb) owner to ledger_engine;
 
-comment on function ledger_claim_start_authority(p_authority text, p_holder text, p_limit integer) is
-    'Engine step (0033): ledger_claim_start for the one authority p_authority. On Citus it runs on the worker holding the authority''s shards (delegated by ledger_delegate_engine_steps()), in single-table statements; on one node it is ledger_claim_start(array[p_authority], ...).';
+comment on function ledger_claim_start_authority(p_authority text, p_holder text, p_limit integer, p_rooms jsonb) is
+    'Engine step (0033): ledger_claim_start for the one authority p_authority. On Citus it runs on the worker holding the authority''s shards (delegated by ledger_delegate_engine_steps()), in single-table statements; on one node it is ledger_claim_start(array[p_authority], ...). With p_rooms ({"<group>": room}, 0049: read on the coordinator by ledger_provider_rooms in the same transaction) it claims only those provider groups'' commands, each group up to its room; without, only the commands under no limit.';
 
-revoke all on function ledger_claim_start_authority(p_authority text, p_holder text, p_limit integer) from public;
-grant execute on function ledger_claim_start_authority(p_authority text, p_holder text, p_limit integer) to ledger_custodian;
+revoke all on function ledger_claim_start_authority(p_authority text, p_holder text, p_limit integer, p_rooms jsonb) from public;
+grant execute on function ledger_claim_start_authority(p_authority text, p_holder text, p_limit integer, p_rooms jsonb) to ledger_custodian;

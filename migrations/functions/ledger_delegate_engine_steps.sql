@@ -15,7 +15,8 @@ begin
     for f in
         select p.oid::regprocedure from pg_proc p
         where p.pronamespace = 'public'::regnamespace
-          and p.proname in ('ledger_claim_start_authority', 'ledger_record_outcomes', 'ledger_next_attempt')
+          and p.proname in ('ledger_claim_start_authority', 'ledger_record_outcomes', 'ledger_next_attempt',
+                            'ledger_regroup_authority')
     loop
         if not exists (select 1 from pg_dist_object o
                        where o.classid = 'pg_proc'::regclass and o.objid = f
@@ -36,6 +37,6 @@ $function$
 ;
 
 comment on function ledger_delegate_engine_steps() is
-    'On a Citus coordinator, after ledger_distribute(): the engine steps (ledger_claim_start_authority, ledger_record_outcomes, ledger_next_attempt) are run by the worker holding p_authority''s shards, the whole call in one round trip, also inside a transaction block (force_delegation), executable by ledger_custodian only on every node. Returns how many it delegated. Idempotent.';
+    'On a Citus coordinator, after ledger_distribute(): the engine steps (ledger_claim_start_authority, ledger_record_outcomes, ledger_next_attempt, ledger_regroup_authority) are run by the worker holding p_authority''s shards, the whole call in one round trip, also inside a transaction block (force_delegation), executable by ledger_custodian only on every node. Returns how many it delegated. Idempotent.';
 
 revoke all on function ledger_delegate_engine_steps() from public;

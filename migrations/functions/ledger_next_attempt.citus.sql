@@ -19,6 +19,14 @@ begin
     -- connects to the shard as this function's owner, and ledger_engine
     -- may not log in. No command_keys row is written: an attempt is found
     -- from its chain's first command (commands_attempts), never by its key.
+    -- Citus gives a copy of this function made on a worker added later
+    -- EXECUTE for PUBLIC, whatever the coordinator's copy allows; the
+    -- coordinator delegates the call without checking. The worker's session
+    -- is the caller's own role: only a custodian's may go on.
+    if not pg_has_role(session_user, 'ledger_custodian', 'member') then
+        raise exception 'permission denied: only ledger_custodian runs the engine steps'
+            using errcode = '42501';
+    end if;
     if p_retry_in is null then
         return false;
     end if;

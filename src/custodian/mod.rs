@@ -227,6 +227,32 @@ impl Custodian {
         failed.map_or(Ok(()), Err)
     }
 
+    /// Whether this custodian's provider groups hold their places apart from
+    /// the claims, on the coordinator (a distributed backend, migration 0049).
+    pub(crate) fn places_apart(&self) -> bool {
+        self.cluster.backend().provider_rooms_on_coordinator && !self.effects.providers().is_empty()
+    }
+
+    /// Where the groups' places are kept apart: those of this custodian's
+    /// authorities set right ([`crate::db::limits::reconcile`]). A failure
+    /// is logged, and the next heartbeat tries again.
+    pub(crate) async fn reconcile_places(&self) {
+        if !self.places_apart() {
+            return;
+        }
+        match crate::db::limits::reconcile(self.cluster.pool(), &self.config.authorities).await {
+            Ok((0, 0)) => {}
+            Ok((freed, held)) => tracing::warn!(
+                freed,
+                held,
+                "provider places set right: some were held by commands no longer in flight, or missing for commands in flight"
+            ),
+            Err(e) => {
+                tracing::warn!(error = %e, "provider places not reconciled; the next heartbeat tries again");
+            }
+        }
+    }
+
     /// Renews or takes `authority`'s lease, adopting on a take.
     async fn tend_lease(&self, authority: &str) -> Result<(), CustodianError> {
         let taken = self
@@ -265,7 +291,16 @@ impl Custodian {
     /// any: a limit that protects a provider is not dropped in silence.
     pub async fn write_providers(&self) -> Result<(), CustodianError> {
         let providers = self.effects.providers();
-        let moved = crate::db::limits::write(self.cluster.pool(), providers).await?;
+        let mut moved = crate::db::limits::write(self.cluster.pool(), providers).await?;
+        if self.cluster.backend().provider_rooms_on_coordinator {
+            // Each authority's shards hold its kinds' groups: those of the
+            // authorities this custodian serves, from its catalog.
+            for authority in &self.config.authorities {
+                moved +=
+                    crate::db::limits::regroup_authority(self.cluster.pool(), authority, providers)
+                        .await?;
+            }
+        }
         if !providers.is_empty() {
             let names: Vec<&str> = providers.iter().map(|p| p.name.as_str()).collect();
             tracing::info!(providers = ?names, queued_commands_regrouped = moved, "limits per provider written");

@@ -234,6 +234,7 @@ impl Custodian {
     async fn tend(&self) -> Result<(), CustodianError> {
         let leases = self.heartbeat().await;
         self.retry_leftovers().await;
+        self.reconcile_places().await;
         leases
     }
 

@@ -114,6 +114,15 @@ impl Custodian {
             };
             crash::point(CrashPoint::AfterOutcome);
             self.outcomes.finished(&recorded).await;
+            if self.places_apart() && !recorded.is_empty() {
+                // Their places freed; a failure leaves them to the
+                // heartbeat's reconciliation.
+                if let Err(e) =
+                    db::limits::release(self.cluster.pool(), &authority, &recorded).await
+                {
+                    tracing::warn!(authority, error = %e, "provider places not freed; the heartbeat's reconciliation will");
+                }
+            }
             for Outcome { id, outcome, next } in &outcomes {
                 if !recorded.contains(id) {
                     report.fenced += 1;

@@ -37,6 +37,10 @@ enum Start<'a> {
     Queued(&'a [String]),
     /// Start the prepared rows of this authority.
     Prepared(&'a str),
+    /// Claim and start queued commands of this authority's provider groups,
+    /// within their room, through the coordinator
+    /// ([`db::limits::claim_start_limited`]; `provider_rooms_on_coordinator`).
+    Limited(&'a str),
 }
 
 impl Start<'_> {
@@ -44,6 +48,7 @@ impl Start<'_> {
         match self {
             Start::Queued(_) => "claim_start",
             Start::Prepared(_) => "start_prepared",
+            Start::Limited(_) => "claim_start_limited",
         }
     }
 }
@@ -210,6 +215,18 @@ impl Custodian {
                 self.start(Start::Queued(&authorities), remaining, report)
                     .await,
             );
+            // On a backend whose claim leaves the provider groups' commands
+            // alone, a claim of those of its own.
+            let remaining = limit - claimed.done.len() as i64;
+            if let [authority] = authorities.as_slice()
+                && remaining > 0
+                && self.places_apart()
+            {
+                claimed.add(
+                    self.start(Start::Limited(authority), remaining, report)
+                        .await,
+                );
+            }
         }
         // One claim serves the commands of many traces: a link to each.
         crate::telemetry::link_all(
@@ -299,6 +316,16 @@ impl Custodian {
                 }
                 (Start::Prepared(authority), None) => {
                     db::lifecycle::start_prepared(&mut *tx, authority, holder, limit).await
+                }
+                (Start::Limited(authority), None) => {
+                    db::limits::claim_start_limited(
+                        &mut tx,
+                        authority,
+                        holder,
+                        limit,
+                        self.effects.providers(),
+                    )
+                    .await
                 }
             };
             if let Ok(rows) = &attempt {

@@ -54,6 +54,13 @@ pub struct Backend {
     /// transaction, and each would warn (and log) "there is already a
     /// transaction in progress".
     pub set_local_in_begin: bool,
+    /// Limits per provider are held by a claim of their groups' commands of
+    /// its own, through this pool's node (migration 0049): the groups'
+    /// room read and locked there, the claim on the node holding the
+    /// authority's shards within that room, the tokens charged there; and
+    /// each authority's shards hold which group each of its kinds belongs
+    /// to. When false, the claim holds them itself (`ledger_claim_start`).
+    pub provider_rooms_on_coordinator: bool,
 }
 
 impl Backend {
@@ -67,6 +74,7 @@ impl Backend {
         steps_on_shard_nodes: false,
         reads_on_shard_nodes: false,
         set_local_in_begin: true,
+        provider_rooms_on_coordinator: false,
     };
 
     /// A Citus coordinator (the `citus` extension is installed): the tables
@@ -81,6 +89,7 @@ impl Backend {
         steps_on_shard_nodes: true,
         reads_on_shard_nodes: true,
         set_local_in_begin: false,
+        provider_rooms_on_coordinator: true,
     };
 
     /// The backend of the database `ex` is connected to: asked once, where

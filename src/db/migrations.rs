@@ -186,7 +186,8 @@ select not exists (
                  select 1 from pg_dist_object o
                  where o.classid = 'pg_proc'::regclass and o.objid = f.oid
                    and (o.distribution_argument_index is not null
-                        or f.proname not in ('ledger_claim_start_authority', 'ledger_record_outcomes'))))
+                        or f.proname not in ('ledger_claim_start_authority', 'ledger_record_outcomes',
+                                            'ledger_next_attempt', 'ledger_regroup_authority'))))
    and not exists (
            select 1 from run_command_on_all_nodes('select ledger_shard_steps_current()') n
            where n.success and n.result <> 't')

@@ -323,7 +323,8 @@ async fn the_owner_is_no_superuser_and_cannot_switch_every_trigger_off() {
     .unwrap();
     // But the engine's steps (migrations 0030 and 0033; Citus has the two
     // that take one authority; 0046's next attempt; 0048's limits per
-    // provider), which belong to
+    // provider; on Citus 0049's places and groups per authority), which
+    // belong to
     // the role nobody can act as, so that the triggers know them.
     let mut foreign = foreign;
     foreign.sort();
@@ -339,7 +340,10 @@ async fn the_owner_is_no_superuser_and_cannot_switch_every_trigger_off() {
         &[
             "ledger_claim_start_authority",
             "ledger_next_attempt",
+            "ledger_provider_hold",
+            "ledger_provider_release",
             "ledger_record_outcomes",
+            "ledger_regroup_authority",
             "ledger_set_providers",
         ]
     };
@@ -514,23 +518,23 @@ async fn assert_steps_refused_but_to_the_custodian(
     holder: &str,
     generation: i64,
 ) {
+    let mut steps = vec![
+        format!("select ledger_claim_start_authority('payments', '{holder}', 10)"),
+        format!(
+            "select ledger_record_outcomes('payments', {generation}, \
+             '[{{\"id\": \"{live}\", \"state\": \"applied\"}}]')"
+        ),
+        format!("select ledger_next_attempt('payments', '{live}', 0.1, null)"),
+    ];
+    if !crate::harness::ledger_backend().local_tables {
+        steps.push("select ledger_regroup_authority('payments', '{}')".to_owned());
+    }
     for role in [
         ServiceRole::Api,
         ServiceRole::Inspector,
         ServiceRole::Retention,
     ] {
-        assert_refused(
-            admin,
-            role,
-            &[
-                format!("select ledger_claim_start_authority('payments', '{holder}', 10)"),
-                format!(
-                    "select ledger_record_outcomes('payments', {generation}, \
-                     '[{{\"id\": \"{live}\", \"state\": \"applied\"}}]')"
-                ),
-            ],
-        )
-        .await;
+        assert_refused(admin, role, &steps).await;
     }
 }
 
@@ -674,8 +678,10 @@ async fn on_citus_a_worker_that_lets_anyone_execute_the_steps_still_runs_them_fo
     // each step executable by PUBLIC, and the coordinator hands the call
     // over without checking its own copy's grants.
     for step in [
-        "ledger_claim_start_authority(text, text, integer)",
+        "ledger_claim_start_authority(text, text, integer, jsonb)",
         "ledger_record_outcomes(text, bigint, jsonb)",
+        "ledger_next_attempt(text, uuid, double precision, double precision)",
+        "ledger_regroup_authority(text, jsonb)",
     ] {
         sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
             "grant execute on function {step} to public"
@@ -687,7 +693,7 @@ async fn on_citus_a_worker_that_lets_anyone_execute_the_steps_still_runs_them_fo
     let public_on_workers: bool = sqlx::query_scalar(
         "select bool_and(result::boolean) from run_command_on_workers(\
          $$select has_function_privilege('ledger_api', \
-         'ledger_claim_start_authority(text, text, integer)', 'execute')$$)",
+         'ledger_claim_start_authority(text, text, integer, jsonb)', 'execute')$$)",
     )
     .fetch_one(&admin)
     .await

@@ -36,10 +36,23 @@ pub(super) fn schema_of(pg_dump: &Path, url: &str) -> String {
         .output()
         .expect("pg_dump runs");
     assert!(data.status.success());
+    // The rows sorted: pg_dump prints a table's rows in the order they lie
+    // on disk, which an earlier update or a freed slot decides.
+    let data = String::from_utf8(data.stdout).unwrap();
+    let mut rows: Vec<&str> = data
+        .lines()
+        .filter(|l| l.starts_with("INSERT INTO"))
+        .collect();
+    rows.sort_unstable();
+    let rest: Vec<&str> = data
+        .lines()
+        .filter(|l| !l.starts_with("INSERT INTO"))
+        .collect();
     let dump = normalise(&format!(
-        "{}\n{}",
+        "{}\n{}\n{}",
         String::from_utf8(out.stdout).unwrap(),
-        String::from_utf8(data.stdout).unwrap()
+        rest.join("\n"),
+        rows.join("\n")
     ));
     if citus() {
         without_citus_own_objects(&dump)

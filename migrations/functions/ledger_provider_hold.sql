@@ -1,0 +1,2 @@
+-- On Citus only (ledger_provider_hold.citus.sql, migration 0049). On one node the claim
+-- (ledger_claim_start) holds the limits per provider itself.
