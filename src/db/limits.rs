@@ -2,7 +2,7 @@
 //! groups written for every custodian to draw from, when the claim will
 //! find room again, and what waits on each limit.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -178,11 +178,11 @@ pub async fn reconcile(pool: &PgPool, authorities: &[String]) -> Result<(i64, i6
     )
     .fetch_all(pool)
     .await?;
-    let flying: std::collections::HashSet<(&str, Uuid)> = in_flight
+    let flying: HashSet<(&str, Uuid)> = in_flight
         .iter()
         .map(|f| (f.authority_id.as_str(), f.id))
         .collect();
-    let placed: std::collections::HashSet<(&str, Uuid)> = places
+    let placed: HashSet<(&str, Uuid)> = places
         .iter()
         .map(|p| (p.authority_id.as_str(), p.command_id))
         .collect();
@@ -284,8 +284,7 @@ pub struct ProviderStatus {
     pub waiting: i64,
 }
 
-/// Every provider group, by name. Nothing more is read when there is none
-/// (always so on a distributed backend, where the groups are refused).
+/// Every provider group, by name. Nothing more is read when there is none.
 pub async fn status(conn: &mut PgConnection) -> Result<Vec<ProviderStatus>, sqlx::Error> {
     let any = sqlx::query_scalar!(r#"select exists (select 1 from provider_limits) as "any!""#)
         .fetch_one(&mut *conn)
