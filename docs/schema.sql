@@ -909,7 +909,7 @@ COMMENT ON COLUMN public.commands.error IS 'Why the command failed, became ambig
 -- Name: COLUMN commands.created_at; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON COLUMN public.commands.created_at IS 'When the pending row was recorded.';
+COMMENT ON COLUMN public.commands.created_at IS 'When the command was recorded: the service''s clock at admission, to the microsecond (0050; the time the identity digest covers), or the inserting transaction''s start when the insert names none.';
 
 --
 -- Name: COLUMN commands.updated_at; Type: COMMENT; Schema: public; Owner: -
@@ -975,7 +975,7 @@ COMMENT ON COLUMN public.commands.priority IS 'Higher is claimed first within an
 -- Name: COLUMN commands.identity_digest; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON COLUMN public.commands.identity_digest IS 'SHA-256 of the immutable columns (identity-v2, ledger_identity_digest), written by the first engine step that moves the command (0030); row-v2 history digests cover it and the columns a transition changes. A cache: verify recomputes it from the columns and never reads it.';
+COMMENT ON COLUMN public.commands.identity_digest IS 'SHA-256 of the immutable columns (identity-v2, ledger_identity_digest): written with the pending row by the service (0050), or by the first engine step that moves a command inserted without it (0030); row-v2 history digests cover it and the columns a transition changes. A cache: verify recomputes it from the columns and never reads it, so a stored digest that differs is reported, not trusted.';
 
 --
 -- Name: COLUMN commands.trace_parent; Type: COMMENT; Schema: public; Owner: -

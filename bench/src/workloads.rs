@@ -259,10 +259,10 @@ impl Bench {
             "{auth}\n\
              insert into commands (id, scope, idempotency_key, request_digest, digest_version, kind, \
              authority_id, run_id, args, canonical, deadline_at, pinned_generation, intent_digest, \
-             canonical_rules, intent_epoch) \
+             canonical_rules, intent_epoch, created_at, identity_digest) \
              select gen_random_uuid(), '{scope}', {key}, sha256(random()::text::bytea), 2, 'noop', \
              'pgbench', null, '{ARGS}'::jsonb, '{ARGS}'::jsonb, null, null, sha256(random()::text::bytea), \
-             '{{}}', null from (select set_config('command_ledger.actor', 'principal' || chr(58) || 'bench', true)) as ctx \
+             '{{}}', null, now(), sha256(random()::text::bytea) from (select set_config('command_ledger.actor', 'principal' || chr(58) || 'bench', true)) as ctx \
              on conflict on constraint commands_scope_key_unique do nothing returning *;\n",
             auth = self.auth_sql(),
             scope = self.scope,
@@ -876,10 +876,16 @@ impl Bench {
                     // `on conflict`: fresh ids never conflict, but without it Citus
                     // runs the insert as a COPY, which it refuses under row-level
                     // security (the API role's insert policy).
+                    // The identity digest stored with the row, as the API stores
+                    // it (computed here by the database's own function).
                     "insert into commands (id, scope, idempotency_key, request_digest, digest_version, \
-                     kind, authority_id, args, canonical, intent_digest) \
+                     kind, authority_id, args, canonical, intent_digest, created_at, identity_digest) \
                      select id, $2, 'burn-' || id::text, sha256(id::text::bytea), 2, 'noop', $4, \
-                     $3::jsonb, $3::jsonb, sha256(id::text::bytea) from unnest($1::uuid[]) as id \
+                     $3::jsonb, $3::jsonb, sha256(id::text::bytea), now(), \
+                     ledger_identity_digest(id, $2, 'burn-' || id::text, sha256(id::text::bytea), 2, \
+                                            'noop', $4, null, $3::jsonb, $3::jsonb, now(), null, null, \
+                                            sha256(id::text::bytea), '{}', null) \
+                     from unnest($1::uuid[]) as id \
                      on conflict do nothing",
                 )
                 .bind(chunk)

@@ -47,10 +47,12 @@ AS $function$
                             where o.state in ('applied', 'failed', 'ambiguous'));
             for l in
                 select c.id, c.created_at,
-                       ledger_identity_digest(c.id, c.scope, c.idempotency_key, c.request_digest,
-                                              c.digest_version, c.kind, c.authority_id, c.run_id, c.args,
-                                              c.canonical, c.created_at, c.deadline_at, c.pinned_generation,
-                                              c.intent_digest, c.canonical_rules, c.intent_epoch) as identity
+                       -- Stored at submit since 0050; hashed here when it is not.
+                       coalesce(c.identity_digest,
+                                ledger_identity_digest(c.id, c.scope, c.idempotency_key, c.request_digest,
+                                                       c.digest_version, c.kind, c.authority_id, c.run_id, c.args,
+                                                       c.canonical, c.created_at, c.deadline_at, c.pinned_generation,
+                                                       c.intent_digest, c.canonical_rules, c.intent_epoch)) as identity
                 from commands c
                 where c.authority_id = p_authority and c.id = any(wanted) and c.state = 'effect_started'
                   and c.authority_generation = p_generation

@@ -15,6 +15,7 @@ use uuid::Uuid;
 use super::txn;
 
 use crate::domain::CommandState;
+use crate::domain::identity;
 use crate::domain::trace_context::TraceContext;
 
 /// One command as stored: a row of `commands`, also as the composite value
@@ -147,6 +148,8 @@ pub struct NewCommand {
     pub retry_of: Option<Uuid>,
     pub trace_parent: Option<String>,
     pub trace_state: Option<String>,
+    /// When it was admitted, to the microsecond (the row's `created_at`).
+    pub created_at: DateTime<Utc>,
 }
 
 impl NewCommand {
@@ -174,14 +177,40 @@ impl NewCommand {
             run_id: request.run_id.map(str::to_owned),
             args: request.args.clone(),
             canonical: request.canonical.clone(),
-            deadline_at: request.deadline_at,
+            deadline_at: request.deadline_at.map(identity::to_micros),
             not_before: request.not_before,
             priority: request.priority,
             actor: actor.to_owned(),
             retry_of: None,
             trace_parent: request.trace.map(|t| t.parent.to_string()),
             trace_state: request.trace.and_then(|t| t.state.clone()),
+            created_at: identity::to_micros(Utc::now()),
         }
+    }
+
+    /// Its identity digest (`identity-v2`), stored with the pending row so
+    /// that the claim does not hash the row again ([`identity`]).
+    pub fn identity_digest(&self) -> Vec<u8> {
+        identity::Identity {
+            id: self.id,
+            scope: self.scope,
+            idempotency_key: &self.idempotency_key,
+            request_digest: &self.request_digest,
+            digest_version: self.digest_version,
+            kind: &self.kind,
+            authority_id: &self.authority_id,
+            run_id: self.run_id.as_deref(),
+            args: &self.args,
+            canonical: &self.canonical,
+            created_at: self.created_at,
+            deadline_at: self.deadline_at,
+            pinned_generation: self.pinned_generation,
+            intent_digest: Some(&self.intent_digest),
+            canonical_rules: &self.canonical_rules,
+            intent_epoch: self.intent_epoch,
+        }
+        .digest()
+        .to_vec()
     }
 
     /// The same command, recorded as the retry of `failed` (a command of

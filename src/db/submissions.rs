@@ -64,9 +64,9 @@ pub async fn insert_pending(
         insert into commands (id, scope, idempotency_key, request_digest, digest_version, kind,
                               authority_id, run_id, args, canonical, deadline_at, pinned_generation,
                               intent_digest, canonical_rules, intent_epoch, retry_of, not_before, priority,
-                              trace_parent, trace_state)
+                              trace_parent, trace_state, created_at, identity_digest)
         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
-                $19, $20)
+                $19, $20, $21, $22)
         on conflict on constraint commands_scope_key_unique do nothing
         returning *
         "#,
@@ -90,6 +90,8 @@ pub async fn insert_pending(
         new.priority,
         new.trace_parent,
         new.trace_state,
+        new.created_at,
+        new.identity_digest(),
     )
     .fetch_optional(&mut *conn)
     .await?;
@@ -214,25 +216,29 @@ pub async fn insert_pending_many(
     let priorities: Vec<i16> = rows.iter().map(|r| r.priority).collect();
     let trace_parents: Vec<Option<String>> = rows.iter().map(|r| r.trace_parent.clone()).collect();
     let trace_states: Vec<Option<String>> = rows.iter().map(|r| r.trace_state.clone()).collect();
+    let created: Vec<DateTime<Utc>> = rows.iter().map(|r| r.created_at).collect();
+    let identities: Vec<Vec<u8>> = rows.iter().map(|r| r.identity_digest()).collect();
     let inserted = sqlx::query_as!(
         CommandRow,
         r#"
         insert into commands (id, scope, idempotency_key, request_digest, digest_version, kind,
                               authority_id, run_id, args, canonical, deadline_at, pinned_generation,
                               intent_digest, canonical_rules, intent_epoch, retry_of, not_before, priority,
-                              trace_parent, trace_state)
+                              trace_parent, trace_state, created_at, identity_digest)
         select r.id, r.scope, r.key, r.request_digest, r.digest_version, r.kind, r.authority_id,
                r.run_id, r.args, r.canonical, r.deadline_at, r.pinned_generation, r.intent_digest,
                array(select jsonb_array_elements_text(r.rules)), r.intent_epoch, r.retry_of,
-               r.not_before, r.priority, r.trace_parent, r.trace_state
+               r.not_before, r.priority, r.trace_parent, r.trace_state, r.created_at, r.identity
         from unnest($1::uuid[], $2::uuid[], $3::text[], $4::bytea[], $5::int2[], $6::text[],
                     $7::text[], $8::text[], $9::jsonb[], $10::jsonb[], $11::timestamptz[],
                     $12::int8[], $13::bytea[], $14::jsonb[], $15::int4[], $16::uuid[],
-                    $17::timestamptz[], $18::int2[], $19::text[], $20::text[])
+                    $17::timestamptz[], $18::int2[], $19::text[], $20::text[], $21::timestamptz[],
+                    $22::bytea[])
                  with ordinality
                  as r(id, scope, key, request_digest, digest_version, kind, authority_id, run_id,
                       args, canonical, deadline_at, pinned_generation, intent_digest, rules,
-                      intent_epoch, retry_of, not_before, priority, trace_parent, trace_state, n)
+                      intent_epoch, retry_of, not_before, priority, trace_parent, trace_state,
+                      created_at, identity, n)
         order by r.n
         on conflict do nothing
         returning *
@@ -257,6 +263,8 @@ pub async fn insert_pending_many(
         &priorities,
         &trace_parents as &[Option<String>],
         &trace_states as &[Option<String>],
+        &created,
+        &identities,
     )
     .fetch_all(&mut *tx)
     .await?;

@@ -9,6 +9,7 @@ pub mod canonical;
 pub mod digest;
 pub mod hold;
 pub mod idempotency_key;
+pub mod identity;
 pub mod json_keys;
 pub mod limits;
 pub mod money;

@@ -23,6 +23,7 @@ mod fleets;
 mod functions;
 mod harness;
 mod holds;
+mod identity;
 mod inspect;
 mod isolation;
 mod limits;

@@ -540,3 +540,38 @@ async fn the_claims_one_entry_names_both_transitions_and_its_hash_covers_them() 
         "the untouched chain verifies: {found:?}"
     );
 }
+
+/// The identity digest stored with a pending row (by the service since
+/// 0050) is a cache the claim reads, never a rule verify trusts: a row
+/// stored with a digest that is not its columns' gets, at its claim, a
+/// row digest verify does not find, and is named; a row stored without one
+/// is hashed by the claim and verifies.
+#[tokio::test]
+async fn a_stored_identity_digest_that_is_not_the_rows_is_reported_not_trusted() {
+    let (url, pool) = fresh_database().await;
+    let ids = crate::storage::insert_commands(&pool, "payments", 2).await;
+    tamper(
+        &pool,
+        &format!(
+            "update commands set identity_digest = sha256('another row'::bytea) where id = '{}'",
+            ids[0]
+        ),
+    )
+    .await;
+    let (ok, doc) = verify(&url, &[]).await;
+    assert!(ok, "pending rows' entries do not cover the cache: {doc}");
+    let c = crate::harness::custodian(
+        &pool,
+        &["payments"],
+        command_ledger::custodian::Effects::default(),
+        std::time::Duration::from_secs(10),
+    );
+    c.heartbeat().await.unwrap();
+    crate::harness::claim_execute_record(&c, 3).await;
+    c.release_leases().await;
+    let (ok, doc) = verify(&url, &[]).await;
+    assert!(!ok);
+    let named: Vec<String> = breaks(&doc).into_iter().map(|(_, id, _)| id).collect();
+    assert!(named.contains(&ids[0].to_string()), "{doc}");
+    assert!(!named.contains(&ids[1].to_string()), "{doc}");
+}
