@@ -204,7 +204,7 @@ fn write_string(s: &str, out: &mut Vec<u8>) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use proptest::prelude::*;
     use serde_json::json;
@@ -389,11 +389,14 @@ mod tests {
         assert_eq!(canonical_json(&v), r#"{"a":true,"b":[{"a":null,"z":1}]}"#);
     }
 
-    fn arb_json() -> impl Strategy<Value = Value> {
+    /// Any JSON value: numbers of every form serde_json writes (signed,
+    /// unsigned, finite floats), any text, nested.
+    pub(crate) fn arb_json() -> impl Strategy<Value = Value> {
         let leaf = prop_oneof![
             Just(Value::Null),
             any::<bool>().prop_map(Value::Bool),
             any::<i64>().prop_map(|n| json!(n)),
+            any::<u64>().prop_map(|n| json!(n)),
             any::<f64>()
                 .prop_filter("finite", |f| f.is_finite())
                 .prop_map(|f| json!(f)),

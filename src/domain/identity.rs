@@ -262,6 +262,7 @@ pub fn numeric_text(number: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::digest::tests::arb_json;
     use proptest::prelude::*;
     use serde_json::json;
 
@@ -380,25 +381,5 @@ mod tests {
             }
             _ => a == b,
         }
-    }
-
-    pub(super) fn arb_json() -> impl Strategy<Value = Value> {
-        let leaf = prop_oneof![
-            Just(Value::Null),
-            any::<bool>().prop_map(Value::Bool),
-            any::<i64>().prop_map(|n| json!(n)),
-            any::<u64>().prop_map(|n| json!(n)),
-            any::<f64>()
-                .prop_filter("finite", |f| f.is_finite())
-                .prop_map(|f| json!(f)),
-            ".{0,8}".prop_map(Value::String),
-        ];
-        leaf.prop_recursive(4, 64, 8, |inner| {
-            prop_oneof![
-                prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
-                prop::collection::btree_map(".{0,6}", inner, 0..6)
-                    .prop_map(|m| Value::Object(m.into_iter().collect())),
-            ]
-        })
     }
 }

@@ -459,6 +459,20 @@ async fn a_hundred_thousand_untouched_commands_verify_clean() {
     );
 }
 
+/// The pending commands of `payments` claimed, started and recorded by a
+/// custodian's engine steps (a no-op effect): one turn by hand.
+async fn applied_by_the_engine(pool: &PgPool) {
+    let c = crate::harness::custodian(
+        pool,
+        &["payments"],
+        command_ledger::custodian::Effects::default(),
+        std::time::Duration::from_secs(10),
+    );
+    c.heartbeat().await.unwrap();
+    crate::harness::claim_execute_record(&c, 3).await;
+    c.release_leases().await;
+}
+
 /// The engine's claim writes one entry for pending -> prepared ->
 /// effect_started (0045), which names the state it passed through and is
 /// hashed as entry-v2 over that name: such a chain verifies; an entry whose
@@ -469,15 +483,7 @@ async fn a_hundred_thousand_untouched_commands_verify_clean() {
 async fn the_claims_one_entry_names_both_transitions_and_its_hash_covers_them() {
     let (url, pool) = fresh_database().await;
     let ids = crate::storage::insert_commands(&pool, "payments", 3).await;
-    let c = crate::harness::custodian(
-        &pool,
-        &["payments"],
-        command_ledger::custodian::Effects::default(),
-        std::time::Duration::from_secs(10),
-    );
-    c.heartbeat().await.unwrap();
-    crate::harness::claim_execute_record(&c, 3).await;
-    c.release_leases().await;
+    applied_by_the_engine(&pool).await;
     let paths: Vec<String> = sqlx::query_scalar(
         "select string_agg(coalesce(from_state, '') || coalesce('>' || through, '') || '>' || to_state, ' '
                            order by seq)
@@ -560,15 +566,7 @@ async fn a_stored_identity_digest_that_is_not_the_rows_is_reported_not_trusted()
     .await;
     let (ok, doc) = verify(&url, &[]).await;
     assert!(ok, "pending rows' entries do not cover the cache: {doc}");
-    let c = crate::harness::custodian(
-        &pool,
-        &["payments"],
-        command_ledger::custodian::Effects::default(),
-        std::time::Duration::from_secs(10),
-    );
-    c.heartbeat().await.unwrap();
-    crate::harness::claim_execute_record(&c, 3).await;
-    c.release_leases().await;
+    applied_by_the_engine(&pool).await;
     let (ok, doc) = verify(&url, &[]).await;
     assert!(!ok);
     let named: Vec<String> = breaks(&doc).into_iter().map(|(_, id, _)| id).collect();
