@@ -17,7 +17,8 @@ use tokio::sync::{Semaphore, mpsc, oneshot};
 use uuid::Uuid;
 
 use super::Backend;
-use super::commands::{CommandRow, NewCommand};
+use super::commands::CommandRow;
+use super::new_command::NewCommand;
 use super::submissions;
 
 /// Most rows one statement carries.

@@ -5,7 +5,8 @@ use serde_json::Value;
 use sqlx::PgExecutor;
 use uuid::Uuid;
 
-use super::commands::{CommandRow, NewCommand, Request};
+use super::commands::CommandRow;
+use super::new_command::{NewCommand, Request};
 use super::submissions;
 use super::txn;
 use crate::domain::CommandState;

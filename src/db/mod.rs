@@ -55,6 +55,7 @@ pub mod inspector;
 pub mod lifecycle;
 pub mod limits;
 pub mod migrations;
+pub mod new_command;
 pub mod notify;
 pub mod placement;
 pub mod principals;
@@ -74,9 +75,10 @@ use std::time::Duration;
 
 pub use backend::Backend;
 pub use cluster::{Cluster, Route};
-pub use commands::{CancelOutcome, CommandRow, ListFilter, NewCommand, Request};
+pub use commands::{CancelOutcome, CommandRow, ListFilter};
 pub use history::HistoryRow;
 pub use migrations::{MIGRATOR, migrate, migrations_current};
+pub use new_command::{NewCommand, Request};
 pub use principals::{Principal, Role, TokenRow};
 
 #[derive(Debug, thiserror::Error)]

@@ -12,7 +12,8 @@ use sqlx::{PgConnection, PgExecutor, PgPool};
 use std::collections::HashSet;
 use uuid::Uuid;
 
-use super::commands::{CommandRow, NewCommand, get_in};
+use super::commands::{CommandRow, get_in};
+use super::new_command::NewCommand;
 use super::{Backend, txn};
 
 /// Inserts the pending row in a transaction of its own acting as its

@@ -4,7 +4,7 @@
 //! neighbours).
 
 use crate::harness::{TestApp, fresh_pool, problem, refund};
-use command_ledger::db::commands::NewCommand;
+use command_ledger::db::NewCommand;
 use command_ledger::db::group_commit::GroupCommit;
 use command_ledger::db::{self, Request, Role};
 use serde_json::{Value, json};
