@@ -224,10 +224,9 @@ pub fn numeric_text(number: &str) -> String {
     };
     let (whole, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
     let digits: String = format!("{whole}{fraction}");
-    // Where the point falls in `digits`, and how many decimals numeric keeps.
+    // Where the point falls in `digits`.
     let length = |s: &str| i64::try_from(s.len()).unwrap_or(i64::MAX);
     let point = length(whole).saturating_add(exponent);
-    let scale = usize::try_from(length(fraction).saturating_sub(exponent)).unwrap_or(0);
     let (int_part, frac_part) = match usize::try_from(point) {
         Err(_) => {
             let zeros = usize::try_from(point.unsigned_abs()).unwrap_or(0);
@@ -241,18 +240,15 @@ pub fn numeric_text(number: &str) -> String {
     };
     let int_part = int_part.trim_start_matches('0');
     let int_part = if int_part.is_empty() { "0" } else { int_part };
-    let mut frac_part = frac_part;
-    frac_part.truncate(scale);
-    while frac_part.len() < scale {
-        frac_part.push('0');
-    }
     let zero = digits.bytes().all(|b| b == b'0');
     let mut out = String::with_capacity(int_part.len() + frac_part.len() + 2);
     if negative && !zero {
         out.push('-');
     }
     out.push_str(int_part);
-    if scale > 0 {
+    // What is right of the point once the exponent moved it: as many digits
+    // as the text had after its point less its exponent, none when fewer.
+    if !frac_part.is_empty() {
         out.push('.');
         out.push_str(&frac_part);
     }
