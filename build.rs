@@ -9,7 +9,11 @@ use std::path::Path;
 
 fn main() {
     println!("cargo:rerun-if-changed=migrations");
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations/functions");
+    // Read at run time: `env!` would bake in the directory this script was
+    // compiled in, and a target directory shared with another checkout of
+    // the same source reuses the compiled script.
+    let manifest = std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
+    let dir = Path::new(&manifest).join("migrations/functions");
     let mut files: Vec<String> = std::fs::read_dir(&dir)
         .expect("migrations/functions is readable")
         .map(|entry| entry.expect("a directory entry").file_name())

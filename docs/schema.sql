@@ -1010,6 +1010,7 @@ CREATE FUNCTION public.ledger_claim_start(p_authorities text[], p_holder text, p
     SET search_path TO 'public', 'pg_temp'
     SET plan_cache_mode TO 'force_generic_plan'
     SET enable_seqscan TO 'off'
+    SET enable_bitmapscan TO 'off'
     SET enable_hashjoin TO 'off'
     SET enable_mergejoin TO 'off'
     AS $$
@@ -1765,6 +1766,7 @@ CREATE FUNCTION public.ledger_record_outcomes(p_authority text, p_generation big
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'public', 'pg_temp'
     SET enable_seqscan TO 'off'
+    SET enable_bitmapscan TO 'off'
     AS $$
 declare
     at timestamptz := now();

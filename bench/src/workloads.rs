@@ -362,6 +362,7 @@ impl Bench {
             let keys = Keys::Unique {
                 prefix: format!("w1m-{c}"),
             };
+            self.checkpoint().await;
             let r = load::closed_loop(&self.target, c, self.point, &keys, body).await;
             best = best.max(r.rps());
             closed.push(json!({
@@ -467,7 +468,8 @@ impl Bench {
              d.blks_read::float8 as blks_read, d.blks_hit::float8 as blks_hit, \
              d.blk_read_time::float8 as read_ms, d.blk_write_time::float8 as write_ms, \
              (select (checkpoints_timed + checkpoints_req)::float8 from pg_stat_bgwriter) as checkpoints, \
-             (select buffers_backend::float8 from pg_stat_bgwriter) as backend_writes \
+             (select buffers_backend::float8 from pg_stat_bgwriter) as backend_writes, \
+             (select buffers_checkpoint::float8 from pg_stat_bgwriter) as checkpoint_writes \
              from pg_stat_database d where d.datname = current_database()",
         )
         .fetch_one(self.pool())
@@ -497,6 +499,7 @@ impl Bench {
             write_ms: row.get("write_ms"),
             checkpoints: row.get("checkpoints"),
             backend_writes: row.get("backend_writes"),
+            checkpoint_writes: row.get("checkpoint_writes"),
             relations,
         })
     }
@@ -626,6 +629,7 @@ impl Bench {
             }
         };
         submit(format!("{authority}-warm"), Duration::from_secs(1)).await;
+        self.checkpoint().await;
         let wal_before = self.wal().await?;
         let io_before = self.io().await?;
         let t0 = self.db_now().await?;
@@ -688,6 +692,7 @@ impl Bench {
             body,
         )
         .await;
+        self.checkpoint().await;
         let r = load::batch_loop(&self.target, clients, self.point, "w7", items, body).await;
         Ok(json!({
             "clients": clients,
@@ -898,7 +903,9 @@ impl Bench {
         }
         api.close().await;
         let n = per_authority * authorities.len();
+        self.checkpoint().await;
         let wal_before = self.wal().await?;
+        let io_before = self.io().await?;
         let t0 = self.db_now().await?;
         let started = Instant::now();
         let mut custodians = Vec::new();
@@ -913,6 +920,7 @@ impl Bench {
             retries += c.stop().await.serialization_retries.load(Ordering::Relaxed);
         }
         let wal_after = self.wal().await?;
+        let io_after = self.io().await?;
         let last: chrono::DateTime<chrono::Utc> = sqlx::query_scalar(
             "select max(finished_at) from commands where authority_id = any($1)",
         )
@@ -927,6 +935,8 @@ impl Bench {
             "wall_seconds": started.elapsed().as_secs_f64(),
             "applied_per_s": n as f64 / seconds,
             "wal_syncs_per_command": (wal_after.syncs - wal_before.syncs) / n.max(1) as f64,
+            "wal_bytes_per_command": (wal_after.bytes - wal_before.bytes) / n.max(1) as f64,
+            "io_per_command": io_after.per_command(&io_before, n.max(1) as f64),
             "hot_update_share": (wal_after.hot_updates - wal_before.hot_updates)
                 / (wal_after.updates - wal_before.updates).max(1.0),
             "serialization_retries": retries,
@@ -989,10 +999,15 @@ impl Bench {
         out
     }
 
-    /// A `CHECKPOINT`, or a warning when this login may not ask for one.
+    /// A `CHECKPOINT` before a timed step, as the peers get before each of
+    /// theirs (`peers::checkpoint`): the dirty buffers an earlier step left
+    /// are written before the clock starts, so that neither the step's
+    /// backends writing them to find free buffers nor a checkpoint the
+    /// earlier step's WAL requested falls inside it by chance. A warning
+    /// when this login may not ask for one.
     async fn checkpoint(&self) {
         if let Err(e) = sqlx::raw_sql("checkpoint").execute(self.pool()).await {
-            tracing::warn!(error = %e, "could not checkpoint before a W4 point");
+            tracing::warn!(error = %e, "could not checkpoint before a timed step");
         }
     }
 
@@ -1130,6 +1145,8 @@ struct Io {
     checkpoints: f64,
     /// Dirty buffers a backend had to write itself to find a free one.
     backend_writes: f64,
+    /// Dirty buffers the checkpointer wrote.
+    checkpoint_writes: f64,
     /// Blocks read from outside shared buffers, per table and index.
     relations: std::collections::BTreeMap<String, f64>,
 }
@@ -1164,6 +1181,7 @@ impl Io {
             "read_ms": per(self.read_ms, before.read_ms),
             "write_ms": per(self.write_ms, before.write_ms),
             "backend_writes": per(self.backend_writes, before.backend_writes),
+            "checkpoint_writes": per(self.checkpoint_writes, before.checkpoint_writes),
             "checkpoints": self.checkpoints - before.checkpoints,
             "blocks_read_by_relation": top,
         })

@@ -5,6 +5,7 @@ CREATE OR REPLACE FUNCTION public.ledger_claim_start(p_authorities text[], p_hol
  SET search_path TO 'public', 'pg_temp'
  SET plan_cache_mode TO 'force_generic_plan'
  SET enable_seqscan TO 'off'
+ SET enable_bitmapscan TO 'off'
  SET enable_hashjoin TO 'off'
  SET enable_mergejoin TO 'off'
 AS $function$

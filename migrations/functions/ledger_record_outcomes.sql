@@ -4,6 +4,7 @@ CREATE OR REPLACE FUNCTION public.ledger_record_outcomes(p_authority text, p_gen
  SECURITY DEFINER
  SET search_path TO 'public', 'pg_temp'
  SET enable_seqscan TO 'off'
+ SET enable_bitmapscan TO 'off'
 AS $function$
 declare
     at timestamptz := now();

@@ -32,6 +32,7 @@ mod mcp;
 mod metrics;
 mod monitoring;
 mod outbox;
+mod plans;
 mod reads;
 mod recovery;
 mod release;
