@@ -9,7 +9,7 @@ use command_ledger::bench::{
 };
 use serde_json::{Value, json};
 use sqlx::{PgPool, Row as _};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -100,6 +100,9 @@ pub(crate) struct Bench {
     point: Duration,
     stop_api: watch::Sender<bool>,
     api: JoinHandle<std::io::Result<()>>,
+    /// The private cluster's directory (its data and its roles' password
+    /// files), removed when the run stops; none with `--database-url`.
+    private_state: Option<PathBuf>,
 }
 
 /// A custodian running in this process until stopped.
@@ -144,7 +147,8 @@ impl Bench {
         point: Duration,
     ) -> anyhow::Result<Bench> {
         let state_dir = out.join("state");
-        if database_url.is_none() {
+        let private_state = database_url.is_none().then(|| state_dir.clone());
+        if private_state.is_some() {
             let _ = std::fs::remove_dir_all(&state_dir);
         }
         std::fs::create_dir_all(&state_dir)?;
@@ -195,13 +199,21 @@ impl Bench {
             point,
             stop_api,
             api,
+            private_state,
         })
     }
 
+    /// Stops the API and the cluster, then removes a private cluster's
+    /// directory: nothing of it outlives the run, its password files least.
     pub(crate) async fn stop(self) -> anyhow::Result<()> {
         let _ = self.stop_api.send(true);
         let _ = self.api.await;
-        self.db.close().await
+        self.db.close().await?;
+        if let Some(dir) = &self.private_state {
+            std::fs::remove_dir_all(dir)
+                .with_context(|| format!("removing the private cluster's {}", dir.display()))?;
+        }
+        Ok(())
     }
 
     fn pool(&self) -> &PgPool {
