@@ -11,8 +11,9 @@
 //! burst of batch submits drained at half its speed
 //! (`docs/runs/bitmap-scans-after-w7.txt`).
 
-use crate::harness::fresh_pool;
+use crate::harness::{fresh_pool, ledger_backend};
 use command_ledger::db;
+use command_ledger::db::txn::{Isolation, Opening};
 use command_ledger::domain::EffectOutcome;
 use serde_json::json;
 use sqlx::PgPool;
@@ -22,14 +23,7 @@ use std::time::Duration;
 /// tables nothing has analyzed (autovacuum is off for them). Returns the
 /// lease's generation.
 async fn backlog_never_analyzed(pool: &PgPool) -> i64 {
-    for table in ["commands", "command_queue", "command_in_flight"] {
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "alter table {table} set (autovacuum_enabled = false)"
-        )))
-        .execute(pool)
-        .await
-        .unwrap();
-    }
+    crate::storage::autovacuum_off(pool, &["commands", "command_queue", "command_in_flight"]).await;
     crate::storage::insert_commands(pool, "backlog", 5_000).await;
     db::authorities::acquire(pool, "backlog", "holder-p", Duration::from_secs(120))
         .await
@@ -47,20 +41,23 @@ async fn entries_read(tx: &mut sqlx::PgConnection, index: &str) -> i64 {
         .unwrap()
 }
 
-/// A transaction acting as the custodian `holder-p`, with the custodian's
-/// generic plans.
-async fn as_custodian(pool: &PgPool) -> sqlx::Transaction<'static, sqlx::Postgres> {
-    let mut tx = pool.begin().await.unwrap();
-    let (name, value) = db::txn::GENERIC_PLANS;
-    sqlx::query("select set_config($1, $2, true), set_config($3, $4, true)")
-        .bind(db::txn::ACTOR)
-        .bind("custodian:holder-p")
-        .bind(name)
-        .bind(value)
-        .execute(&mut *tx)
-        .await
-        .unwrap();
-    tx
+/// A transaction opened as the custodian opens its own: at `isolation`,
+/// acting as `holder-p`, with its generic plans.
+async fn as_custodian(
+    pool: &PgPool,
+    isolation: Isolation,
+) -> sqlx::Transaction<'static, sqlx::Postgres> {
+    Opening::new(
+        ledger_backend(),
+        isolation,
+        &[
+            (db::txn::ACTOR, "custodian:holder-p"),
+            db::txn::GENERIC_PLANS,
+        ],
+    )
+    .on(pool)
+    .await
+    .unwrap()
 }
 
 /// The custodian's turns on one node (claim a batch, record its outcomes)
@@ -81,7 +78,8 @@ async fn the_record_step_reads_the_in_flight_table_by_key_turn_after_turn() {
     let authorities = ["backlog".to_owned()];
     let (mut read, mut moved) = (0, 0);
     for _ in 0..turns {
-        let mut tx = as_custodian(&pool).await;
+        // The claim at the custodian's isolation, the record at SERIALIZABLE.
+        let mut tx = as_custodian(&pool, Isolation::ReadCommitted).await;
         let rows = db::lifecycle::claim_start(&mut *tx, &authorities, "holder-p", limit)
             .await
             .unwrap();
@@ -91,7 +89,7 @@ async fn the_record_step_reads_the_in_flight_table_by_key_turn_after_turn() {
             .iter()
             .map(|r| db::lifecycle::Outcome::new(r.id, EffectOutcome::Applied(json!({}))))
             .collect();
-        let mut tx = as_custodian(&pool).await;
+        let mut tx = as_custodian(&pool, Isolation::Serializable).await;
         let before = entries_read(&mut tx, "command_in_flight_pkey").await;
         let recorded =
             db::lifecycle::record_outcomes(&mut *tx, None, &outcomes, "backlog", generation)

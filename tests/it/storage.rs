@@ -315,8 +315,10 @@ async fn queue_entries_read(tx: &mut sqlx::PgConnection) -> i64 {
 /// The case of a backlog newer than the statistics: with autovacuum off,
 /// 50 authorities of 4 pending commands analyzed, then 5,000 pending
 /// commands for `backlog`, whose lease `holder-q` holds. Returns their ids.
-pub(crate) async fn backlog_after_analyze(pool: &PgPool) -> Vec<Uuid> {
-    for table in ["commands", "command_queue"] {
+/// Autovacuum off for `tables`, so that nothing analyzes them behind a
+/// test's back.
+pub(crate) async fn autovacuum_off(pool: &PgPool, tables: &[&str]) {
+    for table in tables {
         sqlx::query(sqlx::AssertSqlSafe(format!(
             "alter table {table} set (autovacuum_enabled = false)"
         )))
@@ -324,6 +326,10 @@ pub(crate) async fn backlog_after_analyze(pool: &PgPool) -> Vec<Uuid> {
         .await
         .unwrap();
     }
+}
+
+pub(crate) async fn backlog_after_analyze(pool: &PgPool) -> Vec<Uuid> {
+    autovacuum_off(pool, &["commands", "command_queue"]).await;
     // What the last ANALYZE saw: many authorities with a few rows each.
     for i in 0..50 {
         insert_commands(pool, &format!("busy-{i}"), 4).await;
