@@ -6,6 +6,8 @@
 
 use crate::harness::{empty_database, fresh_pool};
 use command_ledger::db;
+use command_ledger::domain::EffectOutcome;
+use serde_json::json;
 use sqlx::PgPool;
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -562,6 +564,38 @@ async fn a_populated_v1_database_migrates_to_v2_without_losing_a_row_or_an_entry
         .unwrap();
     let claimed = claim_start(&pool, "payments", "holder-v2", 100).await;
     assert_eq!(claimed.len(), 3, "the three pending payments");
+
+    // Their chains, begun by v1's triggers (entry-v1, row-v1), go on with
+    // today's steps: the claim's one entry (entry-v2) and the record's
+    // (row-v2), and still verify.
+    let generation = claimed[0].authority_generation.unwrap();
+    let outcomes: Vec<_> = claimed
+        .iter()
+        .map(|r| {
+            db::lifecycle::Outcome::new(r.id, EffectOutcome::Applied(json!({"refund_id": "rf_v2"})))
+        })
+        .collect();
+    let recorded = db::lifecycle::record_outcomes(&pool, None, &outcomes, "payments", generation)
+        .await
+        .unwrap();
+    assert_eq!(recorded.len(), 3);
+    let ids: Vec<Uuid> = claimed.iter().map(|r| r.id).collect();
+    let forms: Vec<(i64, bool)> = sqlx::query_as(
+        "select count(*), through is not null from command_history where command_id = any($1) \
+         group by through is not null order by 2",
+    )
+    .bind(&ids)
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        forms,
+        [(6, false), (3, true)],
+        "v1's pending entries and today's records; today's claims"
+    );
+    let reports = db::verify::chains(&pool, None, None).await.unwrap();
+    assert_eq!(reports.len(), 48);
+    assert!(reports.iter().all(|r| r.breaks.is_empty()), "{reports:?}");
 }
 
 #[tokio::test]

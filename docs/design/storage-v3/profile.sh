@@ -7,21 +7,29 @@
 # added to the one before, the variants interleaved round by round; and the
 # WAL the two measured steps wrote (pg_current_wal_insert_lsn before and after).
 #
-#   profile.sh <url of a scratch database at HEAD's schema> [rounds]
+#   profile.sh <url of a scratch database at HEAD's schema> [rounds] [levers|hashing]
 #
+# levers (the default):
 # today        ledger_claim_start + ledger_record_outcomes, the service's steps
 # today+id     the same, the identity digest stored at submit (set before the round)
 # narrow       the state in command_progress: proto4_claim_start + proto4_record_any
 # narrow+one   and one entry for claim-and-start (proto4_claim_start_one)
 # +noflight    and no in-flight rows
 # +id          and the identity digest stored at submit
+#
+# hashing (seal.sql), each with the identity digest stored at submit, as the
+# service stores it since 0050:
+# service      ledger_claim_start + ledger_record_outcomes
+# text3        the same steps, each hash over a fixed concatenation
+# sealed       the same steps, entries unhashed, one seal a batch
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-url="$1"; rounds="${2:-12}"
+url="$1"; rounds="${2:-12}"; set="${3:-levers}"
 if [ "$(psql -X -At "$url" -c "select count(*) from commands where authority_id = 'proto'")" = 0 ]; then
     psql -q -X -v ON_ERROR_STOP=1 "$url" -v n="${N:-100000}" -f "$here/../engine-v3/setup.sql" >/dev/null
 fi
 psql -q -X -v ON_ERROR_STOP=1 "$url" -f "$here/proto.sql" >/dev/null
+psql -q -X -v ON_ERROR_STOP=1 "$url" -f "$here/seal.sql" >/dev/null 2>&1
 psql -q -X "$url" -c "vacuum analyze" >/dev/null
 # The identity digest of the next 256 queued commands (the warming batch
 # and the measured one), as the insert would have stored it.
@@ -65,6 +73,16 @@ today_record="ledger_record_outcomes('proto', 1, $outcomes)"
 narrow_claim="proto4_claim_start(array['proto'], 'proto-holder', 128)"
 one_claim="proto4_claim_start_one(array['proto'], 'proto-holder', 128, FLIGHT)"
 narrow_record="proto4_record_any('proto', 1, $outcomes, FLIGHT)"
+if [ "$set" = hashing ]; then
+    for r in $(seq "$rounds"); do
+        echo "round $r service $(round "$stored_identity" "$today_claim" "$today_record" | ms)"
+        echo "round $r text3   $(round "$stored_identity" "proto5_claim_ids('text3', array['proto'], 'proto-holder', 128)" \
+                                 "proto5_record_text3('proto', 1, $outcomes)" | ms)"
+        echo "round $r sealed  $(round "$stored_identity" "proto5_claim_ids('sealed', array['proto'], 'proto-holder', 128)" \
+                                 "proto5_record_sealed_then_seal('proto', 1, $outcomes)" | ms)"
+    done
+    exit 0
+fi
 for r in $(seq "$rounds"); do
     echo "round $r today              $(round '' "$today_claim" "$today_record" | ms)"
     echo "round $r today+id           $(round "$stored_identity" "$today_claim" "$today_record" | ms)"
