@@ -249,7 +249,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         w8 = bench.w8(&args.effect_ms, &args.w8_configs()?).await?;
         println!("W8: {w8}");
     }
-    let best_batch = best_batch(&w3).unwrap_or(128);
+    let best_batch = best_batch(&w3).unwrap_or(default_batch);
     let mut w3b = serde_json::Value::Null;
     if want("w3b") {
         w3b = bench.w3b(args.burn_down, default_batch).await?;

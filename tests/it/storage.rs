@@ -314,9 +314,6 @@ async fn queue_entries_read(tx: &mut sqlx::PgConnection) -> i64 {
     .unwrap()
 }
 
-/// The case of a backlog newer than the statistics: with autovacuum off,
-/// 50 authorities of 4 pending commands analyzed, then 5,000 pending
-/// commands for `backlog`, whose lease `holder-q` holds. Returns their ids.
 /// Autovacuum off for `tables`, so that nothing analyzes them behind a
 /// test's back.
 pub(crate) async fn autovacuum_off(pool: &PgPool, tables: &[&str]) {
@@ -330,6 +327,9 @@ pub(crate) async fn autovacuum_off(pool: &PgPool, tables: &[&str]) {
     }
 }
 
+/// The case of a backlog newer than the statistics: with autovacuum off,
+/// 50 authorities of 4 pending commands analyzed, then 5,000 pending
+/// commands for `backlog`, whose lease `holder-q` holds. Returns their ids.
 pub(crate) async fn backlog_after_analyze(pool: &PgPool) -> Vec<Uuid> {
     autovacuum_off(pool, &["commands", "command_queue"]).await;
     // What the last ANALYZE saw: many authorities with a few rows each.

@@ -29,7 +29,7 @@ if [ "$(psql -X -At "$url" -c "select count(*) from commands where authority_id 
     psql -q -X -v ON_ERROR_STOP=1 "$url" -v n="${N:-100000}" -f "$here/../engine-v3/setup.sql" >/dev/null
 fi
 psql -q -X -v ON_ERROR_STOP=1 "$url" -f "$here/proto.sql" >/dev/null
-psql -q -X -v ON_ERROR_STOP=1 "$url" -f "$here/seal.sql" >/dev/null 2>&1
+psql -q -X -v ON_ERROR_STOP=1 "$url" -c "set client_min_messages = warning" -f "$here/seal.sql" >/dev/null
 psql -q -X "$url" -c "vacuum analyze" >/dev/null
 # The identity digest of the next 256 queued commands (the warming batch
 # and the measured one), as the insert would have stored it.

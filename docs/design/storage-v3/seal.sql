@@ -45,7 +45,6 @@ as $$ select sha256(convert_to(concat_ws(chr(31), 'entry-v3', proto5_field(encod
                                          proto5_field(encode(row_digest, 'hex'))), 'UTF8')) $$;
 
 create table if not exists proto5_history (like command_history including defaults);
-alter table proto5_history alter column id drop identity if exists;
 alter table proto5_history alter column id set default ledger_history_id();
 -- The indexes command_history has: the key, and each command's entries in
 -- order (a command's history is still read by the command). The seal finds
